@@ -1,0 +1,406 @@
+"""TreeSpec to JSON and back.
+
+The document (``docs/design.md`` has the full format)::
+
+    {"format": "pytree_kit.TreeSpec", "version": 1, "num_leaves": 3, "nodes": [
+    {"kind": "dict", "keys": ["a", "b"]},
+    "*",
+    {"kind": "list", "arity": 2},
+    "*",
+    "*"
+    ]}
+
+Nodes are in pre-order; a leaf is ``"*"`` and ``None`` is ``null``. Classes and
+functions are referenced as ``"module:qualname"``. Reading never imports a
+module and never calls anything it was not allowed to: builtin and
+``collections`` types always resolve, anything else only when passed in
+``allow=`` (or, for a class flattened by a rule, in ``rules=``).
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections
+import enum
+import json
+import math
+from typing import Any, Iterable
+
+from ._kinds import (
+    ATTRS,
+    CUSTOM,
+    DATACLASS,
+    DEFAULTDICT,
+    DEQUE,
+    DICT,
+    KIND_NAMES,
+    LEAF,
+    LEAF_NODE,
+    LIST,
+    NAMEDTUPLE,
+    NONE,
+    NONE_NODE,
+    ORDEREDDICT,
+    STRUCTSEQ,
+    TUPLE,
+    Rule,
+)
+from ._spec import TreeSpec
+
+FORMAT = "pytree_kit.TreeSpec"
+VERSION = 1
+
+_KIND_BY_NAME = {name: kind for kind, name in enumerate(KIND_NAMES)}
+
+
+# --------------------------------------------------------------------------
+# writing
+
+
+def ref(obj: Any) -> str:
+    """``"module:qualname"`` of a class or function."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        raise TypeError(f"cannot write {obj!r} to JSON: it has no module and qualified name")
+    return f"{module}:{qualname}"
+
+
+def encode(value: Any) -> Any:
+    """A JSON value for one piece of aux data (keys, static fields, user aux)."""
+    t = type(value)
+    if value is None or t is bool or t is str or t is int:
+        return value
+    if t is float:
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if t is tuple:
+        return {"tuple": [encode(v) for v in value]}
+    if t is frozenset:
+        return {"frozenset": sorted((encode(v) for v in value), key=_sort_key)}
+    if t is bytes:
+        return {"bytes": value.hex()}
+    if t is complex:
+        return {"complex": [encode(value.real), encode(value.imag)]}
+    if isinstance(value, enum.Enum):
+        return {"enum": ref(t), "name": value.name}
+    if isinstance(value, type) or callable(value):
+        return {"ref": ref(value)}
+    raise TypeError(f"cannot write a value of type {t.__qualname__} to JSON: {value!r}")
+
+
+def _sort_key(v: Any) -> str:
+    return json.dumps(v, sort_keys=True)
+
+
+def _node_json(node: tuple, order: Any) -> Any:
+    kind, t, arity, aux = node
+    if kind == LEAF:
+        return "*"
+    if kind == NONE:
+        return None
+    out: dict = {"kind": KIND_NAMES[kind]}
+    if kind == TUPLE or kind == LIST:
+        out["arity"] = arity
+    elif kind == DICT or kind == ORDEREDDICT:
+        out["keys"] = [encode(k) for k in aux]
+    elif kind == DEFAULTDICT:
+        out["default_factory"] = encode(aux[0])
+        out["keys"] = [encode(k) for k in aux[1]]
+    elif kind == DEQUE:
+        out["arity"] = arity
+        out["maxlen"] = aux
+    elif kind == NAMEDTUPLE:
+        out["class"] = ref(t)
+        out["fields"] = list(aux)
+    elif kind == STRUCTSEQ:
+        out["class"] = ref(t)
+        out["arity"] = arity
+        if aux:
+            out["hidden"] = [[name, encode(v)] for name, v in aux]
+    elif kind == DATACLASS or kind == ATTRS:
+        names, static, absent, dict_keys = aux
+        out["class"] = ref(t)
+        out["fields"] = list(names)
+        if static:
+            out["static"] = [[name, encode(v)] for name, v in static]
+        if absent:
+            out["unset"] = list(absent)
+        if dict_keys is not None:
+            out["dict_keys"] = list(dict_keys)
+    else:  # CUSTOM, RULE
+        user_aux, keys = aux if kind == CUSTOM else aux[1:]
+        out["class"] = ref(t)
+        out["arity"] = arity
+        if keys is not None:
+            out["keys"] = [encode(k) for k in keys]
+        out["aux"] = encode(user_aux)
+    if order is not None:
+        out["order"] = [encode(k) for k in order]
+    return out
+
+
+def spec_to_json(spec: TreeSpec) -> str:
+    orders = dict(spec._orders)
+    lines = [json.dumps(_node_json(node, orders.get(i))) for i, node in enumerate(spec._nodes)]
+    head = json.dumps({"format": FORMAT, "version": VERSION, "num_leaves": spec._num_leaves})
+    return head[:-1] + ', "nodes": [\n' + ",\n".join(lines) + "\n]}\n"
+
+
+# --------------------------------------------------------------------------
+# reading
+
+
+class _Bad(Exception):
+    """A malformed document; turned into ValueError at the boundary."""
+
+
+def _resolver(allow: Iterable[Any], rules: Any) -> dict:
+    table: dict = {}
+    for obj in allow:
+        table[ref(obj)] = obj
+    for cls in rules or ():
+        table[ref(cls)] = cls
+    return table
+
+
+def _resolve(text: Any, table: dict) -> Any:
+    if type(text) is not str or text.count(":") != 1:
+        raise _Bad(f"a class reference must be a 'module:qualname' string, got {text!r}")
+    found = table.get(text)
+    if found is not None:
+        return found
+    module, qualname = text.split(":")
+    if module == "builtins" or module == "collections":
+        obj = getattr(builtins if module == "builtins" else collections, qualname, None)
+        if isinstance(obj, type) and ref(obj) == text:
+            return obj
+    raise _Bad(f"class {text} is not allowed; pass it in allow= to read this spec")
+
+
+def decode(value: Any, table: dict) -> Any:
+    t = type(value)
+    if value is None or t is bool or t is str or t is int or t is float:
+        return value
+    if t is dict and len(value) == 1:
+        ((tag, body),) = value.items()
+        if tag == "float" and body in ("nan", "inf", "-inf"):
+            return float(body)
+        if tag == "tuple" and type(body) is list:
+            return tuple(decode(v, table) for v in body)
+        if tag == "frozenset" and type(body) is list:
+            return frozenset(decode(v, table) for v in body)
+        if tag == "bytes" and type(body) is str:
+            return bytes.fromhex(body)
+        if tag == "complex" and type(body) is list and len(body) == 2:
+            re, im = (decode(v, table) for v in body)
+            if type(re) is float or type(re) is int:
+                if type(im) is float or type(im) is int:
+                    return complex(re, im)
+        if tag == "ref":
+            return _resolve(body, table)
+    if t is dict and len(value) == 2 and set(value) == {"enum", "name"}:
+        cls = _resolve(value["enum"], table)
+        if isinstance(cls, type) and issubclass(cls, enum.Enum) and type(value["name"]) is str:
+            member = cls.__members__.get(value["name"])
+            if member is not None:
+                return member
+    raise _Bad(f"not a valid aux value: {_short(value)}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _int(node: dict, name: str, i: int, *, optional: bool = False) -> Any:
+    value = node.get(name)
+    if value is None and optional:
+        return None
+    if type(value) is not int or value < 0:
+        raise _Bad(f"node {i}: {name!r} must be a non-negative integer, got {_short(value)}")
+    return value
+
+
+def _names(node: dict, name: str, i: int, default: Any = ()) -> tuple:
+    """A list of strings; ``default=None`` makes it required."""
+    value = node.get(name, default)
+    if value is not default or default is None:
+        if type(value) is not list:
+            raise _Bad(f"node {i}: {name!r} must be a list of strings")
+    out = tuple(value)
+    if not all(type(v) is str for v in out):
+        raise _Bad(f"node {i}: {name!r} must be a list of strings")
+    return out
+
+
+def _keys(node: dict, name: str, i: int, table: dict) -> tuple:
+    value = node.get(name)
+    if type(value) is not list:
+        raise _Bad(f"node {i}: {name!r} must be a list")
+    keys = tuple(decode(v, table) for v in value)
+    if len(set(keys)) != len(keys):
+        raise _Bad(f"node {i}: {name!r} holds a key twice")
+    return keys
+
+
+def _pairs(node: dict, name: str, i: int, table: dict) -> tuple:
+    value = node.get(name, [])
+    if type(value) is not list or not all(
+        type(p) is list and len(p) == 2 and type(p[0]) is str for p in value
+    ):
+        raise _Bad(f"node {i}: {name!r} must be a list of [name, value] pairs")
+    return tuple((p[0], decode(p[1], table)) for p in value)
+
+
+def _record_node(kind: int, cls: Any, node: dict, i: int, table: dict) -> tuple:
+    names = _names(node, "fields", i, None)
+    static = _pairs(node, "static", i, table)
+    absent = _names(node, "unset", i)
+    dict_keys = node.get("dict_keys")
+    if dict_keys is not None:
+        dict_keys = _names(node, "dict_keys", i)
+    attr = "__dataclass_fields__" if kind == DATACLASS else "__attrs_attrs__"
+    if not isinstance(cls, type) or not hasattr(cls, attr):
+        raise _Bad(
+            f"node {i}: {ref(cls)} is not a{' dataclass' if kind == DATACLASS else 'n attrs class'}"
+        )
+    from ._pure import _fields_info
+
+    info = _fields_info(cls, {})
+    want = {n for n, _ in info}
+    static_names = {n for n, s in info if s}
+    got = list(names) + [n for n, _ in static] + list(absent)
+    if (
+        sorted(got) != sorted(want)
+        or not {n for n, _ in static} <= static_names
+        or (set(names) & static_names)
+    ):
+        raise _Bad(f"node {i}: the fields of {ref(cls)} do not match the spec")
+    if dict_keys is not None and not set(dict_keys) <= set(names) | {n for n, _ in static}:
+        raise _Bad(f"node {i}: dict_keys of {ref(cls)} must be fields")
+    return (kind, cls, len(names), (names, static, absent, dict_keys))
+
+
+def _node_from_json(node: Any, i: int, table: dict, rules: Any) -> tuple[tuple, Any]:
+    """(node, insertion order or None) from one JSON node."""
+    if node == "*":
+        return LEAF_NODE, None
+    if node is None:
+        return NONE_NODE, None
+    if type(node) is not dict or type(node.get("kind")) is not str:
+        raise _Bad(f"node {i}: expected '*', null or an object with a 'kind', got {_short(node)}")
+    kind = _KIND_BY_NAME.get(node["kind"])
+    if kind is None or kind in (LEAF, NONE):
+        raise _Bad(f"node {i}: unknown kind {node['kind']!r}")
+    order = None
+    if kind == TUPLE or kind == LIST:
+        return (kind, None, _int(node, "arity", i), None), None
+    if kind in (DICT, ORDEREDDICT, DEFAULTDICT):
+        keys = _keys(node, "keys", i, table)
+        if kind != ORDEREDDICT and "order" in node:
+            order = _keys(node, "order", i, table)
+            if set(order) != set(keys) or order == keys:
+                raise _Bad(f"node {i}: 'order' must be another order of the same keys")
+        if kind == DEFAULTDICT:
+            factory = decode(node.get("default_factory"), table)
+            if factory is not None and not isinstance(factory, type):
+                raise _Bad(f"node {i}: default_factory must be null or a class reference")
+            return (kind, None, len(keys), (factory, keys)), order
+        return (kind, None, len(keys), keys), order
+    if kind == DEQUE:
+        return (kind, None, _int(node, "arity", i), _int(node, "maxlen", i, optional=True)), None
+    cls = _resolve(node.get("class"), table)
+    if kind == NAMEDTUPLE:
+        fields = _names(node, "fields", i, None)
+        if not (
+            isinstance(cls, type)
+            and issubclass(cls, tuple)
+            and getattr(cls, "_fields", None) == fields
+        ):
+            raise _Bad(f"node {i}: {ref(cls)} is not a namedtuple with fields {list(fields)}")
+        return (kind, cls, len(fields), fields), None
+    if kind == STRUCTSEQ:
+        arity = _int(node, "arity", i)
+        if not (
+            isinstance(cls, type)
+            and issubclass(cls, tuple)
+            and getattr(cls, "n_sequence_fields", None) == arity
+        ):
+            raise _Bad(f"node {i}: {ref(cls)} is not a structseq of {arity} fields")
+        return (kind, cls, arity, _pairs(node, "hidden", i, table)), None
+    if kind == DATACLASS or kind == ATTRS:
+        return _record_node(kind, cls, node, i, table), None
+    arity = _int(node, "arity", i)
+    keys = None
+    if "keys" in node:
+        keys = _keys(node, "keys", i, table)
+        if len(keys) != arity:
+            raise _Bad(f"node {i}: 'keys' must have 'arity' entries")
+    aux = decode(node.get("aux"), table)
+    hash(aux)
+    if kind == CUSTOM:
+        if not isinstance(cls, type) or not callable(getattr(cls, "__tree_unflatten__", None)):
+            raise _Bad(f"node {i}: {ref(cls)} has no __tree_unflatten__")
+        return (kind, cls, arity, (aux, keys)), None
+    rule = (rules or {}).get(cls)
+    if type(rule) is not Rule:
+        raise _Bad(
+            f"class {ref(cls)} was flattened by a rule; pass its rule in rules= to read this spec"
+        )
+    return (kind, cls, arity, (rule, aux, keys)), None
+
+
+def spec_from_json(text: Any, *, allow: Iterable[Any] = (), rules: Any = None) -> TreeSpec:
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"TreeSpec.from_json: not UTF-8 text ({e})") from None
+    if not isinstance(text, str):
+        raise TypeError(f"TreeSpec.from_json expects str or bytes, got {type(text).__name__}")
+    table = _resolver(allow, rules)
+    try:
+        doc = json.loads(text)
+        return _spec_from_doc(doc, table, rules)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"TreeSpec.from_json: not valid JSON ({e})") from None
+    except _Bad as e:
+        raise ValueError(f"TreeSpec.from_json: {e}") from None
+    except RecursionError:
+        raise ValueError("TreeSpec.from_json: the document is nested too deeply") from None
+    except Exception as e:  # anything else a hostile document provokes
+        raise ValueError(
+            f"TreeSpec.from_json: malformed document ({type(e).__name__}: {e})"
+        ) from None
+
+
+def _spec_from_doc(doc: Any, table: dict, rules: Any) -> TreeSpec:
+    if type(doc) is not dict or doc.get("format") != FORMAT:
+        raise _Bad(f"not a {FORMAT} document")
+    version = doc.get("version")
+    if type(version) is not int or version != VERSION:
+        raise _Bad(
+            f"unsupported version {_short(version)} (this pytree_kit reads version {VERSION})"
+        )
+    raw = doc.get("nodes")
+    if type(raw) is not list or not raw:
+        raise _Bad("'nodes' must be a non-empty list")
+    nodes = []
+    orders = []
+    need = 1
+    for i, item in enumerate(raw):
+        if need == 0:
+            raise _Bad(f"node {i}: the nodes describe more than one tree")
+        node, order = _node_from_json(item, i, table, rules)
+        need += node[2] - 1
+        nodes.append(node)
+        if order is not None:
+            orders.append((i, order))
+    if need:
+        raise _Bad(f"the nodes end early: {need} more expected")
+    num_leaves = sum(1 for n in nodes if n[0] == LEAF)
+    if doc.get("num_leaves") != num_leaves or type(doc.get("num_leaves")) is not int:
+        raise _Bad(
+            f"'num_leaves' is {_short(doc.get('num_leaves'))}, but the nodes hold {num_leaves}"
+        )
+    return TreeSpec._make(tuple(nodes), tuple(orders), num_leaves)

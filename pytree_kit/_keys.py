@@ -1,0 +1,125 @@
+"""Path keys: the steps of a path from the root of a tree to one of its places.
+
+A path is a tuple of keys. :func:`keystr` renders it the way every error
+message of pytree_kit names a place in a tree, for example
+``['targets'][3].boxes``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+__all__ = ["DictKey", "GetAttrKey", "SequenceKey", "keystr"]
+
+
+class _Key:
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+
+class DictKey(_Key):
+    """A mapping key: the child ``obj[key]``. Rendered as ``[repr(key)]``.
+
+    >>> str(DictKey("boxes"))
+    "['boxes']"
+    """
+
+    __slots__ = ("key",)
+    key: Any
+
+    def __init__(self, key: Any) -> None:
+        object.__setattr__(self, "key", key)
+
+    def __str__(self) -> str:
+        return f"[{self.key!r}]"
+
+    def __repr__(self) -> str:
+        return f"DictKey(key={self.key!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is DictKey and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash((DictKey, self.key))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DictKey, (self.key,))
+
+
+class SequenceKey(_Key):
+    """A position in a sequence: the child ``obj[idx]``. Rendered as ``[idx]``.
+
+    >>> str(SequenceKey(3))
+    '[3]'
+    """
+
+    __slots__ = ("idx",)
+    idx: int
+
+    def __init__(self, idx: int) -> None:
+        object.__setattr__(self, "idx", idx)
+
+    def __str__(self) -> str:
+        return f"[{self.idx}]"
+
+    def __repr__(self) -> str:
+        return f"SequenceKey(idx={self.idx})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is SequenceKey and self.idx == other.idx
+
+    def __hash__(self) -> int:
+        return hash((SequenceKey, self.idx))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SequenceKey, (self.idx,))
+
+
+class GetAttrKey(_Key):
+    """A named field (namedtuple, structseq, dataclass, attrs): ``obj.name``.
+
+    >>> str(GetAttrKey("boxes"))
+    '.boxes'
+    """
+
+    __slots__ = ("name",)
+    name: str
+
+    def __init__(self, name: str) -> None:
+        object.__setattr__(self, "name", name)
+
+    def __str__(self) -> str:
+        return f".{self.name}"
+
+    def __repr__(self) -> str:
+        return f"GetAttrKey(name={self.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is GetAttrKey and self.name == other.name
+
+    def __hash__(self) -> int:
+        return hash((GetAttrKey, self.name))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (GetAttrKey, (self.name,))
+
+
+def keystr(path: Iterable[Any]) -> str:
+    """Render a path (a tuple of keys) as text.
+
+    >>> keystr((DictKey("targets"), SequenceKey(3), GetAttrKey("boxes")))
+    "['targets'][3].boxes"
+    >>> keystr(())
+    ''
+    """
+    return "".join(map(str, path))
+
+
+def where(path: Iterable[Any]) -> str:
+    """The place a path names, as error messages write it: ``tree['a'][0]``."""
+    return "tree" + keystr(path)

@@ -1,0 +1,126 @@
+"""Node kinds of the spec format, and :class:`Rule`.
+
+These integers are part of the spec format shared by every engine; see
+``docs/design.md``. Never renumber them: pickles hold them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+LEAF = 0
+NONE = 1
+TUPLE = 2
+LIST = 3
+DICT = 4
+ORDEREDDICT = 5
+DEFAULTDICT = 6
+DEQUE = 7
+NAMEDTUPLE = 8
+STRUCTSEQ = 9
+DATACLASS = 10
+ATTRS = 11
+CUSTOM = 12
+RULE = 13
+
+#: The name of each kind, as ``to_json`` writes it; index = kind.
+KIND_NAMES = (
+    "leaf",
+    "none",
+    "tuple",
+    "list",
+    "dict",
+    "ordereddict",
+    "defaultdict",
+    "deque",
+    "namedtuple",
+    "structseq",
+    "dataclass",
+    "attrs",
+    "custom",
+    "rule",
+)
+
+#: The one node every leaf shares: (kind, type, arity, aux).
+LEAF_NODE = (LEAF, None, 0, None)
+NONE_NODE = (NONE, None, 0, None)
+
+
+class Rule:
+    """How to flatten instances of one class the caller cannot edit.
+
+    ``flatten(obj)`` returns ``(children, aux)``: ``children`` is a list or
+    tuple of child values, or a dict whose keys then name the paths; ``aux``
+    is hashable data that goes into the spec. ``unflatten(aux, children)``
+    rebuilds the object, and gets the children back in the form ``flatten``
+    gave them (a tuple, or a dict with the same keys).
+
+    Rules are passed per call, as ``rules={SomeType: Rule(...)}``; they apply
+    to instances of exactly that type, and a spec made with a rule carries it,
+    so ``unflatten`` needs nothing more.
+
+    >>> import pytree_kit as pk
+    >>> class Pair:  # a class we pretend we cannot edit
+    ...     def __init__(self, a, b):
+    ...         self.a, self.b = a, b
+    >>> rule = pk.Rule(lambda p: ((p.a, p.b), None), lambda aux, ch: Pair(*ch))
+    >>> leaves, spec = pk.flatten({"p": Pair(1, 2)}, rules={Pair: rule})
+    >>> leaves
+    [1, 2]
+    >>> pk.unflatten(spec, [3, 4])["p"].b
+    4
+    """
+
+    __slots__ = ("flatten", "unflatten")
+    flatten: Callable[[Any], tuple[Any, Any]]
+    unflatten: Callable[[Any, Any], Any]
+
+    def __init__(
+        self,
+        flatten: Callable[[Any], tuple[Any, Any]],
+        unflatten: Callable[[Any, Any], Any],
+    ) -> None:
+        if not callable(flatten) or not callable(unflatten):
+            raise TypeError("Rule(flatten, unflatten) takes two callables")
+        object.__setattr__(self, "flatten", flatten)
+        object.__setattr__(self, "unflatten", unflatten)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Rule is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is Rule
+            and self.flatten == other.flatten
+            and self.unflatten == other.unflatten
+        )
+
+    def __hash__(self) -> int:
+        return hash((Rule, self.flatten, self.unflatten))
+
+    def __repr__(self) -> str:
+        return f"Rule(flatten={self.flatten!r}, unflatten={self.unflatten!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Rule, (self.flatten, self.unflatten))
+
+
+def check_rules(rules: Any) -> Any:
+    """Validate a ``rules=`` argument; returns it, or None when empty."""
+    if not rules:
+        return None
+    if not isinstance(rules, dict):
+        try:
+            rules = dict(rules)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"rules must be a mapping from a type to a Rule, got {type(rules).__name__}"
+            ) from None
+    for key, value in rules.items():
+        if not isinstance(key, type):
+            raise TypeError(f"rules keys must be types, got {key!r}")
+        if type(value) is not Rule:
+            raise TypeError(
+                f"rules[{key.__qualname__}] must be a pytree_kit.Rule, got {type(value).__name__}"
+            )
+    return rules

@@ -1,0 +1,586 @@
+"""The pure-Python engine: the executable specification of pytree_kit.
+
+Every traversal here is iterative (an explicit stack, no recursion on user
+data), so depth is bounded by memory, not by the interpreter's recursion
+limit. A C engine must give the same leaves, equal specs, and the same
+errors with the same messages.
+
+The spec format (``docs/design.md``): a tuple of nodes in pre-order, each
+``(kind, type, arity, aux)``, plus the insertion orders of dicts whose
+leaf order (sorted keys) differs from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict, defaultdict, deque
+from typing import Any
+
+from ._keys import DictKey, GetAttrKey, SequenceKey, where
+from ._kinds import (
+    ATTRS,
+    CUSTOM,
+    DATACLASS,
+    DEFAULTDICT,
+    DEQUE,
+    DICT,
+    LEAF,
+    LEAF_NODE,
+    LIST,
+    NAMEDTUPLE,
+    NONE,
+    NONE_NODE,
+    ORDEREDDICT,
+    RULE,
+    STRUCTSEQ,
+    TUPLE,
+)
+from ._spec import TreeSpec
+
+NAME = "python"
+
+# How the children of a frame are named in paths.
+_SEQ = 0  # SequenceKey(position)
+_MAP = 1  # DictKey(names[position])
+_ATTR = 2  # GetAttrKey(names[position])
+
+_NoneType = type(None)
+
+
+# --------------------------------------------------------------------------
+# Paths (built lazily: only for flatten_with_path and for error messages)
+
+
+def _key(frame: list, i: int) -> Any:
+    mode = frame[2]
+    if mode == _SEQ:
+        return SequenceKey(i)
+    if mode == _MAP:
+        return DictKey(frame[3][i])
+    return GetAttrKey(frame[3][i])
+
+
+def _path(stack: list) -> tuple:
+    """The path to the child each frame of the stack is at now."""
+    return tuple(_key(fr, fr[1] - 1) for fr in stack)
+
+
+def _qualname(t: type) -> str:
+    return getattr(t, "__qualname__", None) or getattr(t, "__name__", repr(t))
+
+
+# --------------------------------------------------------------------------
+# Recognising nodes by their structure (no registry)
+
+
+def _leaf_order(obj: dict) -> list:
+    """The keys of a dict in leaf order: sorted when they are mutually orderable."""
+    keys = list(obj)
+    try:
+        return sorted(keys)
+    except Exception:
+        # Keys that are not mutually orderable keep insertion order: never an error.
+        return keys
+
+
+def _fields_info(t: type, cache: dict) -> tuple:
+    """((name, static), ...) for a dataclass or attrs class, memoised per call."""
+    info = cache.get(t)
+    if info is None:
+        if hasattr(t, "__dataclass_fields__"):
+            fields = dataclasses.fields(t)
+        else:
+            fields = t.__attrs_attrs__
+        info = tuple((f.name, bool((f.metadata or {}).get("static", False))) for f in fields)
+        cache[t] = info
+    return info
+
+
+def _check_hashable(aux: Any, stack: list, what: str) -> None:
+    try:
+        hash(aux)
+    except TypeError as e:
+        raise TypeError(
+            f"{where(_path(stack))}: the aux data of {what} must be hashable ({e})"
+        ) from None
+
+
+def _record_fields(obj: Any, t: type, kind: int, stack: list, cache: dict) -> tuple:
+    """Node and children of a dataclass or attrs instance."""
+    names = []
+    children = []
+    static = []
+    absent = []
+    for name, is_static in _fields_info(t, cache):
+        try:
+            value = getattr(obj, name)
+        except AttributeError:
+            absent.append(name)
+            continue
+        if is_static:
+            static.append((name, value))
+        else:
+            names.append(name)
+            children.append(value)
+    dict_keys = None
+    if isinstance(obj, dict):
+        # A dataclass that is also a dict (transformers' ModelOutput): its dict
+        # view must hold exactly the values of fields of the same name.
+        base = OrderedDict if isinstance(obj, OrderedDict) else dict
+        dict_keys = tuple(base.keys(obj))
+        present = dict(zip(names, children))
+        present.update(static)
+        for k in dict_keys:
+            if k not in present or dict.__getitem__(obj, k) is not present[k]:
+                raise TypeError(
+                    f"{where(_path(stack))}: {_qualname(t)} is a dict whose entry {k!r} "
+                    "is not the value of its field of that name, so it cannot be rebuilt"
+                )
+    aux = (tuple(names), tuple(static), tuple(absent), dict_keys)
+    if static:
+        _check_hashable(aux, stack, f"{_qualname(t)} (its static fields)")
+    return (kind, t, len(children), aux), children, _ATTR, names
+
+
+def _user_children(res: Any, stack: list, what: str) -> tuple:
+    """Validate a (children, aux) pair from __tree_flatten__ or a rule."""
+    if type(res) is not tuple or len(res) != 2:
+        raise TypeError(
+            f"{where(_path(stack))}: {what} must return a (children, aux) pair, "
+            f"got {type(res).__name__}"
+        )
+    children, aux = res
+    if isinstance(children, dict):
+        keys = tuple(children)
+        children = tuple(children.values())
+        mode = _MAP
+    elif isinstance(children, (list, tuple)):
+        keys = None
+        children = tuple(children)
+        mode = _SEQ
+    else:
+        raise TypeError(
+            f"{where(_path(stack))}: {what} must return children as a list, tuple or dict, "
+            f"got {type(children).__name__}"
+        )
+    _check_hashable(aux, stack, what)
+    return children, aux, keys, mode
+
+
+def _structseq_node(obj: Any, t: type) -> tuple:
+    n = len(obj)
+    children = tuple(obj)
+    hidden: tuple = ()
+    if t.n_fields > t.n_sequence_fields:
+        hidden = tuple(obj.__reduce__()[1][1].items())
+    if t.n_unnamed_fields == 0 and len(getattr(t, "__match_args__", ())) == n:
+        return (STRUCTSEQ, t, n, hidden), children, _ATTR, t.__match_args__
+    return (STRUCTSEQ, t, n, hidden), children, _SEQ, None
+
+
+def _is_namedtuple(obj: Any, t: type) -> bool:
+    fields = getattr(t, "_fields", None)
+    return type(fields) is tuple and len(fields) == len(obj)
+
+
+def classify(obj: Any, t: type, rules: Any, stack: list, cache: dict) -> Any:
+    """``(node, children, keymode, names)`` for a container, or None for a leaf.
+
+    The order of the checks is the specification: a rule for the exact type,
+    then the builtin containers by exact type, then ``__tree_flatten__``,
+    namedtuples and structseqs, dataclasses, attrs classes; anything else
+    is a leaf. (``is_leaf`` is asked before all of these by the caller.)
+    """
+    if rules is not None:
+        rule = rules.get(t)
+        if rule is not None:
+            what = f"the rule for {_qualname(t)}"
+            children, aux, keys, mode = _user_children(rule.flatten(obj), stack, what)
+            return (RULE, t, len(children), (rule, aux, keys)), children, mode, keys
+    if t is tuple:
+        return (TUPLE, None, len(obj), None), obj, _SEQ, None
+    if t is list:
+        children = tuple(obj)
+        return (LIST, None, len(children), None), children, _SEQ, None
+    if t is dict:
+        keys = _leaf_order(obj)
+        children = [obj[k] for k in keys]
+        return (DICT, None, len(keys), tuple(keys)), children, _MAP, keys
+    if t is _NoneType:
+        return NONE_NODE, (), _SEQ, None
+    if t is OrderedDict:
+        keys = tuple(obj)
+        return (ORDEREDDICT, None, len(keys), keys), [obj[k] for k in keys], _MAP, keys
+    if t is defaultdict:
+        keys = _leaf_order(obj)
+        factory = obj.default_factory
+        node = (DEFAULTDICT, None, len(keys), (factory, tuple(keys)))
+        _check_hashable(factory, stack, "a defaultdict (its default_factory)")
+        return node, [obj[k] for k in keys], _MAP, keys
+    if t is deque:
+        children = tuple(obj)
+        return (DEQUE, None, len(children), obj.maxlen), children, _SEQ, None
+    if getattr(t, "__tree_flatten__", None) is not None:
+        if not callable(getattr(t, "__tree_unflatten__", None)):
+            raise TypeError(
+                f"{where(_path(stack))}: {_qualname(t)} defines __tree_flatten__ "
+                "but no classmethod __tree_unflatten__"
+            )
+        what = f"{_qualname(t)}.__tree_flatten__"
+        children, aux, keys, mode = _user_children(obj.__tree_flatten__(), stack, what)
+        return (CUSTOM, t, len(children), (aux, keys)), children, mode, keys
+    if isinstance(obj, tuple):
+        if hasattr(t, "n_sequence_fields") and hasattr(t, "n_fields"):
+            return _structseq_node(obj, t)
+        if _is_namedtuple(obj, t):
+            return (NAMEDTUPLE, t, len(obj), t._fields), obj, _ATTR, t._fields
+        return None
+    if hasattr(t, "__dataclass_fields__"):
+        return _record_fields(obj, t, DATACLASS, stack, cache)
+    if hasattr(t, "__attrs_attrs__"):
+        return _record_fields(obj, t, ATTRS, stack, cache)
+    return None
+
+
+def dict_order_differs(node: tuple, obj: dict) -> Any:
+    """The insertion order of a dict node, when it differs from its leaf order."""
+    order = tuple(obj)
+    keys = node[3] if node[0] == DICT else node[3][1]
+    return None if order == keys else order
+
+
+# --------------------------------------------------------------------------
+# flatten, leaves, flatten_with_path
+
+
+def _walk(tree: Any, is_leaf: Any, rules: Any, mode: int) -> tuple:
+    """Pre-order traversal. mode 0: leaves; 1: and the spec; 2: and paths."""
+    leaves: list = []
+    nodes: list = []
+    orders: list = []
+    paths: list = []
+    keys: list = []  # the current path, when mode == 2
+    stack: list = []  # frames: [children, position, keymode, names, obj]
+    onpath: set = set()
+    cache: dict = {}
+    obj = tree
+    while True:
+        if is_leaf is not None and is_leaf(obj):
+            found = None
+        else:
+            found = classify(obj, type(obj), rules, stack, cache)
+        if found is None:
+            leaves.append(obj)
+            if mode:
+                nodes.append(LEAF_NODE)
+                if mode == 2:
+                    paths.append(tuple(keys))
+        else:
+            node, children, keymode, names = found
+            if mode:
+                if node[0] == DICT or node[0] == DEFAULTDICT:
+                    order = dict_order_differs(node, obj)
+                    if order is not None:
+                        orders.append((len(nodes), order))
+                nodes.append(node)
+            if children:
+                if id(obj) in onpath:
+                    path = _path(stack)
+                    first = next(i for i, fr in enumerate(stack) if fr[4] is obj)
+                    raise ValueError(
+                        f"{where(path)}: cycle: this container is the one at "
+                        f"{where(path[:first])}, which holds itself"
+                    )
+                onpath.add(id(obj))
+                stack.append([children, 0, keymode, names, obj])
+        # Move to the next value in pre-order.
+        while stack:
+            fr = stack[-1]
+            i = fr[1]
+            if i < len(fr[0]):
+                fr[1] = i + 1
+                obj = fr[0][i]
+                if mode == 2:
+                    del keys[len(stack) - 1 :]
+                    keys.append(_key(fr, i))
+                break
+            stack.pop()
+            onpath.discard(id(fr[4]))
+        else:
+            break
+    if not mode:
+        return leaves, None
+    spec = TreeSpec._make(tuple(nodes), tuple(orders), len(leaves))
+    if mode == 2:
+        return list(zip(paths, leaves)), spec
+    return leaves, spec
+
+
+def flatten(tree: Any, is_leaf: Any = None, rules: Any = None) -> tuple[list, TreeSpec]:
+    return _walk(tree, is_leaf, rules, 1)
+
+
+def leaves(tree: Any, is_leaf: Any = None, rules: Any = None) -> list:
+    return _walk(tree, is_leaf, rules, 0)[0]
+
+
+def flatten_with_path(tree: Any, is_leaf: Any = None, rules: Any = None) -> tuple[list, TreeSpec]:
+    return _walk(tree, is_leaf, rules, 2)
+
+
+# --------------------------------------------------------------------------
+# unflatten
+
+
+def _set_fields(t: type, aux: tuple, children: list) -> Any:
+    """Rebuild a dataclass or attrs instance without calling __init__."""
+    names, static, _absent, dict_keys = aux
+    obj = t.__new__(t)
+    setattr_ = object.__setattr__
+    for name, value in zip(names, children):
+        setattr_(obj, name, value)
+    for name, value in static:
+        setattr_(obj, name, value)
+    if dict_keys is not None:
+        values = dict(zip(names, children))
+        values.update(static)
+        setitem = OrderedDict.__setitem__ if isinstance(obj, OrderedDict) else dict.__setitem__
+        for k in dict_keys:
+            setitem(obj, k, values[k])
+    return obj
+
+
+def _in_order(keys: tuple, children: list, order: Any) -> dict:
+    if order is None:
+        return dict(zip(keys, children))
+    m = dict(zip(keys, children))
+    return {k: m[k] for k in order}
+
+
+def build(kind: int, t: Any, aux: Any, children: list, order: Any) -> Any:
+    """Rebuild one node from its children (already in leaf order)."""
+    if kind == TUPLE:
+        return tuple(children)
+    if kind == LIST:
+        return children
+    if kind == DICT:
+        return _in_order(aux, children, order)
+    if kind == NONE:
+        return None
+    if kind == NAMEDTUPLE:
+        return tuple.__new__(t, children)
+    if kind == DATACLASS or kind == ATTRS:
+        return _set_fields(t, aux, children)
+    if kind == ORDEREDDICT:
+        return OrderedDict(zip(aux, children))
+    if kind == DEFAULTDICT:
+        return defaultdict(aux[0], _in_order(aux[1], children, order))
+    if kind == DEQUE:
+        return deque(children, aux)
+    if kind == STRUCTSEQ:
+        return t(children, dict(aux)) if aux else t(children)
+    if kind == CUSTOM:
+        user_aux, keys = aux
+        return t.__tree_unflatten__(
+            user_aux, tuple(children) if keys is None else dict(zip(keys, children))
+        )
+    if kind == RULE:
+        rule, user_aux, keys = aux
+        return rule.unflatten(
+            user_aux, tuple(children) if keys is None else dict(zip(keys, children))
+        )
+    raise ValueError(f"unknown node kind {kind!r}")  # pragma: no cover - specs are validated
+
+
+def unflatten(spec: TreeSpec, leaves: Any) -> Any:
+    if type(leaves) is not list and type(leaves) is not tuple:
+        leaves = list(leaves)
+    n = spec._num_leaves
+    if len(leaves) != n:
+        raise ValueError(f"unflatten: the spec has {n} leaves, but {len(leaves)} leaves were given")
+    nodes = spec._nodes
+    orders = dict(spec._orders) if spec._orders else None
+    stack: list = []
+    push = stack.append
+    li = n
+    # Reversed pre-order: popping a node's arity values gives its children in order.
+    for idx in range(len(nodes) - 1, -1, -1):
+        kind, t, arity, aux = nodes[idx]
+        if kind == LEAF:
+            li -= 1
+            push(leaves[li])
+            continue
+        if arity:
+            children = stack[-arity:]
+            del stack[-arity:]
+            children.reverse()
+        else:
+            children = []
+        push(build(kind, t, aux, children, orders.get(idx) if orders else None))
+    return stack[0]
+
+
+# --------------------------------------------------------------------------
+# flatten_up_to: the leaves of a tree that must have a known structure
+
+
+def _describe_node(node: tuple) -> str:
+    kind, t, arity, aux = node
+    if kind == LEAF:
+        return "a leaf"
+    if kind == NONE:
+        return "None"
+    if kind == TUPLE:
+        return f"a tuple of {arity}"
+    if kind == LIST:
+        return f"a list of {arity}"
+    if kind == DICT:
+        return f"a dict with keys {_keys_text(aux)}"
+    if kind == ORDEREDDICT:
+        return f"an OrderedDict with keys {_keys_text(aux)}"
+    if kind == DEFAULTDICT:
+        return (
+            f"a defaultdict({_qualname(aux[0]) if aux[0] else None}) with keys {_keys_text(aux[1])}"
+        )
+    if kind == DEQUE:
+        return f"a deque of {arity} (maxlen={aux})"
+    if kind == NAMEDTUPLE:
+        return f"namedtuple {_qualname(t)}"
+    if kind == STRUCTSEQ:
+        return f"structseq {_qualname(t)}"
+    if kind == DATACLASS:
+        return f"dataclass {_qualname(t)}{_fields_text(aux)}"
+    if kind == ATTRS:
+        return f"attrs class {_qualname(t)}{_fields_text(aux)}"
+    if kind == CUSTOM:
+        return f"{_qualname(t)} (by __tree_flatten__) with {_children_text(arity, aux[1])}"
+    return f"{_qualname(t)} (by a rule) with {_children_text(arity, aux[2])}"
+
+
+def _keys_text(keys: Any) -> str:
+    keys = list(keys)
+    if len(keys) > 8:
+        return "[" + ", ".join(map(repr, keys[:8])) + f", ... ({len(keys)} keys)]"
+    return repr(keys)
+
+
+def _fields_text(aux: tuple) -> str:
+    _names, static, absent, _ = aux
+    parts = []
+    if static:
+        parts.append("static " + ", ".join(f"{n}={v!r}" for n, v in static))
+    if absent:
+        parts.append("unset " + ", ".join(absent))
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _children_text(arity: int, keys: Any) -> str:
+    if keys is not None:
+        return f"children {_keys_text(keys)}"
+    return f"{arity} children"
+
+
+def describe(obj: Any, rules: Any = None) -> str:
+    """What an object is, in the words of :func:`_describe_node`."""
+    found = None
+    try:
+        found = classify(obj, type(obj), rules, [], {})
+    except Exception:
+        found = None
+    if found is None:
+        return f"a leaf of type {_qualname(type(obj))}"
+    return _describe_node(found[0])
+
+
+def _mismatch(stack: list, label: str, node: tuple, obj: Any, other: str) -> ValueError:
+    return ValueError(
+        f"{where(_path(stack))}: structure mismatch: {label} has "
+        f"{_describe_node(node)}, {other} has {describe(obj)}"
+    )
+
+
+def _match(node: tuple, obj: Any, stack: list, label: str, other: str) -> tuple:
+    """Children (in leaf order), keymode and names of obj, which must match node."""
+    kind, t, arity, aux = node
+    ot = type(obj)
+    if kind == TUPLE:
+        if ot is tuple and len(obj) == arity:
+            return obj, _SEQ, None
+    elif kind == LIST:
+        if ot is list and len(obj) == arity:
+            return tuple(obj), _SEQ, None
+    elif kind == DICT or kind == DEFAULTDICT:
+        keys = aux if kind == DICT else aux[1]
+        if (
+            ot is (dict if kind == DICT else defaultdict)
+            and len(obj) == arity
+            and (kind == DICT or obj.default_factory == aux[0])
+            and all(k in obj for k in keys)
+        ):
+            return [obj[k] for k in keys], _MAP, keys
+    elif kind == NONE:
+        if obj is None:
+            return (), _SEQ, None
+    elif kind == NAMEDTUPLE:
+        if ot is t:
+            return obj, _ATTR, aux
+    elif kind == DATACLASS or kind == ATTRS:
+        if ot is t:
+            mine, children, keymode, names = _record_fields(obj, t, kind, stack, {})
+            if mine[3] == aux:
+                return children, keymode, names
+    elif kind == ORDEREDDICT:
+        if ot is OrderedDict and tuple(obj) == aux:
+            return [obj[k] for k in aux], _MAP, aux
+    elif kind == DEQUE:
+        if ot is deque and len(obj) == arity and obj.maxlen == aux:
+            return tuple(obj), _SEQ, None
+    elif kind == STRUCTSEQ:
+        if ot is t:
+            mine, children, keymode, names = _structseq_node(obj, t)
+            if mine == node:
+                return children, keymode, names
+    elif kind == CUSTOM:
+        if ot is t:
+            what = f"{_qualname(t)}.__tree_flatten__"
+            children, user_aux, keys, mode = _user_children(obj.__tree_flatten__(), stack, what)
+            if len(children) == arity and (user_aux, keys) == aux:
+                return children, mode, keys
+    elif kind == RULE:
+        if ot is t:
+            rule = aux[0]
+            what = f"the rule for {_qualname(t)}"
+            children, user_aux, keys, mode = _user_children(rule.flatten(obj), stack, what)
+            if len(children) == arity and (user_aux, keys) == aux[1:]:
+                return children, mode, keys
+    raise _mismatch(stack, label, node, obj, other)
+
+
+def flatten_up_to(
+    spec: TreeSpec, tree: Any, label: str = "the spec", other: str = "the tree"
+) -> list:
+    nodes = spec._nodes
+    out: list = []
+    stack: list = []  # frames: [children, position, keymode, names]
+    obj = tree
+    i = 0
+    while True:
+        node = nodes[i]
+        i += 1
+        if node[0] == LEAF:
+            out.append(obj)
+        else:
+            children, keymode, names = _match(node, obj, stack, label, other)
+            if children:
+                stack.append([children, 0, keymode, names])
+        while stack:
+            fr = stack[-1]
+            j = fr[1]
+            if j < len(fr[0]):
+                fr[1] = j + 1
+                obj = fr[0][j]
+                break
+            stack.pop()
+        else:
+            break
+    return out

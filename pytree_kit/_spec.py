@@ -1,0 +1,310 @@
+"""TreeSpec: the immutable, flat description of a tree's structure.
+
+A spec is a tuple of nodes in pre-order. Each node is a 4-tuple
+``(kind, type, arity, aux)`` (see ``_kinds`` and ``docs/design.md``). Beside
+the nodes a spec keeps ``orders``: for each dict whose insertion order differs
+from its leaf order, ``(node index, keys in insertion order)``. Orders are used
+to rebuild dicts as they were; equality and hashing ignore them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ._kinds import (
+    ATTRS,
+    CUSTOM,
+    DATACLASS,
+    DEFAULTDICT,
+    DEQUE,
+    DICT,
+    LEAF,
+    LIST,
+    NAMEDTUPLE,
+    NONE,
+    ORDEREDDICT,
+    RULE,
+    STRUCTSEQ,
+    TUPLE,
+)
+
+__all__ = ["TreeSpec"]
+
+#: The engine module that unflattens and flattens up to a spec; set by ``_engine``.
+_impl: Any = None
+
+
+class TreeSpec:
+    """The structure of a tree: every container with its type and aux data, and
+    where the leaves go. Immutable, hashable, picklable and JSON-serialisable.
+
+    Specs come from :func:`pytree_kit.flatten` or :func:`pytree_kit.structure`.
+
+    >>> import pytree_kit as pk
+    >>> spec = pk.structure({"b": [1, 2], "a": 0})
+    >>> spec
+    TreeSpec({'a': *, 'b': [*, *]})
+    >>> spec.num_leaves, spec.num_nodes
+    (3, 5)
+    >>> spec.unflatten(["x", "y", "z"])
+    {'b': ['y', 'z'], 'a': 'x'}
+    >>> spec == pk.structure({"a": 7, "b": [8, 9]})
+    True
+    """
+
+    __slots__ = ("_hash", "_nodes", "_num_leaves", "_orders")
+    _nodes: tuple
+    _orders: tuple
+    _num_leaves: int
+    _hash: Any
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(
+            "TreeSpec is not built directly: use pytree_kit.structure(tree), "
+            "pytree_kit.flatten(tree) or TreeSpec.from_json(text)"
+        )
+
+    @classmethod
+    def _make(cls, nodes: tuple, orders: tuple, num_leaves: int) -> TreeSpec:
+        self = object.__new__(cls)
+        _set_nodes(self, nodes)
+        _set_orders(self, orders)
+        _set_num_leaves(self, num_leaves)
+        _set_hash(self, None)
+        return self
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("TreeSpec is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("TreeSpec is immutable")
+
+    # -- value semantics ---------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is not TreeSpec:
+            return NotImplemented
+        return self._num_leaves == other._num_leaves and self._nodes == other._nodes
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        h = self._hash
+        if h is None:
+            h = hash((TreeSpec, self._nodes))
+            _set_hash(self, h)
+        return h
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_from_state, (self._nodes, self._orders))
+
+    def __copy__(self) -> TreeSpec:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> TreeSpec:
+        return self
+
+    # -- properties --------------------------------------------------------
+
+    @property
+    def num_leaves(self) -> int:
+        """How many leaves a tree of this structure has."""
+        return self._num_leaves
+
+    @property
+    def num_nodes(self) -> int:
+        """How many nodes: containers (None included) plus leaves, as jax and optree count."""
+        return len(self._nodes)
+
+    def is_leaf(self) -> bool:
+        """True when this spec is a single leaf.
+
+        >>> import pytree_kit as pk
+        >>> pk.structure(1.0).is_leaf(), pk.structure([1.0]).is_leaf()
+        (True, False)
+        """
+        return self._nodes[0][0] == LEAF
+
+    def children(self) -> list[TreeSpec]:
+        """The specs of the root's children, in leaf order.
+
+        >>> import pytree_kit as pk
+        >>> pk.structure({"a": 1, "b": (2, 3)}).children()
+        [TreeSpec(*), TreeSpec((*, *))]
+        """
+        nodes = self._nodes
+        out = []
+        start = 1
+        for _ in range(nodes[0][2]):
+            end = _subtree_end(nodes, start)
+            out.append(self._slice(start, end))
+            start = end
+        return out
+
+    def _slice(self, start: int, end: int) -> TreeSpec:
+        nodes = self._nodes[start:end]
+        orders = tuple((i - start, o) for i, o in self._orders if start <= i < end)
+        return TreeSpec._make(nodes, orders, sum(1 for n in nodes if n[0] == LEAF))
+
+    # -- operations --------------------------------------------------------
+
+    def unflatten(self, leaves: Iterable[Any]) -> Any:
+        """Build a tree of this structure from leaves (any iterable).
+
+        >>> import pytree_kit as pk
+        >>> pk.structure((1, [2, 3])).unflatten("abc")
+        ('a', ['b', 'c'])
+        """
+        return _impl.unflatten(self, leaves)
+
+    def flatten_up_to(self, tree: Any) -> list[Any]:
+        """The leaves of ``tree``, which must have this structure.
+
+        This is the fast path where the structure repeats, such as a training
+        loop. Where the spec has a leaf, any value is taken whole (so the tree
+        may hold a subtree there, as in jax). Raises ValueError naming the path
+        of the first difference.
+
+        >>> import pytree_kit as pk
+        >>> spec = pk.structure({"x": 0, "y": [0, 0]})
+        >>> spec.flatten_up_to({"y": [2, 3], "x": 1})
+        [1, 2, 3]
+        >>> spec.flatten_up_to({"x": 1, "y": (2, 3)})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: tree['y']: structure mismatch: the spec has a list of 2, the tree has ...
+        """
+        return _impl.flatten_up_to(self, tree)
+
+    def to_json(self) -> str:
+        """A stable, readable JSON document for this spec (see ``from_json``).
+
+        >>> import pytree_kit as pk
+        >>> spec = pk.structure({"a": [1, 2]})
+        >>> pk.TreeSpec.from_json(spec.to_json()) == spec
+        True
+        """
+        from ._json import spec_to_json
+
+        return spec_to_json(self)
+
+    @classmethod
+    def from_json(
+        cls, text: str | bytes, *, allow: Iterable[Any] = (), rules: Any = None
+    ) -> TreeSpec:
+        """Read a spec written by :meth:`to_json`.
+
+        Never imports a module and never calls anything it was not allowed to:
+        builtin and ``collections`` types always resolve; any other class (a
+        namedtuple, a dataclass, a protocol class, a ``default_factory``) only
+        when it is passed in ``allow``; a class flattened by a rule needs that
+        rule in ``rules``. Anything else, and any malformed document, raises
+        ValueError.
+        """
+        from ._json import spec_from_json
+
+        return spec_from_json(text, allow=allow, rules=rules)
+
+    # -- repr --------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        return f"TreeSpec({_render(self._nodes, dict(self._orders))})"
+
+
+_set_nodes = TreeSpec._nodes.__set__  # type: ignore[attr-defined]
+_set_orders = TreeSpec._orders.__set__  # type: ignore[attr-defined]
+_set_num_leaves = TreeSpec._num_leaves.__set__  # type: ignore[attr-defined]
+_set_hash = TreeSpec._hash.__set__  # type: ignore[attr-defined]
+
+
+def _from_state(nodes: tuple, orders: tuple) -> TreeSpec:
+    return TreeSpec._make(nodes, orders, sum(1 for n in nodes if n[0] == LEAF))
+
+
+def _subtree_end(nodes: tuple, start: int) -> int:
+    """The index just past the subtree whose root is nodes[start]."""
+    need = 1
+    i = start
+    while need:
+        need += nodes[i][2] - 1
+        i += 1
+    return i
+
+
+def _name(t: Any) -> str:
+    return getattr(t, "__name__", None) or repr(t)
+
+
+def _parts(node: tuple, order: Any) -> tuple[str, str, list | None]:
+    """(opening text, closing text, per-child prefixes) of a container node."""
+    kind, t, arity, aux = node
+    if kind == TUPLE:
+        return "(", ",)" if arity == 1 else ")", None
+    if kind == LIST:
+        return "[", "]", None
+    if kind == DICT:
+        return "{", "}", [f"{k!r}: " for k in aux]
+    if kind == ORDEREDDICT:
+        return "OrderedDict({", "})", [f"{k!r}: " for k in aux]
+    if kind == DEFAULTDICT:
+        return (
+            f"defaultdict({_name(aux[0]) if aux[0] else None}, {{",
+            "})",
+            [f"{k!r}: " for k in aux[1]],
+        )
+    if kind == DEQUE:
+        return "deque([", "])" if aux is None else f"], maxlen={aux})", None
+    if kind == NAMEDTUPLE:
+        return f"{_name(t)}(", ")", [f"{f}=" for f in aux]
+    if kind == STRUCTSEQ:
+        names = getattr(t, "__match_args__", ())
+        label = f"{getattr(t, '__module__', '')}.{_name(t)}".lstrip(".")
+        if t.n_unnamed_fields == 0 and len(names) == arity:
+            return f"{label}(", ")", [f"{f}=" for f in names]
+        return f"{label}(", ")", None
+    if kind == DATACLASS or kind == ATTRS:
+        names, static, _absent, _dk = aux
+        tail = "".join(f", {n}={v!r}" for n, v in static)
+        if not names:
+            tail = tail[2:]
+        return f"{_name(t)}(", tail + ")", [f"{n}=" for n in names]
+    if kind == CUSTOM or kind == RULE:
+        user_aux, keys = aux if kind == CUSTOM else aux[1:]
+        tail = f"aux={user_aux!r})"
+        if keys is not None:
+            return f"{_name(t)}({{", "}, " + tail, [f"{k!r}: " for k in keys]
+        return f"{_name(t)}(", (", " if arity else "") + tail, None
+    raise ValueError(f"unknown node kind {kind!r}")  # pragma: no cover
+
+
+def _render(nodes: tuple, orders: dict) -> str:
+    """Pre-order rendering with an explicit stack: linear in the spec's size."""
+    out: list = []
+    frames: list = []  # [arity, children done, closing text, prefixes]
+    for idx, node in enumerate(nodes):
+        if frames:
+            fr = frames[-1]
+            if fr[1]:
+                out.append(", ")
+            if fr[3] is not None:
+                out.append(fr[3][fr[1]])
+            fr[1] += 1
+        kind = node[0]
+        if kind == LEAF:
+            out.append("*")
+        elif kind == NONE:
+            out.append("None")
+        else:
+            opening, closing, prefixes = _parts(node, orders.get(idx))
+            out.append(opening)
+            if node[2]:
+                frames.append([node[2], 0, closing, prefixes])
+                continue
+            out.append(closing)
+        while frames and frames[-1][1] == frames[-1][0]:
+            out.append(frames.pop()[2])
+    return "".join(out)

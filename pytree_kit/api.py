@@ -1,0 +1,198 @@
+"""The public functions of pytree_kit. Every one works on any tree, with no
+registration: containers are recognised by their structure (see
+``docs/design.md``), ``is_leaf`` stops the descent at a value, and ``rules``
+maps a type to a :class:`~pytree_kit.Rule` for this call only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Mapping, Optional
+
+from ._engine import impl as _impl
+from ._kinds import Rule, check_rules
+from ._spec import TreeSpec
+
+__all__ = [
+    "flatten",
+    "flatten_with_path",
+    "leaves",
+    "structure",
+    "tree_flatten",
+    "tree_leaves",
+    "tree_map",
+    "tree_map_with_path",
+    "tree_structure",
+    "tree_unflatten",
+    "unflatten",
+]
+
+IsLeaf = Optional[Callable[[Any], bool]]
+Rules = Optional[Mapping[type, Rule]]
+Path = tuple
+
+
+def flatten(
+    tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None
+) -> tuple[list[Any], TreeSpec]:
+    """Flatten a tree into its leaves and its structure.
+
+    >>> import pytree_kit as pk
+    >>> leaves, spec = pk.flatten({"b": (1, None), "a": [2, 3]})
+    >>> leaves
+    [2, 3, 1]
+    >>> spec
+    TreeSpec({'a': [*, *], 'b': (*, None)})
+    >>> pk.unflatten(spec, [20, 30, 10])
+    {'b': (10, None), 'a': [20, 30]}
+    """
+    return _impl.flatten(tree, is_leaf, check_rules(rules))
+
+
+def unflatten(spec: TreeSpec, leaves: Iterable[Any]) -> Any:
+    """Build a tree of ``spec``'s structure from leaves (any iterable).
+
+    The same as ``spec.unflatten(leaves)``. Raises ValueError giving both
+    counts when there are too few or too many leaves.
+
+    >>> import pytree_kit as pk
+    >>> spec = pk.structure([0, (0, 0)])
+    >>> pk.unflatten(spec, iter("abc"))
+    ['a', ('b', 'c')]
+    """
+    if type(spec) is not TreeSpec:
+        raise TypeError(f"unflatten expects a TreeSpec, got {type(spec).__name__}")
+    return _impl.unflatten(spec, leaves)
+
+
+def leaves(tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None) -> list[Any]:
+    """The leaves of a tree, in order, without building a spec.
+
+    >>> import dataclasses, pytree_kit as pk
+    >>> @dataclasses.dataclass
+    ... class Batch:
+    ...     x: object
+    ...     y: object
+    >>> pk.leaves([Batch(1, {"k": 2}), None, "s"])
+    [1, 2, 's']
+    """
+    return _impl.leaves(tree, is_leaf, check_rules(rules))
+
+
+def structure(tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None) -> TreeSpec:
+    """The spec of a tree.
+
+    >>> import pytree_kit as pk
+    >>> pk.structure((1, [2, None]))
+    TreeSpec((*, [*, None]))
+    """
+    return _impl.flatten(tree, is_leaf, check_rules(rules))[1]
+
+
+def flatten_with_path(
+    tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None
+) -> tuple[list[tuple[Path, Any]], TreeSpec]:
+    """Like :func:`flatten`, with each leaf paired with its path.
+
+    >>> import pytree_kit as pk
+    >>> pairs, _ = pk.flatten_with_path({"targets": [{"boxes": 1}]})
+    >>> [(pk.keystr(path), leaf) for path, leaf in pairs]
+    [("['targets'][0]['boxes']", 1)]
+    """
+    return _impl.flatten_with_path(tree, is_leaf, check_rules(rules))
+
+
+def tree_map(
+    fn: Callable[..., Any],
+    tree: Any,
+    *rest: Any,
+    is_leaf: IsLeaf = None,
+    rules: Rules = None,
+) -> Any:
+    """Apply ``fn`` to every leaf of ``tree`` (and the matching leaves of ``rest``).
+
+    Each tree in ``rest`` must have the structure of ``tree``; as in jax, where
+    ``tree`` has a leaf, the value of a ``rest`` tree is passed whole. On a
+    mismatch, raises ValueError naming the first differing path and both kinds.
+
+    >>> import pytree_kit as pk
+    >>> pk.tree_map(lambda x, y: x + y, {"a": 1, "b": (2, None)}, {"a": 10, "b": (20, None)})
+    {'a': 11, 'b': (22, None)}
+    >>> pk.tree_map(lambda x, y: x + y, [1, (2,)], [1, 2])
+    Traceback (most recent call last):
+    ...
+    ValueError: tree[1]: structure mismatch: the first tree has a tuple of 1, rest[0] has a leaf of type int
+    """
+    leaves, spec = _impl.flatten(tree, is_leaf, check_rules(rules))
+    if not rest:
+        return _impl.unflatten(spec, [fn(x) for x in leaves])
+    others = [
+        _impl.flatten_up_to(spec, r, "the first tree", f"rest[{i}]") for i, r in enumerate(rest)
+    ]
+    return _impl.unflatten(spec, list(map(fn, leaves, *others)))
+
+
+def tree_map_with_path(
+    fn: Callable[..., Any],
+    tree: Any,
+    *rest: Any,
+    is_leaf: IsLeaf = None,
+    rules: Rules = None,
+) -> Any:
+    """Like :func:`tree_map`, calling ``fn(path, leaf, *rest_leaves)``.
+
+    >>> import pytree_kit as pk
+    >>> pk.tree_map_with_path(lambda p, x: pk.keystr(p), {"a": [0, 0]})
+    {'a': ["['a'][0]", "['a'][1]"]}
+    """
+    pairs, spec = _impl.flatten_with_path(tree, is_leaf, check_rules(rules))
+    if not rest:
+        return _impl.unflatten(spec, [fn(p, x) for p, x in pairs])
+    others = [
+        _impl.flatten_up_to(spec, r, "the first tree", f"rest[{i}]") for i, r in enumerate(rest)
+    ]
+    paths = [p for p, _ in pairs]
+    values = [x for _, x in pairs]
+    return _impl.unflatten(spec, list(map(fn, paths, values, *others)))
+
+
+# -- drop-in aliases with the jax.tree_util / optree signatures -------------
+
+
+def tree_flatten(tree: Any, is_leaf: IsLeaf = None) -> tuple[list[Any], TreeSpec]:
+    """``jax.tree_util.tree_flatten``'s signature.
+
+    >>> import pytree_kit as pk
+    >>> pk.tree_flatten([1, (2, 3)])[0]
+    [1, 2, 3]
+    """
+    return _impl.flatten(tree, is_leaf, None)
+
+
+def tree_unflatten(spec: TreeSpec, leaves: Iterable[Any]) -> Any:
+    """``jax.tree_util.tree_unflatten(treedef, leaves)``'s signature.
+
+    >>> import pytree_kit as pk
+    >>> pk.tree_unflatten(pk.tree_structure([0, 0]), [5, 6])
+    [5, 6]
+    """
+    return unflatten(spec, leaves)
+
+
+def tree_leaves(tree: Any, is_leaf: IsLeaf = None) -> list[Any]:
+    """``jax.tree_util.tree_leaves``'s signature.
+
+    >>> import pytree_kit as pk
+    >>> pk.tree_leaves({"b": 2, "a": 1})
+    [1, 2]
+    """
+    return _impl.leaves(tree, is_leaf, None)
+
+
+def tree_structure(tree: Any, is_leaf: IsLeaf = None) -> TreeSpec:
+    """``jax.tree_util.tree_structure``'s signature.
+
+    >>> import pytree_kit as pk
+    >>> pk.tree_structure({"a": None})
+    TreeSpec({'a': None})
+    """
+    return _impl.flatten(tree, is_leaf, None)[1]
