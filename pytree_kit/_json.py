@@ -52,6 +52,16 @@ VERSION = 1
 
 _KIND_BY_NAME = {name: kind for kind, name in enumerate(KIND_NAMES)}
 
+# Every NaN read from JSON is this one object, so that decoding a document twice
+# gives equal specs (a NaN only equals itself by identity).
+_NAN = float("nan")
+_FLOATS = {"nan": _NAN, "inf": float("inf"), "-inf": float("-inf")}
+
+# Builtin types that are not attributes of the builtins module.
+_BUILTIN_EXTRA = {
+    f"builtins:{t.__qualname__}": t for t in (type(None), type(Ellipsis), type(NotImplemented))
+}
+
 
 # --------------------------------------------------------------------------
 # writing
@@ -82,7 +92,10 @@ def encode(value: Any) -> Any:
     if t is complex:
         return {"complex": [encode(value.real), encode(value.imag)]}
     if isinstance(value, enum.Enum):
-        return {"enum": ref(t), "name": value.name}
+        name = value.name
+        if isinstance(name, str) and t.__members__.get(name) is value:
+            return {"enum": ref(t), "name": name}
+        return {"enum": ref(t), "value": encode(value.value)}  # e.g. a Flag combination
     if isinstance(value, type) or callable(value):
         return {"ref": ref(value)}
     raise TypeError(f"cannot write a value of type {t.__qualname__} to JSON: {value!r}")
@@ -141,7 +154,10 @@ def _node_json(node: tuple, order: Any) -> Any:
 
 def spec_to_json(spec: TreeSpec) -> str:
     orders = dict(spec._orders)
-    lines = [json.dumps(_node_json(node, orders.get(i))) for i, node in enumerate(spec._nodes)]
+    try:
+        lines = [json.dumps(_node_json(node, orders.get(i))) for i, node in enumerate(spec._nodes)]
+    except ValueError as e:  # e.g. an int beyond sys.get_int_max_str_digits()
+        raise TypeError(f"cannot write this spec to JSON: {e}") from None
     head = json.dumps({"format": FORMAT, "version": VERSION, "num_leaves": spec._num_leaves})
     return head[:-1] + ', "nodes": [\n' + ",\n".join(lines) + "\n]}\n"
 
@@ -169,6 +185,8 @@ def _resolve(text: Any, table: dict) -> Any:
     found = table.get(text)
     if found is not None:
         return found
+    if text in _BUILTIN_EXTRA:
+        return _BUILTIN_EXTRA[text]
     module, qualname = text.split(":")
     if module == "builtins" or module == "collections":
         obj = getattr(builtins if module == "builtins" else collections, qualname, None)
@@ -183,8 +201,8 @@ def decode(value: Any, table: dict) -> Any:
         return value
     if t is dict and len(value) == 1:
         ((tag, body),) = value.items()
-        if tag == "float" and body in ("nan", "inf", "-inf"):
-            return float(body)
+        if tag == "float" and type(body) is str and body in _FLOATS:
+            return _FLOATS[body]
         if tag == "tuple" and type(body) is list:
             return tuple(decode(v, table) for v in body)
         if tag == "frozenset" and type(body) is list:
@@ -198,12 +216,18 @@ def decode(value: Any, table: dict) -> Any:
                     return complex(re, im)
         if tag == "ref":
             return _resolve(body, table)
-    if t is dict and len(value) == 2 and set(value) == {"enum", "name"}:
+    if t is dict and len(value) == 2 and "enum" in value:
         cls = _resolve(value["enum"], table)
-        if isinstance(cls, type) and issubclass(cls, enum.Enum) and type(value["name"]) is str:
-            member = cls.__members__.get(value["name"])
-            if member is not None:
-                return member
+        if isinstance(cls, type) and issubclass(cls, enum.Enum):
+            if type(value.get("name")) is str:
+                member = cls.__members__.get(value["name"])
+                if member is not None:
+                    return member
+            elif "value" in value:
+                try:
+                    return cls(decode(value["value"], table))
+                except ValueError:
+                    pass
     raise _Bad(f"not a valid aux value: {_short(value)}")
 
 
@@ -276,6 +300,8 @@ def _record_node(kind: int, cls: Any, node: dict, i: int, table: dict) -> tuple:
         or (set(names) & static_names)
     ):
         raise _Bad(f"node {i}: the fields of {ref(cls)} do not match the spec")
+    if (dict_keys is not None) != issubclass(cls, dict):
+        raise _Bad(f"node {i}: 'dict_keys' is for exactly the classes that are dicts")
     if dict_keys is not None and not set(dict_keys) <= set(names) | {n for n, _ in static}:
         raise _Bad(f"node {i}: dict_keys of {ref(cls)} must be fields")
     return (kind, cls, len(names), (names, static, absent, dict_keys))
@@ -303,12 +329,16 @@ def _node_from_json(node: Any, i: int, table: dict, rules: Any) -> tuple[tuple, 
                 raise _Bad(f"node {i}: 'order' must be another order of the same keys")
         if kind == DEFAULTDICT:
             factory = decode(node.get("default_factory"), table)
-            if factory is not None and not isinstance(factory, type):
-                raise _Bad(f"node {i}: default_factory must be null or a class reference")
+            if factory is not None and not callable(factory):
+                raise _Bad(f"node {i}: default_factory must be null or a reference to a callable")
             return (kind, None, len(keys), (factory, keys)), order
         return (kind, None, len(keys), keys), order
     if kind == DEQUE:
-        return (kind, None, _int(node, "arity", i), _int(node, "maxlen", i, optional=True)), None
+        arity = _int(node, "arity", i)
+        maxlen = _int(node, "maxlen", i, optional=True)
+        if maxlen is not None and arity > maxlen:
+            raise _Bad(f"node {i}: a deque of maxlen {maxlen} cannot hold {arity} children")
+        return (kind, None, arity, maxlen), None
     cls = _resolve(node.get("class"), table)
     if kind == NAMEDTUPLE:
         fields = _names(node, "fields", i, None)
@@ -360,7 +390,7 @@ def spec_from_json(text: Any, *, allow: Iterable[Any] = (), rules: Any = None) -
         raise TypeError(f"TreeSpec.from_json expects str or bytes, got {type(text).__name__}")
     table = _resolver(allow, rules)
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=_unique_members)
         return _spec_from_doc(doc, table, rules)
     except json.JSONDecodeError as e:
         raise ValueError(f"TreeSpec.from_json: not valid JSON ({e})") from None
@@ -372,6 +402,13 @@ def spec_from_json(text: Any, *, allow: Iterable[Any] = (), rules: Any = None) -
         raise ValueError(
             f"TreeSpec.from_json: malformed document ({type(e).__name__}: {e})"
         ) from None
+
+
+def _unique_members(pairs: list) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _Bad("an object names a member twice")
+    return out
 
 
 def _spec_from_doc(doc: Any, table: dict, rules: Any) -> TreeSpec:

@@ -117,10 +117,10 @@ def tree_map(
     >>> import pytree_kit as pk
     >>> pk.tree_map(lambda x, y: x + y, {"a": 1, "b": (2, None)}, {"a": 10, "b": (20, None)})
     {'a': 11, 'b': (22, None)}
-    >>> pk.tree_map(lambda x, y: x + y, [1, (2,)], [1, 2])
+    >>> pk.tree_map(lambda x, y: x + y, [1, (2,)], [1, 2])  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: tree[1]: structure mismatch: the first tree has a tuple of 1, rest[0] has a leaf of type int
+    ValueError: tree[1]: structure mismatch: the first tree has a tuple of 1, rest[0] has a leaf ...
     """
     leaves, spec = _impl.flatten(tree, is_leaf, check_rules(rules))
     if not rest:

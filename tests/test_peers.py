@@ -1,0 +1,627 @@
+"""pytree_kit against its peers: jax.tree_util, optree, torch.utils._pytree, dm-tree.
+
+Part 1 is differential: on random trees of the containers every peer knows,
+pytree_kit must give the same leaves (the same objects, in the same order),
+the same node and leaf counts, the same ``tree_map`` result and the same
+path strings.
+
+Part 2 backs the README's comparison table: one test per cell, named
+``test_claim_<row>_<library>``, asserting what each library does here (the
+versions pinned in constraints.txt).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import textwrap
+from collections import OrderedDict, defaultdict, deque, namedtuple
+from typing import Any
+
+import pytest
+
+import pytree_kit as pk
+
+pytest.importorskip("hypothesis")
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+# --------------------------------------------------------------------------
+# peers: each imported lazily so that a missing one skips only its tests
+
+
+def _jtu() -> Any:
+    jax = pytest.importorskip("jax")
+    return jax.tree_util
+
+
+def _optree() -> Any:
+    return pytest.importorskip("optree")
+
+
+def _torch_pytree() -> Any:
+    pytest.importorskip("torch")
+    import torch.utils._pytree as tp
+
+    return tp
+
+
+def _dmtree() -> Any:
+    # dm-tree installs the top-level module ``tree``.
+    mod = pytest.importorskip("tree")
+    if not hasattr(mod, "unflatten_as"):
+        pytest.skip("the module 'tree' here is not dm-tree")
+    return mod
+
+
+# --------------------------------------------------------------------------
+# random trees
+
+Pair = namedtuple("Pair", "x y")
+Single = namedtuple("Single", "value")
+Empty = namedtuple("Empty", "")
+
+_NAMEDTUPLES = (Pair, Single, Empty)
+_KINDS = ("dict", "list", "tuple", "namedtuple", "ordereddict", "defaultdict", "deque")
+
+
+def _unique_leaf(kind: int, counter: list) -> Any:
+    """A fresh leaf object, distinct (by identity and value) from all others."""
+    counter[0] += 1
+    n = counter[0]
+    if kind == 0:
+        return 1_000_000 + n * 7  # computed at run time: never a cached small int
+    if kind == 1:
+        return n + 0.25
+    return "".join(["leaf", str(n)])  # built at run time, not interned
+
+
+@st.composite
+def trees(draw: Any, with_deque: bool = False, max_depth: int = 4) -> Any:
+    counter = [0]
+    kinds = [k for k in _KINDS if with_deque or k != "deque"]
+
+    def keys(n: int) -> list:
+        if draw(st.booleans()):
+            return draw(st.lists(st.text(max_size=3), min_size=n, max_size=n, unique=True))
+        return draw(st.lists(st.integers(-50, 50), min_size=n, max_size=n, unique=True))
+
+    def build(depth: int) -> Any:
+        choice = draw(st.integers(0, 9 if depth > 0 else 3))
+        if choice <= 2:
+            return _unique_leaf(choice, counter)
+        if choice == 3:
+            return None
+        kind = draw(st.sampled_from(kinds))
+        if kind == "namedtuple":
+            cls = draw(st.sampled_from(_NAMEDTUPLES))
+            return cls(*[build(depth - 1) for _ in cls._fields])
+        n = draw(st.integers(0, 4))
+        if kind in ("list", "tuple", "deque"):
+            items = [build(depth - 1) for _ in range(n)]
+            if kind == "list":
+                return items
+            if kind == "tuple":
+                return tuple(items)
+            maxlen = draw(st.sampled_from([None, n, n + 2]))
+            return deque(items, maxlen)
+        ks = keys(n)
+        items = [(k, build(depth - 1)) for k in ks]
+        if kind == "dict":
+            return dict(items)
+        if kind == "ordereddict":
+            return OrderedDict(items)
+        dd: defaultdict = defaultdict(list)
+        dd.update(items)
+        return dd
+
+    return build(max_depth)
+
+
+def _same_objects(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def _same_tree(a: Any, b: Any, *, dict_order: bool) -> bool:
+    """Equal trees, with exact container types; dict order checked when asked."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        if isinstance(a, defaultdict) and a.default_factory is not b.default_factory:
+            return False
+        if set(a) != set(b):
+            return False
+        if (dict_order or type(a) is OrderedDict) and list(a) != list(b):
+            return False
+        return all(_same_tree(a[k], b[k], dict_order=dict_order) for k in a)
+    if isinstance(a, (list, tuple, deque)):
+        if isinstance(a, deque) and a.maxlen != b.maxlen:
+            return False
+        return len(a) == len(b) and all(
+            _same_tree(x, y, dict_order=dict_order) for x, y in zip(a, b)
+        )
+    return a == b
+
+
+def _wrap(x: Any) -> Any:
+    return ("mapped", x)
+
+
+# --------------------------------------------------------------------------
+# Part 1: differential tests
+
+SETTINGS = settings(max_examples=200, deadline=None)
+
+
+@SETTINGS
+@given(trees())
+def test_leaves_order_matches_jax_and_optree(tree: Any) -> None:
+    jtu, optree = _jtu(), _optree()
+    mine = pk.leaves(tree)
+    assert len({id(x) for x in mine}) == len(mine)  # leaves are distinct objects
+    assert _same_objects(mine, jtu.tree_leaves(tree))
+    assert _same_objects(mine, optree.tree_leaves(tree))
+    leaves, spec = pk.flatten(tree)
+    assert _same_objects(leaves, mine)
+    assert spec.num_leaves == len(mine)
+
+
+@SETTINGS
+@given(trees(with_deque=True))
+def test_leaves_order_matches_optree_with_deques(tree: Any) -> None:
+    # jax treats a deque as a leaf, optree as a node: compare deques with optree only.
+    optree = _optree()
+    assert _same_objects(pk.leaves(tree), optree.tree_leaves(tree))
+    spec, ospec = pk.structure(tree), optree.tree_structure(tree)
+    assert (spec.num_leaves, spec.num_nodes) == (ospec.num_leaves, ospec.num_nodes)
+    assert _same_tree(pk.tree_map(_wrap, tree), optree.tree_map(_wrap, tree), dict_order=True)
+
+
+@SETTINGS
+@given(trees())
+def test_counts_match_jax_and_optree(tree: Any) -> None:
+    jtu, optree = _jtu(), _optree()
+    spec = pk.structure(tree)
+    jdef = jtu.tree_structure(tree)
+    odef = optree.tree_structure(tree)
+    assert spec.num_leaves == jdef.num_leaves == odef.num_leaves
+    assert spec.num_nodes == jdef.num_nodes == odef.num_nodes
+
+
+@SETTINGS
+@given(trees())
+def test_tree_map_matches_jax_and_optree(tree: Any) -> None:
+    jtu, optree = _jtu(), _optree()
+    mine = pk.tree_map(_wrap, tree)
+    # jax rebuilds dicts in sorted key order; pytree_kit and optree in insertion order.
+    assert _same_tree(mine, jtu.tree_map(_wrap, tree), dict_order=False)
+    assert _same_tree(mine, optree.tree_map(_wrap, tree), dict_order=True)
+    assert _same_tree(mine, tree_map_reference(_wrap, tree), dict_order=True)
+    # and unflatten(flatten(t)) rebuilds t itself, insertion order included
+    leaves, spec = pk.flatten(tree)
+    assert _same_tree(pk.unflatten(spec, leaves), tree, dict_order=True)
+
+
+def tree_map_reference(fn: Any, tree: Any) -> Any:
+    """A plain recursive tree_map over the containers the strategy makes."""
+    t = type(tree)
+    if tree is None:
+        return None
+    if t is list:
+        return [tree_map_reference(fn, x) for x in tree]
+    if t is tuple:
+        return tuple(tree_map_reference(fn, x) for x in tree)
+    if t in _NAMEDTUPLES:
+        return t(*[tree_map_reference(fn, x) for x in tree])
+    if t is deque:
+        return deque([tree_map_reference(fn, x) for x in tree], tree.maxlen)
+    if t is dict or t is OrderedDict:
+        return t((k, tree_map_reference(fn, v)) for k, v in tree.items())
+    if t is defaultdict:
+        return defaultdict(
+            tree.default_factory, {k: tree_map_reference(fn, v) for k, v in tree.items()}
+        )
+    return fn(tree)
+
+
+@SETTINGS
+@given(trees())
+def test_paths_match_jax_keystr(tree: Any) -> None:
+    # jax renders DictKey as ['a'] / [1], SequenceKey as [0] and GetAttrKey (the
+    # namedtuple fields) as .x, exactly as pytree_kit does, for every kind the
+    # strategy makes (dict, OrderedDict, defaultdict, list, tuple, namedtuple):
+    # no restriction was needed.
+    jtu = _jtu()
+    pairs, _ = pk.flatten_with_path(tree)
+    jpairs, _ = jtu.tree_flatten_with_path(tree)
+    assert _same_objects([x for _, x in pairs], [x for _, x in jpairs])
+    assert [pk.keystr(p) for p, _ in pairs] == [jtu.keystr(p) for p, _ in jpairs]
+
+
+@SETTINGS
+@given(trees(with_deque=True))
+def test_paths_match_optree_accessors(tree: Any) -> None:
+    optree = _optree()
+    pairs, _ = pk.flatten_with_path(tree)
+    accessors = optree.tree_accessors(tree)
+    assert [pk.keystr(p) for p, _ in pairs] == [a.codify("") for a in accessors]
+    for (_, leaf), accessor in zip(pairs, accessors):
+        assert accessor(tree) is leaf
+
+
+# --------------------------------------------------------------------------
+# Part 2: the README's comparison table, one test per cell
+
+
+@dataclasses.dataclass
+class DC:
+    x: Any
+    y: Any
+
+
+def _dc() -> DC:
+    return DC(101, 102)
+
+
+def _attrs_obj() -> Any:
+    attrs = pytest.importorskip("attrs")
+
+    @attrs.define
+    class AT:
+        x: Any
+        y: Any
+
+    return AT(201, 202)
+
+
+# -- unregistered_dataclass: pytree_kit a node; every peer one leaf ----------
+
+
+def test_claim_unregistered_dataclass_pytree_kit() -> None:
+    obj = _dc()
+    leaves, spec = pk.flatten(obj)
+    assert leaves == [101, 102]
+    rebuilt = pk.unflatten(spec, [1, 2])
+    assert type(rebuilt) is DC and (rebuilt.x, rebuilt.y) == (1, 2)
+
+
+def test_claim_unregistered_dataclass_jax() -> None:
+    obj = _dc()
+    assert _same_objects(_jtu().tree_leaves(obj), [obj])
+
+
+def test_claim_unregistered_dataclass_optree() -> None:
+    obj = _dc()
+    assert _same_objects(_optree().tree_leaves(obj), [obj])
+
+
+def test_claim_unregistered_dataclass_torch() -> None:
+    obj = _dc()
+    assert _same_objects(_torch_pytree().tree_leaves(obj), [obj])
+
+
+def test_claim_unregistered_dataclass_dmtree() -> None:
+    obj = _dc()
+    assert _same_objects(_dmtree().flatten(obj), [obj])
+
+
+# -- attrs_class: pytree_kit and dm-tree a node; jax, optree, torch one leaf --
+
+
+def test_claim_attrs_class_pytree_kit() -> None:
+    obj = _attrs_obj()
+    leaves, spec = pk.flatten(obj)
+    assert leaves == [201, 202]
+    rebuilt = pk.unflatten(spec, [1, 2])
+    assert type(rebuilt) is type(obj) and (rebuilt.x, rebuilt.y) == (1, 2)
+
+
+def test_claim_attrs_class_jax() -> None:
+    obj = _attrs_obj()
+    assert _same_objects(_jtu().tree_leaves(obj), [obj])
+
+
+def test_claim_attrs_class_optree() -> None:
+    obj = _attrs_obj()
+    assert _same_objects(_optree().tree_leaves(obj), [obj])
+
+
+def test_claim_attrs_class_torch() -> None:
+    obj = _attrs_obj()
+    assert _same_objects(_torch_pytree().tree_leaves(obj), [obj])
+
+
+def test_claim_attrs_class_dmtree() -> None:
+    # dm-tree knows attrs classes (not dataclasses): their fields are children.
+    dmtree = _dmtree()
+    obj = _attrs_obj()
+    assert dmtree.flatten(obj) == [201, 202]
+    rebuilt = dmtree.unflatten_as(obj, [1, 2])
+    assert type(rebuilt) is type(obj) and (rebuilt.x, rebuilt.y) == (1, 2)
+
+
+# -- depth_10000: pytree_kit works (also at 100,000); every peer raises -------
+
+
+def _nested(depth: int, leaf: Any = 0) -> list:
+    t: Any = leaf
+    for _ in range(depth):
+        t = [t]
+    return t
+
+
+def _depth_and_leaf(tree: Any) -> tuple[int, Any]:
+    depth = 0
+    while type(tree) is list:
+        assert len(tree) == 1
+        tree = tree[0]
+        depth += 1
+    return depth, tree
+
+
+def _raised(fn: Any, *args: Any) -> BaseException:
+    try:
+        fn(*args)
+    except BaseException as e:  # a peer's failure, whatever it is
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        return e
+    pytest.fail(f"{fn!r} did not raise")
+
+
+def test_claim_depth_10000_pytree_kit() -> None:
+    tree = _nested(10_000, "bottom")
+    leaves, spec = pk.flatten(tree)
+    assert leaves == ["bottom"]
+    assert spec.num_leaves == 1 and spec.num_nodes == 10_001
+    assert pk.leaves(tree) == ["bottom"]
+
+
+def test_claim_depth_100000_pytree_kit() -> None:
+    assert sys.getrecursionlimit() <= 10_000  # the default limit is in force
+    depth = 100_000
+    tree = _nested(depth, 7)
+    leaves, spec = pk.flatten(tree)
+    assert leaves == [7]
+    assert spec.num_nodes == depth + 1
+    assert _depth_and_leaf(pk.unflatten(spec, [8])) == (depth, 8)
+    assert _depth_and_leaf(pk.tree_map(lambda x: x * 3, tree)) == (depth, 21)
+    assert pk.leaves(tree) == [7]
+    pairs, _ = pk.flatten_with_path(tree)
+    assert len(pairs) == 1 and len(pairs[0][0]) == depth
+
+
+def test_claim_depth_10000_jax() -> None:
+    # jax's C++ flatten hits the recursion limit (near depth 1,100) and nanobind
+    # surfaces it as a SystemError whose cause is the RecursionError.
+    jtu = _jtu()
+    tree = _nested(10_000)
+    for fn in (jtu.tree_leaves, jtu.tree_flatten):
+        e = _raised(fn, tree)
+        assert type(e) is SystemError
+        assert isinstance(e.__cause__, RecursionError)
+    assert jtu.tree_leaves([[1]]) == [1]  # the interpreter is still usable
+
+
+def test_claim_depth_10000_optree() -> None:
+    optree = _optree()
+    tree = _nested(10_000)
+    for fn in (optree.tree_leaves, optree.tree_flatten):
+        assert isinstance(_raised(fn, tree), RecursionError)
+
+
+def test_claim_depth_10000_torch() -> None:
+    tp = _torch_pytree()
+    tree = _nested(10_000)
+    for fn in (tp.tree_leaves, tp.tree_flatten):
+        assert isinstance(_raised(fn, tree), RecursionError)
+
+
+def test_claim_depth_10000_dmtree() -> None:
+    dmtree = _dmtree()
+    assert isinstance(_raised(dmtree.flatten, _nested(10_000)), RecursionError)
+
+
+# -- self_referencing_dict: pytree_kit ValueError at tree['a']; peers recurse --
+
+
+def _self_dict() -> dict:
+    d: dict = {}
+    d["a"] = d
+    return d
+
+
+def test_claim_self_referencing_dict_pytree_kit() -> None:
+    for fn in (pk.flatten, pk.leaves, pk.structure, pk.flatten_with_path):
+        with pytest.raises(ValueError, match=r"^tree\['a'\]: cycle") as info:
+            fn(_self_dict())
+        assert "tree['a']" in str(info.value)
+    with pytest.raises(ValueError, match=r"tree\['a'\]"):
+        pk.tree_map(lambda x: x, _self_dict())
+
+
+def test_claim_self_referencing_dict_jax() -> None:
+    # Run in a child interpreter: the report was that this can break jax's.
+    pytest.importorskip("jax")
+    code = textwrap.dedent(
+        """
+        import jax
+        d = {}
+        d["a"] = d
+        try:
+            jax.tree_util.tree_leaves(d)
+        except BaseException as e:
+            print("RAISED", type(e).__name__, type(e.__cause__).__name__)
+        else:
+            print("SUCCEEDED")
+        # afterwards the interpreter still works, jax included
+        print("AFTER", jax.tree_util.tree_leaves({"x": [1, 2]}))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.split("\n")
+    assert "RAISED SystemError RecursionError" in lines, proc.stdout
+    assert "AFTER [1, 2]" in lines, proc.stdout
+
+
+def test_claim_self_referencing_dict_optree() -> None:
+    optree = _optree()
+    assert isinstance(_raised(optree.tree_leaves, _self_dict()), RecursionError)
+
+
+def test_claim_self_referencing_dict_torch() -> None:
+    tp = _torch_pytree()
+    assert isinstance(_raised(tp.tree_leaves, _self_dict()), RecursionError)
+
+
+def test_claim_self_referencing_dict_dmtree() -> None:
+    dmtree = _dmtree()
+    assert isinstance(_raised(dmtree.flatten, _self_dict()), RecursionError)
+
+
+# -- mixed_key_dict: pytree_kit, optree, torch work; jax ValueError; dm-tree TypeError
+
+
+def _mixed() -> dict:
+    return {1: "a", "b": 2}
+
+
+def test_claim_mixed_key_dict_pytree_kit() -> None:
+    leaves, spec = pk.flatten(_mixed())
+    assert leaves == ["a", 2]  # insertion order: the keys cannot be sorted
+    rebuilt = pk.unflatten(spec, ["A", 20])
+    assert rebuilt == {1: "A", "b": 20} and list(rebuilt) == [1, "b"]
+
+
+def test_claim_mixed_key_dict_jax() -> None:
+    with pytest.raises(ValueError, match="sorting pytree dictionary keys"):
+        _jtu().tree_leaves(_mixed())
+
+
+def test_claim_mixed_key_dict_optree() -> None:
+    optree = _optree()
+    leaves, spec = optree.tree_flatten(_mixed())
+    assert leaves == ["a", 2]
+    rebuilt = optree.tree_unflatten(spec, ["A", 20])
+    assert rebuilt == {1: "A", "b": 20} and list(rebuilt) == [1, "b"]
+
+
+def test_claim_mixed_key_dict_torch() -> None:
+    tp = _torch_pytree()
+    leaves, spec = tp.tree_flatten(_mixed())
+    assert leaves == ["a", 2]
+    rebuilt = tp.tree_unflatten(["A", 20], spec)
+    assert rebuilt == {1: "A", "b": 20} and list(rebuilt) == [1, "b"]
+
+
+def test_claim_mixed_key_dict_dmtree() -> None:
+    with pytest.raises(TypeError):
+        _dmtree().flatten(_mixed())
+
+
+# -- none_value: None is a node with no leaf (pytree_kit, jax, optree), a leaf (torch, dm-tree)
+
+
+def test_claim_none_value_pytree_kit() -> None:
+    leaves, spec = pk.flatten([None, 1])
+    assert leaves == [1]
+    assert pk.unflatten(spec, [5]) == [None, 5]
+
+
+def test_claim_none_value_jax() -> None:
+    assert _jtu().tree_leaves([None, 1]) == [1]
+
+
+def test_claim_none_value_optree() -> None:
+    assert _optree().tree_leaves([None, 1]) == [1]
+
+
+def test_claim_none_value_torch() -> None:
+    assert _torch_pytree().tree_leaves([None, 1]) == [None, 1]
+
+
+def test_claim_none_value_dmtree() -> None:
+    assert _dmtree().flatten([None, 1]) == [None, 1]
+
+
+# -- dict_rebuild_order: insertion order kept by all but jax (sorted) ----------
+
+
+def _ba() -> dict:
+    return {"b": 1, "a": 2}
+
+
+def test_claim_dict_rebuild_order_pytree_kit() -> None:
+    leaves, spec = pk.flatten(_ba())
+    assert leaves == [2, 1]  # leaves in sorted key order
+    assert list(pk.unflatten(spec, leaves)) == ["b", "a"]
+
+
+def test_claim_dict_rebuild_order_jax() -> None:
+    jtu = _jtu()
+    leaves, treedef = jtu.tree_flatten(_ba())
+    assert leaves == [2, 1]
+    assert list(jtu.tree_unflatten(treedef, leaves)) == ["a", "b"]
+
+
+def test_claim_dict_rebuild_order_optree() -> None:
+    optree = _optree()
+    leaves, treespec = optree.tree_flatten(_ba())
+    assert leaves == [2, 1]
+    assert list(optree.tree_unflatten(treespec, leaves)) == ["b", "a"]
+
+
+def test_claim_dict_rebuild_order_torch() -> None:
+    tp = _torch_pytree()
+    leaves, spec = tp.tree_flatten(_ba())
+    assert leaves == [1, 2]  # torch does not sort: leaves in insertion order
+    assert list(tp.tree_unflatten(leaves, spec)) == ["b", "a"]
+
+
+def test_claim_dict_rebuild_order_dmtree() -> None:
+    dmtree = _dmtree()
+    structure = _ba()
+    leaves = dmtree.flatten(structure)
+    assert leaves == [2, 1]
+    # unflatten_as takes its key order from the structure it is given
+    assert list(dmtree.unflatten_as(structure, leaves)) == ["b", "a"]
+
+
+# -- namedtuple: a node everywhere --------------------------------------------
+
+
+def test_claim_namedtuple_pytree_kit() -> None:
+    leaves, spec = pk.flatten(Pair(1, 2))
+    assert leaves == [1, 2]
+    assert pk.unflatten(spec, [3, 4]) == Pair(3, 4)
+    assert type(pk.unflatten(spec, [3, 4])) is Pair
+
+
+def test_claim_namedtuple_jax() -> None:
+    jtu = _jtu()
+    leaves, treedef = jtu.tree_flatten(Pair(1, 2))
+    assert leaves == [1, 2]
+    assert type(jtu.tree_unflatten(treedef, [3, 4])) is Pair
+
+
+def test_claim_namedtuple_optree() -> None:
+    optree = _optree()
+    leaves, treespec = optree.tree_flatten(Pair(1, 2))
+    assert leaves == [1, 2]
+    assert type(optree.tree_unflatten(treespec, [3, 4])) is Pair
+
+
+def test_claim_namedtuple_torch() -> None:
+    tp = _torch_pytree()
+    leaves, spec = tp.tree_flatten(Pair(1, 2))
+    assert leaves == [1, 2]
+    assert type(tp.tree_unflatten([3, 4], spec)) is Pair
+
+
+def test_claim_namedtuple_dmtree() -> None:
+    dmtree = _dmtree()
+    assert dmtree.flatten(Pair(1, 2)) == [1, 2]
+    rebuilt = dmtree.unflatten_as(Pair(0, 0), [3, 4])
+    assert type(rebuilt) is Pair and rebuilt == Pair(3, 4)
