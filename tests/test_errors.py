@@ -1,0 +1,334 @@
+"""Every error: a clear exception naming the place in the tree, never a crash or
+a hang, and user exceptions passed through unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import OrderedDict, defaultdict, deque
+from typing import Any
+
+import pytest
+
+import pytree_kit as pk
+from tests.trees import RULES, Opaque, snapshot
+
+
+@dataclasses.dataclass
+class Target:
+    boxes: Any
+    labels: Any = None
+
+
+@dataclasses.dataclass
+class Static:
+    x: Any
+    tag: Any = dataclasses.field(default="a", metadata={"static": True})
+
+
+# -- unflatten counts ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("given", [0, 2, 4])
+def test_unflatten_with_the_wrong_number_of_leaves_gives_both_counts(given):
+    spec = pk.structure([1, (2, 3)])
+    with pytest.raises(ValueError, match=f"the spec has 3 leaves, but {given} leaves were given"):
+        spec.unflatten(range(given))
+
+
+def test_unflatten_consumes_a_generator_and_counts_it():
+    spec = pk.structure([1, 2])
+    with pytest.raises(ValueError, match="but 5 leaves"):
+        pk.unflatten(spec, (i for i in range(5)))
+
+
+def test_unflatten_needs_a_spec():
+    with pytest.raises(TypeError, match="expects a TreeSpec"):
+        pk.unflatten([1, 2], [1, 2])
+
+
+# -- cycles --------------------------------------------------------------------
+
+
+def test_self_referencing_dict_names_the_path_where_the_cycle_closes():
+    d: dict = {"x": 1}
+    d["self"] = d
+    with pytest.raises(ValueError, match=re.escape("tree['self']: cycle")):
+        pk.flatten(d)
+
+
+def test_deeper_cycle_names_both_places():
+    inner: list = [0]
+    outer = {"targets": [Target(boxes=inner)]}
+    inner.append(outer["targets"])
+    msg = "tree['targets'][0].boxes[1]: cycle: this container is the one at tree['targets']"
+    for fn in (pk.flatten, pk.leaves, pk.flatten_with_path, pk.structure):
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            fn(outer)
+    with pytest.raises(ValueError, match="cycle"):
+        pk.tree_map(lambda x: x, outer)
+
+
+def test_cycle_through_the_protocol_is_detected():
+    class Loop:
+        def __tree_flatten__(self):
+            return [self], None
+
+        @classmethod
+        def __tree_unflatten__(cls, aux, children):
+            return cls()
+
+    with pytest.raises(ValueError, match=re.escape("tree[0]: cycle")):
+        pk.flatten(Loop())
+
+
+def test_cycle_through_a_rule_is_detected():
+    o = Opaque([], 0)
+    o.items.append(o)
+    with pytest.raises(ValueError, match=re.escape("tree[0]: cycle")):
+        pk.flatten(o, rules=RULES)
+
+
+# -- structure mismatches -------------------------------------------------------
+
+
+def test_tree_map_mismatch_names_the_first_differing_path_and_both_kinds():
+    a = {"targets": [Target([1, 2]), Target([3])]}
+    b = {"targets": [Target([1, 2]), Target((3,))]}
+    with pytest.raises(ValueError) as e:
+        pk.tree_map(lambda x, y: x, a, b)
+    assert str(e.value) == (
+        "tree['targets'][1].boxes: structure mismatch: the first tree has a list of 1, "
+        "rest[0] has a tuple of 1"
+    )
+
+
+def test_tree_map_mismatch_in_the_second_rest_tree():
+    with pytest.raises(ValueError, match=re.escape("tree: structure mismatch: the first tree has a dict with keys ['a'], rest[1] has a dict with keys ['b']")):  # fmt: skip
+        pk.tree_map(lambda *xs: 0, {"a": 1}, {"a": 2}, {"b": 3})
+
+
+def test_tree_map_with_path_mismatch():
+    with pytest.raises(ValueError, match=re.escape("tree[0]: structure mismatch")):
+        pk.tree_map_with_path(lambda p, x, y: x, [[1]], [None])
+
+
+@pytest.mark.parametrize(
+    ("spec_tree", "tree", "expected"),
+    [
+        ([1, 2], [1], "tree: structure mismatch: the spec has a list of 2, the tree has a list of 1"),
+        ({"a": 1}, {"b": 1}, "the spec has a dict with keys ['a'], the tree has a dict with keys ['b']"),
+        ({"a": [1]}, {"a": 1}, "tree['a']: structure mismatch: the spec has a list of 1, the tree has a leaf of type int"),
+        ((None,), (1,), "tree[0]: structure mismatch: the spec has None, the tree has a leaf of type int"),
+        (OrderedDict(a=1, b=2), OrderedDict(b=1, a=2), "an OrderedDict with keys ['a', 'b'], the tree has an OrderedDict with keys ['b', 'a']"),
+        (defaultdict(list, a=1), defaultdict(set, a=1), "a defaultdict(list) with keys ['a'], the tree has a defaultdict(set)"),
+        (deque([1], maxlen=2), deque([1]), "a deque of 1 (maxlen=2), the tree has a deque of 1 (maxlen=None)"),
+        (Target(1), {"boxes": 1, "labels": None}, "the spec has dataclass Target, the tree has a dict with keys"),
+        (Static(1, "a"), Static(1, "b"), "the spec has dataclass Static (static tag='a'), the tree has dataclass Static (static tag='b')"),
+        ({"t": [Target(1)]}, {"t": [Target((1, 2))]}, None),
+    ],
+)  # fmt: skip
+def test_flatten_up_to_mismatch_names_the_path(spec_tree, tree, expected):
+    spec = pk.structure(spec_tree)
+    if expected is None:  # a leaf of the spec takes a whole subtree
+        assert spec.flatten_up_to(tree) == [(1, 2)]
+        return
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        spec.flatten_up_to(tree)
+
+
+def test_flatten_up_to_protocol_and_rule_aux_mismatch():
+    class P:
+        def __init__(self, x, aux):
+            self.x, self.aux = x, aux
+
+        def __tree_flatten__(self):
+            return (self.x,), self.aux
+
+        @classmethod
+        def __tree_unflatten__(cls, aux, children):
+            return cls(children[0], aux)
+
+    spec = pk.structure([P(1, "a")])
+    with pytest.raises(ValueError, match=re.escape("tree[0]: structure mismatch")):
+        spec.flatten_up_to([P(1, "b")])
+    spec = pk.structure(Opaque([1], 0), rules=RULES)
+    with pytest.raises(ValueError, match=re.escape("by a rule")):
+        spec.flatten_up_to(Opaque([1], 1))
+
+
+# -- aux data and the protocol ---------------------------------------------------
+
+
+def test_unhashable_aux_from_the_protocol_is_a_type_error_naming_the_path():
+    class Bad:
+        def __tree_flatten__(self):
+            return (1,), ["unhashable"]
+
+        @classmethod
+        def __tree_unflatten__(cls, aux, children):
+            return cls()
+
+    msg = r"tree\['k'\]\[0\]: the aux data of \S*Bad\.__tree_flatten__ must be hashable"
+    with pytest.raises(TypeError, match=msg):
+        pk.flatten({"k": [Bad()]})
+
+
+def test_unhashable_static_field_is_a_type_error():
+    with pytest.raises(TypeError, match=re.escape("tree[1]: the aux data of Static (its static fields)")):  # fmt: skip
+        pk.flatten([0, Static(1, tag=["list"])])
+
+
+def test_unhashable_rule_aux_is_a_type_error():
+    rules = {Opaque: pk.Rule(lambda o: ((), {}), lambda a, c: None)}
+    with pytest.raises(TypeError, match="the rule for Opaque must be hashable"):
+        pk.flatten(Opaque([], 0), rules=rules)
+
+
+@pytest.mark.parametrize(
+    ("returned", "message"),
+    [
+        (None, "must return a (children, aux) pair, got NoneType"),
+        (((1,),), "must return a (children, aux) pair, got tuple"),
+        ([(1,), None], "must return a (children, aux) pair, got list"),
+        ((iter([1]), None), "must return children as a list, tuple or dict, got list_iterator"),
+        ((5, None), "must return children as a list, tuple or dict, got int"),
+    ],
+)
+def test_protocol_returning_the_wrong_shape_is_a_type_error(returned, message):
+    class Wrong:
+        def __tree_flatten__(self):
+            return returned
+
+        @classmethod
+        def __tree_unflatten__(cls, aux, children):
+            return cls()
+
+    pattern = r"tree\['w'\]: \S*Wrong\.__tree_flatten__ " + re.escape(message)
+    with pytest.raises(TypeError, match=pattern):
+        pk.flatten({"w": Wrong()})
+
+
+def test_protocol_without_unflatten_is_a_type_error():
+    class Half:
+        def __tree_flatten__(self):
+            return (), None
+
+    with pytest.raises(TypeError, match="defines __tree_flatten__ but no classmethod __tree_unflatten__"):  # fmt: skip
+        pk.flatten(Half())
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [{"list": pk.Rule(lambda x: ((), None), lambda a, c: [])}, {list: (lambda x: x)}, 5],
+)
+def test_bad_rules_argument_is_a_type_error(rules):
+    with pytest.raises(TypeError, match="rules"):
+        pk.flatten([1], rules=rules)
+
+
+def test_rule_needs_callables():
+    with pytest.raises(TypeError):
+        pk.Rule(1, 2)
+
+
+# -- user exceptions propagate unchanged ------------------------------------------
+
+
+class Boom(Exception):
+    pass
+
+
+def test_is_leaf_exception_propagates_unchanged():
+    err = Boom("from is_leaf")
+
+    def is_leaf(x):
+        raise err
+
+    with pytest.raises(Boom) as e:
+        pk.flatten([1], is_leaf=is_leaf)
+    assert e.value is err
+
+
+def test_protocol_exceptions_propagate_unchanged():
+    err = Boom("flatten")
+
+    class Raises:
+        def __tree_flatten__(self):
+            raise err
+
+        @classmethod
+        def __tree_unflatten__(cls, aux, children):
+            raise Boom("unflatten")
+
+    with pytest.raises(Boom) as e:
+        pk.leaves([Raises()])
+    assert e.value is err
+
+    class Ok(Raises):
+        def __tree_flatten__(self):
+            return (), None
+
+    spec = pk.structure([Ok()])
+    with pytest.raises(Boom, match="unflatten"):
+        spec.unflatten([])
+
+
+def test_rule_exceptions_propagate_unchanged():
+    rules = {Opaque: pk.Rule(lambda o: (_ for _ in ()).throw(Boom("rule")), lambda a, c: None)}
+    with pytest.raises(Boom, match="rule"):
+        pk.flatten(Opaque([], 0), rules=rules)
+
+
+def test_dataclass_init_exception_propagates_from_a_rule_unflatten():
+    @dataclasses.dataclass
+    class Checked:
+        n: int
+
+        def __post_init__(self):
+            if self.n < 0:
+                raise Boom("negative")
+
+    class Wrapper:
+        def __init__(self, n):
+            self.n = n
+
+    rules = {Wrapper: pk.Rule(lambda w: ((w.n,), None), lambda a, c: Checked(*c))}
+    spec = pk.structure(Wrapper(1), rules=rules)
+    with pytest.raises(Boom, match="negative"):
+        spec.unflatten([-1])
+
+
+def test_tree_map_function_exception_propagates_unchanged():
+    err = Boom("fn")
+
+    def fn(x):
+        raise err
+
+    with pytest.raises(Boom) as e:
+        pk.tree_map(fn, {"a": 1})
+    assert e.value is err
+
+
+# -- immutability and nothing mutated -----------------------------------------------
+
+
+def test_spec_is_immutable_and_not_built_directly():
+    spec = pk.structure([1])
+    with pytest.raises(AttributeError):
+        spec._nodes = ()  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        spec.anything = 1  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        del spec._nodes
+    with pytest.raises(TypeError, match="not built directly"):
+        pk.TreeSpec()
+
+
+def test_errors_leave_the_input_untouched():
+    d: dict = {"b": [1, 2], "a": Target([3])}
+    d["a"].labels = d  # a cycle
+    before = snapshot(d)
+    with pytest.raises(ValueError, match="cycle"):
+        pk.flatten(d)
+    assert snapshot(d) == before and list(d) == ["b", "a"]

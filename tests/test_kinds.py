@@ -1,0 +1,469 @@
+"""What is a node: one test per row of the table in docs/design.md."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+import typing
+from collections import OrderedDict, defaultdict, deque
+from typing import Any
+
+import attrs
+import pytest
+
+import pytree_kit as pk
+from tests.trees import RULES, ModelOutput, Opaque, assert_same_tree
+
+
+def round_trip(tree: Any, **kw: Any) -> tuple[list, pk.TreeSpec, Any]:
+    leaves, spec = pk.flatten(tree, **kw)
+    rebuilt = pk.unflatten(spec, leaves)
+    assert_same_tree(rebuilt, tree)
+    return leaves, spec, rebuilt
+
+
+# -- builtins -----------------------------------------------------------------
+
+
+def test_tuple_and_list_are_positional_and_keep_their_type():
+    leaves, spec, rebuilt = round_trip((1, [2, 3], ()))
+    assert leaves == [1, 2, 3]
+    assert type(rebuilt) is tuple and type(rebuilt[1]) is list and rebuilt[2] == ()
+    assert pk.structure((1,)) != pk.structure([1])
+
+
+def test_dict_leaves_are_sorted_and_insertion_order_is_restored():
+    tree = {"b": 1, "a": 2, "c": 3}
+    leaves, spec, rebuilt = round_trip(tree)
+    assert leaves == [2, 1, 3]
+    assert list(rebuilt) == ["b", "a", "c"]
+    # spec equality ignores insertion order ...
+    other = pk.structure({"a": 0, "c": 0, "b": 0})
+    assert spec == other and hash(spec) == hash(other)
+    # ... and each spec rebuilds its own order
+    assert list(other.unflatten([1, 2, 3])) == ["a", "c", "b"]
+
+
+def test_dict_with_keys_that_do_not_order_keeps_insertion_order():
+    tree = {1: "int", "s": "str", (2,): "tuple"}
+    leaves, spec, rebuilt = round_trip(tree)
+    assert leaves == ["int", "str", "tuple"]
+    assert list(rebuilt) == [1, "s", (2,)]
+    # leaf order differs, so these specs differ
+    assert pk.structure({"s": 0, 1: 0, (2,): 0}) != spec
+
+
+def test_dict_whose_key_comparison_raises_falls_back_to_insertion_order():
+    class Key:
+        def __init__(self, n):
+            self.n = n
+
+        def __hash__(self):
+            return self.n
+
+        def __lt__(self, other):
+            raise RuntimeError("no order")
+
+    a, b = Key(1), Key(2)
+    leaves, _, _ = round_trip({b: "b", a: "a"})
+    assert leaves == ["b", "a"]
+
+
+def test_ordereddict_keeps_insertion_order_and_its_spec_is_order_sensitive():
+    tree = OrderedDict([("b", 1), ("a", 2)])
+    leaves, spec, rebuilt = round_trip(tree)
+    assert leaves == [1, 2] and type(rebuilt) is OrderedDict
+    assert spec != pk.structure(OrderedDict([("a", 1), ("b", 2)]))
+    assert spec != pk.structure({"b": 1, "a": 2})
+
+
+def test_defaultdict_keeps_its_default_factory():
+    tree = defaultdict(list, {"y": 1, "x": 2})
+    leaves, spec, rebuilt = round_trip(tree)
+    assert leaves == [2, 1]
+    assert rebuilt.default_factory is list and list(rebuilt) == ["y", "x"]
+    assert spec != pk.structure(defaultdict(set, {"y": 1, "x": 2}))
+    assert spec != pk.structure({"y": 1, "x": 2})
+
+
+def test_deque_keeps_maxlen():
+    leaves, spec, rebuilt = round_trip(deque([1, 2], maxlen=5))
+    assert leaves == [1, 2] and rebuilt.maxlen == 5
+    assert spec != pk.structure(deque([1, 2]))
+
+
+def test_none_is_a_node_with_no_leaf():
+    leaves, spec, rebuilt = round_trip([None, 1, {"a": None}])
+    assert leaves == [1]
+    assert spec.num_leaves == 1 and spec.num_nodes == 5
+    assert pk.leaves(None) == [] and pk.unflatten(pk.structure(None), []) is None
+
+
+def test_subclasses_of_builtin_containers_are_leaves():
+    class MyDict(dict):
+        pass
+
+    class MyList(list):
+        pass
+
+    class MyTuple(tuple):
+        pass
+
+    tree = [MyDict(a=1), MyList([1]), MyTuple((1,))]
+    assert pk.leaves(tree) == tree
+
+
+@pytest.mark.parametrize(
+    "leaf", ["text", b"bytes", 1, 2.5, True, 3j, {1, 2}, frozenset({1}), range(3), object()]
+)
+def test_anything_else_is_a_leaf(leaf):
+    assert pk.leaves([leaf])[0] is leaf
+    assert pk.structure(leaf).is_leaf()
+
+
+def test_arrays_and_tensors_are_leaves():
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    a, t = np.zeros(3), torch.zeros(3)
+    leaves = pk.leaves({"a": a, "t": t})
+    assert leaves[0] is a and leaves[1] is t
+
+
+# -- namedtuples and structseqs -----------------------------------------------
+
+
+def test_namedtuple_and_typing_namedtuple_are_field_ordered_nodes():
+    P = collections.namedtuple("P", "y x")
+
+    class T(typing.NamedTuple):
+        b: Any
+        a: Any = 0
+
+    leaves, spec, rebuilt = round_trip([P(1, 2), T(3)])
+    assert leaves == [1, 2, 3, 0]
+    pairs, _ = pk.flatten_with_path(P(1, 2))
+    assert [pk.keystr(p) for p, _ in pairs] == [".y", ".x"]
+    assert pk.structure(P(1, 2)) != pk.structure((1, 2))
+
+
+def test_namedtuple_rebuild_does_not_call_a_validating_new():
+    class Box(collections.namedtuple("Box", "lo hi")):
+        __slots__ = ()
+
+        def __new__(cls, lo, hi):
+            if not lo <= hi:
+                raise ValueError("empty box")
+            return super().__new__(cls, lo, hi)
+
+    spec = pk.structure(Box(1, 2))
+    rebuilt = spec.unflatten(["shape a", "another shape"])
+    assert type(rebuilt) is Box and rebuilt.lo == "shape a"
+
+
+def test_structseq_torch_return_types():
+    torch = pytest.importorskip("torch")
+    out = torch.max(torch.tensor([[1.0, 3.0], [4.0, 2.0]]), dim=1)
+    leaves, spec, rebuilt = round_trip(out)
+    assert leaves[0] is out.values and leaves[1] is out.indices
+    assert type(rebuilt) is type(out)
+    pairs, _ = pk.flatten_with_path(out)
+    assert [pk.keystr(p) for p, _ in pairs] == [".values", ".indices"]
+
+
+def test_structseq_keeps_its_hidden_fields():
+    st = os.stat(".")
+    leaves, spec, rebuilt = round_trip(st)
+    assert len(leaves) == st.n_sequence_fields
+    assert rebuilt.st_mtime_ns == st.st_mtime_ns and rebuilt.st_blksize == st.st_blksize
+    tm = time.localtime(0)
+    _, _, back = round_trip(tm)
+    assert back.tm_zone == tm.tm_zone and back.tm_gmtoff == tm.tm_gmtoff
+
+
+# -- dataclasses ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FrozenSlots:
+    x: Any
+    y: Any
+
+
+@dataclasses.dataclass(kw_only=True)
+class Kw:
+    b: Any
+    a: Any = 1
+
+
+@dataclasses.dataclass
+class Base:
+    first: Any
+
+
+@dataclasses.dataclass
+class Derived(Base):
+    second: Any
+    computed: Any = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        self.computed = ("derived from", self.first)
+
+
+@dataclasses.dataclass
+class WithStatic:
+    data: Any
+    mode: str = dataclasses.field(default="train", metadata={"static": True})
+
+
+@dataclasses.dataclass
+class Validating:
+    boxes: Any
+
+    def __post_init__(self):
+        if self.boxes.ndim != 2:
+            raise ValueError("boxes must be 2-d")
+
+
+def test_dataclass_frozen_slots():
+    leaves, spec, rebuilt = round_trip(FrozenSlots(1, [2]))
+    assert leaves == [1, 2] and type(rebuilt) is FrozenSlots
+
+
+def test_dataclass_kw_only_and_field_order():
+    leaves, _, rebuilt = round_trip(Kw(a=5, b=6))
+    assert leaves == [6, 5] and rebuilt == Kw(a=5, b=6)
+
+
+def test_dataclass_inheritance_and_init_false_fields():
+    d = Derived(1, 2)
+    leaves, spec, rebuilt = round_trip(d)
+    assert leaves == [1, 2, "derived from", 1]
+    pairs, _ = pk.flatten_with_path(d)
+    assert [pk.keystr(p) for p, _ in pairs] == [".first", ".second", ".computed[0]", ".computed[1]"]
+
+
+def test_dataclass_unset_field_stays_unset():
+    d = Derived.__new__(Derived)
+    object.__setattr__(d, "first", 1)
+    object.__setattr__(d, "second", 2)
+    leaves, spec, rebuilt = round_trip(d)
+    assert leaves == [1, 2] and not hasattr(rebuilt, "computed")
+    assert spec != pk.structure(Derived(1, 2))
+
+
+def test_static_field_goes_into_the_spec_not_the_leaves():
+    leaves, spec, rebuilt = round_trip(WithStatic([1, 2], mode="eval"))
+    assert leaves == [1, 2] and rebuilt.mode == "eval"
+    assert spec != pk.structure(WithStatic([1, 2]))
+    assert "mode='eval'" in repr(spec)
+
+
+def test_dataclass_rebuild_skips_init_and_post_init():
+    np = pytest.importorskip("numpy")
+    v = Validating(np.zeros((2, 4)))
+    shapes = pk.tree_map(lambda a: a.shape, v)  # a tuple has no ndim: __post_init__ would fail
+    assert type(shapes) is Validating and shapes.boxes == (2, 4)
+
+
+def test_dataclass_class_object_is_a_leaf():
+    assert pk.leaves([Kw]) == [Kw]
+
+
+def test_model_output_style_dict_dataclass_keeps_fields_and_dict_view():
+    torch = pytest.importorskip("torch")
+    out = ModelOutput(logits=torch.ones(2), hidden=(torch.zeros(1),))
+    leaves, spec, rebuilt = round_trip(out)
+    assert len(leaves) == 2
+    assert list(rebuilt.keys()) == ["logits", "hidden"] and rebuilt.loss is None
+    assert rebuilt["logits"] is leaves[0] and rebuilt.hidden[0] is leaves[1]
+    # non-tensor first field after tree_map: ModelOutput.__post_init__ would read it as pairs
+    sizes = pk.tree_map(lambda t: list(t.shape), out)
+    assert sizes.logits == [2] and list(sizes.keys()) == ["logits", "hidden"]
+    assert sizes["hidden"] == ([1],)
+
+
+def test_dict_dataclass_whose_dict_view_disagrees_is_an_error():
+    out = ModelOutput(logits=1)
+    OrderedDict.__setitem__(out, "logits", 2)  # dict view no longer matches the field
+    with pytest.raises(TypeError, match=r"tree\[0\]: ModelOutput is a dict whose entry 'logits'"):
+        pk.flatten([out])
+
+
+# -- attrs -----------------------------------------------------------------------
+
+
+@attrs.define
+class AttrsPlain:
+    a: Any
+    b: Any = attrs.field(default=None)
+
+
+@attrs.frozen
+class AttrsFrozen:
+    a: Any
+    tag: str = attrs.field(default="x", metadata={"static": True})
+
+    def __attrs_post_init__(self):
+        if self.tag == "never":
+            raise AssertionError("post-init must not run on rebuild")
+
+
+def test_attrs_classes_are_attribute_ordered_nodes():
+    leaves, spec, rebuilt = round_trip([AttrsPlain(1, [2]), AttrsFrozen(3, tag="y")])
+    assert leaves == [1, 2, 3]
+    assert rebuilt[1].tag == "y"
+    pairs, _ = pk.flatten_with_path(AttrsPlain(1, 2))
+    assert [pk.keystr(p) for p, _ in pairs] == [".a", ".b"]
+
+
+def test_pytree_kit_never_imports_attrs():
+    code = (
+        "import sys, dataclasses, pytree_kit as pk\n"
+        "@dataclasses.dataclass\nclass D:\n    x: int\n"
+        "pk.flatten([D(1), {'a': (1, None)}]).__repr__()\n"
+        "assert 'attrs' not in sys.modules and 'attr' not in sys.modules, sorted(sys.modules)\n"
+        "assert not any(m.startswith(('torch', 'hypothesis', 'numpy', 'jax')) for m in sys.modules)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# -- the protocol and rules --------------------------------------------------------
+
+
+class Boxes:
+    def __init__(self, coords, labels, fmt="xyxy"):
+        self.coords, self.labels, self.fmt = coords, labels, fmt
+
+    def __tree_flatten__(self):
+        return {"coords": self.coords, "labels": self.labels}, self.fmt
+
+    @classmethod
+    def __tree_unflatten__(cls, aux, children):
+        return cls(children["coords"], children["labels"], aux)
+
+
+@dataclasses.dataclass
+class ProtocolWins:
+    a: Any
+    b: Any
+
+    def __tree_flatten__(self):
+        return (self.b,), self.a
+
+    @classmethod
+    def __tree_unflatten__(cls, aux, children):
+        return cls(aux, children[0])
+
+
+def test_protocol_with_dict_children_names_the_paths():
+    tree = {"targets": [Boxes([1, 2], [3])]}
+    pairs, spec = pk.flatten_with_path(tree)
+    assert [pk.keystr(p) for p, _ in pairs] == [
+        "['targets'][0]['coords'][0]",
+        "['targets'][0]['coords'][1]",
+        "['targets'][0]['labels'][0]",
+    ]
+    rebuilt = spec.unflatten([5, 6, 7])["targets"][0]
+    assert (rebuilt.coords, rebuilt.labels, rebuilt.fmt) == ([5, 6], [7], "xyxy")
+    assert spec != pk.structure({"targets": [Boxes([1, 2], [3], "cxcy")]})
+
+
+def test_protocol_takes_precedence_over_dataclass():
+    leaves, spec = pk.flatten(ProtocolWins(1, 2))
+    assert leaves == [2] and spec.unflatten([9]) == ProtocolWins(1, 9)
+
+
+def test_rule_handles_a_class_the_caller_cannot_edit_and_travels_in_the_spec():
+    tree = {"o": Opaque([1, (2, 3)], scale=4)}
+    leaves, spec = pk.flatten(tree, rules=RULES)
+    assert leaves == [1, 2, 3]
+    rebuilt = pk.unflatten(spec, ["a", "b", "c"])  # no rules needed to unflatten
+    assert rebuilt["o"].items == ["a", ("b", "c")] and rebuilt["o"].scale == 4
+    assert pk.leaves(tree) == [tree["o"]]  # without the rule it is a leaf
+
+
+def test_rule_applies_to_the_exact_type_and_overrides_builtins():
+    class Sub(Opaque):
+        pass
+
+    assert pk.leaves([Sub([1], 0)], rules=RULES)[0].__class__ is Sub
+    reverse = {list: pk.Rule(lambda x: (x[::-1], None), lambda aux, ch: list(ch[::-1]))}
+    leaves, spec = pk.flatten([1, 2, 3], rules=reverse)
+    assert leaves == [3, 2, 1] and spec.unflatten([3, 2, 1]) == [1, 2, 3]
+
+
+def test_rules_are_local_to_a_call():
+    tree = [Opaque([1], 0)]
+    pk.flatten(tree, rules=RULES)
+    assert pk.leaves(tree) == tree
+
+
+def test_is_leaf_stops_recursion_and_is_asked_first():
+    seen = []
+
+    def is_leaf(x):
+        seen.append(type(x).__name__)
+        return isinstance(x, tuple)
+
+    leaves, spec = pk.flatten({"a": (1, 2), "b": [3, None]}, is_leaf=is_leaf)
+    assert leaves == [(1, 2), 3]
+    assert "NoneType" in seen and "dict" in seen
+    assert pk.leaves([None], is_leaf=lambda x: x is None) == [None]
+    assert pk.leaves([Opaque([1], 0)], is_leaf=lambda x: isinstance(x, Opaque), rules=RULES)[
+        0
+    ].items == [1]
+
+
+def test_shared_subtree_is_not_a_cycle():
+    shared = [1, {"x": 2}]
+    leaves, spec = pk.flatten({"a": shared, "b": shared, "c": (shared,)})
+    assert leaves == [1, 2, 1, 2, 1, 2]
+
+
+# -- no registry -----------------------------------------------------------------
+
+
+def test_there_is_no_registry_and_no_register_function():
+    assert not [n for n in dir(pk) if "regist" in n.lower()]
+
+
+def test_importing_a_module_never_changes_flattening():
+    code = (
+        "import dataclasses, pytree_kit as pk\n"
+        "@dataclasses.dataclass\nclass D:\n    x: object\n"
+        "before = pk.structure([D(1), {'a': None}])\n"
+        "import json, collections, torch, jax, optree, tree, attrs  # noqa\n"
+        "import torch.utils._pytree as tp\n"
+        "tp.register_pytree_node(D, lambda d: ([], None), lambda c, a: D(0))\n"
+        "optree.register_pytree_node(D, lambda d: ((), None), lambda a, c: D(0), namespace='x')\n"
+        "after = pk.structure([D(1), {'a': None}])\n"
+        "assert before == after and after.num_leaves == 1, (before, after)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_engine_is_named():
+    assert pk.ENGINE in ("python", "c")
+
+
+def test_spec_repr_reads_like_the_tree():
+    P = collections.namedtuple("P", "x y")
+    spec = pk.structure(
+        {
+            "a": [1, (2,), None],
+            "b": P(1, 2),
+            "c": WithStatic(1),
+            "d": deque([1], maxlen=2),
+            "e": OrderedDict(z=1),
+            "f": Boxes(1, 2),
+        }
+    )
+    assert repr(spec) == (
+        "TreeSpec({'a': [*, (*,), None], 'b': P(x=*, y=*), 'c': WithStatic(data=*, mode='train'), "
+        "'d': deque([*], maxlen=2), 'e': OrderedDict({'z': *}), "
+        "'f': Boxes({'coords': *, 'labels': *}, aux='xyxy')})"
+    )
