@@ -466,6 +466,42 @@ def test_claim_self_referencing_dict_jax() -> None:
     assert "AFTER [1, 2]" in lines, proc.stdout
 
 
+def test_claim_self_referencing_dict_with_two_keys_breaks_the_jax_interpreter() -> None:
+    # With two keys jax sorts them, and the recursion failure inside its comparator
+    # leaves the interpreter unusable: afterwards even a shallow call or a write to
+    # stdout fails. pytree_kit raises ValueError naming the path and carries on.
+    pytest.importorskip("jax")
+    template = textwrap.dedent(
+        """
+        import sys, jax, pytree_kit as pk
+        d = {"x": 1}
+        d["self"] = d
+        try:
+            pk.leaves(d)
+        except ValueError as e:
+            print("PK", str(e).split(":")[0], flush=True)
+        def depth(n):
+            return 0 if n == 0 else 1 + depth(n - 1)
+        if CALL_JAX:
+            try:
+                jax.tree_util.tree_leaves(d)
+            except BaseException:
+                pass
+        depth(20)
+        print("AFTER ok", flush=True)
+        """
+    )
+    runs = {}
+    for call_jax in (False, True):
+        code = template.replace("CALL_JAX", str(call_jax))
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+        )
+        runs[call_jax] = proc.stdout.splitlines()
+    assert runs[False] == ["PK tree['self']", "AFTER ok"], runs
+    assert runs[True][0] == "PK tree['self']" and "AFTER ok" not in runs[True], runs
+
+
 def test_claim_self_referencing_dict_optree() -> None:
     optree = _optree()
     assert isinstance(_raised(optree.tree_leaves, _self_dict()), RecursionError)
@@ -625,3 +661,56 @@ def test_claim_namedtuple_dmtree() -> None:
     assert dmtree.flatten(Pair(1, 2)) == [1, 2]
     rebuilt = dmtree.unflatten_as(Pair(0, 0), [3, 4])
     assert type(rebuilt) is Pair and rebuilt == Pair(3, 4)
+
+
+# -- registration: the peers change behaviour globally when a type is registered;
+# pytree_kit has nothing to register (see tests/test_kinds.py)
+
+
+def test_claim_registration_jax_is_global() -> None:
+    jax = pytest.importorskip("jax")
+    import dataclasses as dc
+
+    @dc.dataclass
+    class Local:
+        x: int
+        y: int
+
+    assert jax.tree_util.tree_leaves(Local(1, 2)) == [Local(1, 2)]
+    jax.tree_util.register_dataclass(Local, data_fields=["x", "y"], meta_fields=[])
+    assert jax.tree_util.tree_leaves(Local(1, 2)) == [1, 2]  # every caller now sees it
+
+
+def test_claim_registration_optree_is_global_per_namespace() -> None:
+    optree = _optree()
+    import dataclasses as dc
+
+    @dc.dataclass
+    class Local:
+        x: int
+        y: int
+
+    optree.register_pytree_node(
+        Local, lambda d: ((d.x, d.y), None), lambda a, c: Local(*c), namespace="claims"
+    )
+    assert optree.tree_leaves(Local(1, 2)) == [Local(1, 2)]
+    assert optree.tree_leaves(Local(1, 2), namespace="claims") == [1, 2]
+
+
+def test_claim_registration_torch_is_global() -> None:
+    tp = _torch_pytree()
+    import dataclasses as dc
+
+    @dc.dataclass
+    class Local:
+        x: int
+        y: int
+
+    assert tp.tree_leaves(Local(1, 2)) == [Local(1, 2)]
+    tp.register_pytree_node(Local, lambda d: ([d.x, d.y], None), lambda c, a: Local(*c))
+    assert tp.tree_leaves(Local(1, 2)) == [1, 2]
+
+
+def test_claim_registration_dmtree_has_none() -> None:
+    dmtree = _dmtree()
+    assert not [n for n in dir(dmtree) if "regist" in n.lower()]

@@ -1,0 +1,33 @@
+"""ruff is clean on the whole repository (part of the README's test command)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _ruff() -> list[str]:
+    exe = Path(sys.executable).with_name("ruff")
+    if exe.exists():
+        return [str(exe)]
+    if shutil.which("ruff"):
+        return ["ruff"]
+    pytest.skip("ruff is not installed")
+
+
+def test_ruff_check():
+    proc = subprocess.run([*_ruff(), "check", "."], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_ruff_format():
+    proc = subprocess.run(
+        [*_ruff(), "format", "--check", "."], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

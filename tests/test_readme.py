@@ -1,0 +1,49 @@
+"""The README's example runs, and CI runs exactly the README's test command."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def test_readme_example_runs():
+    blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+    assert blocks, "the README has a python example"
+    namespace: dict = {}
+    exec(compile(blocks[0], "README.md", "exec"), namespace)
+    assert namespace["leaves"] == ["img0", "img1", "b0", "l0", "b1", "l1"]
+
+
+def test_readme_example_is_at_most_20_lines():
+    block = re.findall(r"```python\n(.*?)```", README, flags=re.S)[0]
+    assert len(block.strip().splitlines()) <= 20
+
+
+def test_ci_runs_the_readme_test_command():
+    command = re.search(r"<!-- test-command -->\n```sh\n(.*?)\n```", README).group(1)
+    assert "pytest" in command
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "test-command" in ci  # .ci/run reads the command from the README
+
+
+def test_demo_smoke():
+    pytest.importorskip("jax")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "demo.py")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    ).stdout
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
+    assert "| 9 leaves | 1 leaf: the whole object |" in rows["dataclass batch of 9 leaves"]
+    assert rows["self-referencing dict"].split("|")[2].strip() == "ValueError"
+    assert "interpreter left unusable" in rows["self-referencing dict"]
+    assert "tree.targets[1].labels" in out
