@@ -322,7 +322,7 @@ def _node_from_json(node: Any, i: int, table: dict, rules: Any) -> tuple[tuple, 
     if kind == TUPLE or kind == LIST:
         return (kind, None, _int(node, "arity", i), None), None
     if kind in (DICT, ORDEREDDICT, DEFAULTDICT):
-        keys = _keys(node, "keys", i, table)
+        keys: Any = _keys(node, "keys", i, table)
         if kind != ORDEREDDICT and "order" in node:
             order = _keys(node, "order", i, table)
             if set(order) != set(keys) or order == keys:

@@ -65,8 +65,8 @@ def _path(stack: list) -> tuple:
     return tuple(_key(fr, fr[1] - 1) for fr in stack)
 
 
-def _qualname(t: type) -> str:
-    return getattr(t, "__qualname__", None) or getattr(t, "__name__", repr(t))
+def _qualname(t: Any) -> str:
+    return str(getattr(t, "__qualname__", None) or getattr(t, "__name__", repr(t)))
 
 
 # --------------------------------------------------------------------------
@@ -83,12 +83,12 @@ def _leaf_order(obj: dict) -> list:
         return keys
 
 
-def _fields_info(t: type, cache: dict) -> tuple:
+def _fields_info(t: Any, cache: dict) -> tuple:
     """((name, static), ...) for a dataclass or attrs class, memoised per call."""
     info = cache.get(t)
     if info is None:
         if hasattr(t, "__dataclass_fields__"):
-            fields = dataclasses.fields(t)
+            fields: Any = dataclasses.fields(t)
         else:
             fields = t.__attrs_attrs__
         info = tuple((f.name, bool((f.metadata or {}).get("static", False))) for f in fields)
@@ -105,7 +105,7 @@ def _check_hashable(aux: Any, stack: list, what: str) -> None:
         ) from None
 
 
-def _record_fields(obj: Any, t: type, kind: int, stack: list, cache: dict) -> tuple:
+def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tuple:
     """Node and children of a dataclass or attrs instance."""
     names = []
     children = []
@@ -167,7 +167,7 @@ def _user_children(res: Any, stack: list, what: str) -> tuple:
     return children, aux, keys, mode
 
 
-def _structseq_node(obj: Any, t: type) -> tuple:
+def _structseq_node(obj: Any, t: Any) -> tuple:
     n = len(obj)
     children = tuple(obj)
     hidden: tuple = ()
@@ -178,12 +178,12 @@ def _structseq_node(obj: Any, t: type) -> tuple:
     return (STRUCTSEQ, t, n, hidden), children, _SEQ, None
 
 
-def _is_namedtuple(obj: Any, t: type) -> bool:
+def _is_namedtuple(obj: Any, t: Any) -> bool:
     fields = getattr(t, "_fields", None)
     return type(fields) is tuple and len(fields) == len(obj)
 
 
-def classify(obj: Any, t: type, rules: Any, stack: list, cache: dict) -> Any:
+def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
     """``(node, children, keymode, names)`` for a container, or None for a leaf.
 
     The order of the checks is the specification: a rule for the exact type,
@@ -332,7 +332,7 @@ def flatten_with_path(tree: Any, is_leaf: Any = None, rules: Any = None) -> tupl
 # unflatten
 
 
-def _set_fields(t: type, aux: tuple, children: list) -> Any:
+def _set_fields(t: Any, aux: tuple, children: list) -> Any:
     """Rebuild a dataclass or attrs instance without calling __init__."""
     names, static, _absent, dict_keys = aux
     obj = t.__new__(t)
@@ -453,8 +453,10 @@ def _describe_node(node: tuple) -> str:
     if kind == ATTRS:
         return f"attrs class {_qualname(t)}{_fields_text(aux)}"
     if kind == CUSTOM:
-        return f"{_qualname(t)} (by __tree_flatten__) with {_children_text(arity, aux[1])}"
-    return f"{_qualname(t)} (by a rule) with {_children_text(arity, aux[2])}"
+        user_aux, keys, how = aux[0], aux[1], "__tree_flatten__"
+    else:
+        user_aux, keys, how = aux[1], aux[2], "a rule"
+    return f"{_qualname(t)} (by {how}, aux={user_aux!r}) with {_children_text(arity, keys)}"
 
 
 def _keys_text(keys: Any) -> str:
@@ -477,7 +479,7 @@ def _fields_text(aux: tuple) -> str:
 def _children_text(arity: int, keys: Any) -> str:
     if keys is not None:
         return f"children {_keys_text(keys)}"
-    return f"{arity} children"
+    return "1 child" if arity == 1 else f"{arity} children"
 
 
 def describe(obj: Any, rules: Any = None) -> str:
@@ -493,9 +495,10 @@ def describe(obj: Any, rules: Any = None) -> str:
 
 
 def _mismatch(stack: list, label: str, node: tuple, obj: Any, other: str) -> ValueError:
+    rules = {node[1]: node[3][0]} if node[0] == RULE else None
     return ValueError(
         f"{where(_path(stack))}: structure mismatch: {label} has "
-        f"{_describe_node(node)}, {other} has {describe(obj)}"
+        f"{_describe_node(node)}, {other} has {describe(obj, rules)}"
     )
 
 

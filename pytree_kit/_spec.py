@@ -215,10 +215,11 @@ class TreeSpec:
         return f"TreeSpec({_render(self._nodes, dict(self._orders))})"
 
 
-_set_nodes = TreeSpec._nodes.__set__  # type: ignore[attr-defined]
-_set_orders = TreeSpec._orders.__set__  # type: ignore[attr-defined]
-_set_num_leaves = TreeSpec._num_leaves.__set__  # type: ignore[attr-defined]
-_set_hash = TreeSpec._hash.__set__  # type: ignore[attr-defined]
+# The slot descriptors' setters: the only way to write a TreeSpec's fields.
+_set_nodes = TreeSpec.__dict__["_nodes"].__set__
+_set_orders = TreeSpec.__dict__["_orders"].__set__
+_set_num_leaves = TreeSpec.__dict__["_num_leaves"].__set__
+_set_hash = TreeSpec.__dict__["_hash"].__set__
 
 
 def _from_state(nodes: tuple, orders: tuple) -> TreeSpec:

@@ -1,4 +1,5 @@
-"""ruff is clean on the whole repository (part of the README's test command)."""
+"""ruff is clean on the whole repository and mypy on the package (both part of
+the README's test command)."""
 
 from __future__ import annotations
 
@@ -29,5 +30,16 @@ def test_ruff_check():
 def test_ruff_format():
     proc = subprocess.run(
         [*_ruff(), "format", "--check", "."], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_mypy_on_the_package():
+    pytest.importorskip("mypy")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "pytree_kit", "--ignore-missing-imports"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
