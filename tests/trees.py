@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import time
 import typing
 from collections import OrderedDict, defaultdict, deque
 from typing import Any
@@ -173,6 +174,7 @@ def _model_output(logits: Any, loss: Any) -> ModelOutput:
 
 
 ALLOW = (
+    time.struct_time,
     Point,
     Pair,
     DC,
@@ -242,6 +244,7 @@ def containers(children: Any) -> Any:
             lambda d: d.maxlen is None or d.maxlen >= 4
         ),
         st.builds(Point, children, children),
+        st.lists(children, min_size=9, max_size=9).map(time.struct_time),  # a structseq
         st.builds(Pair, children, children),
         st.builds(DC, children, children),
         st.builds(FrozenDC, children, st.sampled_from(["t", "u"])),
