@@ -14,6 +14,7 @@ import attrs
 from hypothesis import strategies as st
 
 import pytree_kit as pk
+import pytree_kit.testing as pkt
 
 # -- classes (module level, so pickle and from_json(allow=) can name them) --
 
@@ -174,6 +175,10 @@ def _model_output(logits: Any, loss: Any) -> ModelOutput:
 
 
 ALLOW = (
+    pkt.Pair,
+    pkt.Point,
+    pkt.Record,
+    pkt.Tagged,
     time.struct_time,
     Point,
     Pair,
@@ -204,6 +209,8 @@ class Leaf:
 
 
 # -- strategy -------------------------------------------------------------
+# pytree_kit.testing.trees draws the builtin kinds, namedtuples and plain
+# dataclasses; the library's own tests add every other kind it understands.
 
 leaf_values = st.one_of(
     st.integers(-5, 5),
@@ -213,62 +220,29 @@ leaf_values = st.one_of(
     st.binary(max_size=2),
     st.frozensets(st.integers(0, 3), max_size=2),
 )
-str_keys = st.text(max_size=3)
-int_keys = st.integers(-3, 10)
-mixed_keys = st.one_of(str_keys, int_keys)
 
-
-def _dicts(children: Any, cls: Any = dict) -> Any:
-    keys = st.one_of(
-        st.lists(str_keys, max_size=4, unique=True),
-        st.lists(int_keys, max_size=4, unique=True),
-        st.lists(mixed_keys, max_size=4, unique_by=lambda k: (type(k), k)),
-    )
-    return keys.flatmap(
-        lambda ks: st.lists(children, min_size=len(ks), max_size=len(ks)).map(
-            lambda vs: cls(zip(ks, vs))
-        )
-    )
-
-
-def containers(children: Any) -> Any:
-    """One level of every container kind, with children from ``children``."""
-    small = st.lists(children, max_size=4)
-    return st.one_of(
-        small,
-        small.map(tuple),
-        _dicts(children),
-        _dicts(children, OrderedDict),
-        _dicts(children).map(lambda d: defaultdict(list, d)),
-        st.builds(deque, small, st.sampled_from([None, 4, 9])).filter(
-            lambda d: d.maxlen is None or d.maxlen >= 4
-        ),
-        st.builds(Point, children, children),
-        st.lists(children, min_size=9, max_size=9).map(time.struct_time),  # a structseq
-        st.builds(Pair, children, children),
-        st.builds(DC, children, children),
-        st.builds(FrozenDC, children, st.sampled_from(["t", "u"])),
-        st.builds(SlotsDC, children, children),
-        st.builds(KwDC, x=children, y=children),
-        st.builds(InitFalseDC, children),
-        st.builds(ChildDC, children, children, children),
-        st.builds(AttrsCls, children, children),
-        st.builds(AttrsStatic, children, st.integers(1, 3)),
-        st.builds(Node, children, children, st.sampled_from(["n", "m"])),
-        st.builds(Record, a=children, b=children),
-        st.builds(Opaque, st.lists(children, max_size=3), st.integers(0, 2)),
-        st.builds(_model_output, children, st.one_of(st.none(), children)),
-    )
+EXTRA_KINDS = [
+    lambda c: st.builds(Point, c, c),
+    lambda c: st.builds(Pair, c, c),
+    lambda c: st.lists(c, min_size=9, max_size=9).map(time.struct_time),  # a structseq
+    lambda c: st.builds(DC, c, c),
+    lambda c: st.builds(FrozenDC, c, st.sampled_from(["t", "u"])),
+    lambda c: st.builds(SlotsDC, c, c),
+    lambda c: st.builds(KwDC, x=c, y=c),
+    lambda c: st.builds(InitFalseDC, c),
+    lambda c: st.builds(ChildDC, c, c, c),
+    lambda c: st.builds(AttrsCls, c, c),
+    lambda c: st.builds(AttrsStatic, c, st.integers(1, 3)),
+    lambda c: st.builds(Node, c, c, st.sampled_from(["n", "m"])),
+    lambda c: st.builds(Record, a=c, b=c),
+    lambda c: st.builds(Opaque, st.lists(c, max_size=3), st.integers(0, 2)),
+    lambda c: st.builds(_model_output, c, st.one_of(st.none(), c)),
+]
 
 
 def trees(leaves: Any = leaf_values) -> Any:
-    """Trees of every kind pytree_kit understands, nested in each other.
-
-    (st.deferred rather than st.recursive: the latter's repr grows
-    exponentially with this many container kinds.)"""
-    base = st.one_of(leaves, st.none())
-    tree: Any = st.deferred(lambda: st.one_of(base, base, containers(tree)))
-    return tree
+    """Trees of every kind pytree_kit understands, nested in each other."""
+    return pkt.trees(leaves, max_depth=3, max_width=4, containers=EXTRA_KINDS)
 
 
 # -- comparison -------------------------------------------------------------
