@@ -1,11 +1,12 @@
 """pytree_kit: nested containers to flat leaves and back, with no registry.
 
->>> import pytree_kit as pk
->>> leaves, spec = pk.flatten({"x": [1, 2], "y": None})
->>> leaves
-[1, 2]
->>> pk.unflatten(spec, [10, 20])
-{'x': [10, 20], 'y': None}
+Examples:
+    >>> import pytree_kit as pk
+    >>> leaves, spec = pk.flatten({"x": [1, 2], "y": None})
+    >>> leaves
+    [1, 2]
+    >>> pk.unflatten(spec, [10, 20])
+    {'x': [10, 20], 'y': None}
 """
 
 from __future__ import annotations

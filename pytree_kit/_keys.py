@@ -25,8 +25,9 @@ class _Key:
 class DictKey(_Key):
     """A mapping key: the child ``obj[key]``. Rendered as ``[repr(key)]``.
 
-    >>> str(DictKey("boxes"))
-    "['boxes']"
+    Examples:
+        >>> str(DictKey("boxes"))
+        "['boxes']"
     """
 
     __slots__ = ("key",)
@@ -54,8 +55,9 @@ class DictKey(_Key):
 class SequenceKey(_Key):
     """A position in a sequence: the child ``obj[idx]``. Rendered as ``[idx]``.
 
-    >>> str(SequenceKey(3))
-    '[3]'
+    Examples:
+        >>> str(SequenceKey(3))
+        '[3]'
     """
 
     __slots__ = ("idx",)
@@ -83,8 +85,9 @@ class SequenceKey(_Key):
 class GetAttrKey(_Key):
     """A named field (namedtuple, structseq, dataclass, attrs): ``obj.name``.
 
-    >>> str(GetAttrKey("boxes"))
-    '.boxes'
+    Examples:
+        >>> str(GetAttrKey("boxes"))
+        '.boxes'
     """
 
     __slots__ = ("name",)
@@ -112,10 +115,11 @@ class GetAttrKey(_Key):
 def keystr(path: Iterable[Any]) -> str:
     """Render a path (a tuple of keys) as text.
 
-    >>> keystr((DictKey("targets"), SequenceKey(3), GetAttrKey("boxes")))
-    "['targets'][3].boxes"
-    >>> keystr(())
-    ''
+    Examples:
+        >>> keystr((DictKey("targets"), SequenceKey(3), GetAttrKey("boxes")))
+        "['targets'][3].boxes"
+        >>> keystr(())
+        ''
     """
     return "".join(map(str, path))
 

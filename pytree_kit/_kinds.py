@@ -59,16 +59,17 @@ class Rule:
     to instances of exactly that type, and a spec made with a rule carries it,
     so ``unflatten`` needs nothing more.
 
-    >>> import pytree_kit as pk
-    >>> class Pair:  # a class we pretend we cannot edit
-    ...     def __init__(self, a, b):
-    ...         self.a, self.b = a, b
-    >>> rule = pk.Rule(lambda p: ((p.a, p.b), None), lambda aux, ch: Pair(*ch))
-    >>> leaves, spec = pk.flatten({"p": Pair(1, 2)}, rules={Pair: rule})
-    >>> leaves
-    [1, 2]
-    >>> pk.unflatten(spec, [3, 4])["p"].b
-    4
+    Examples:
+        >>> import pytree_kit as pk
+        >>> class Pair:  # a class we pretend we cannot edit
+        ...     def __init__(self, a, b):
+        ...         self.a, self.b = a, b
+        >>> rule = pk.Rule(lambda p: ((p.a, p.b), None), lambda aux, ch: Pair(*ch))
+        >>> leaves, spec = pk.flatten({"p": Pair(1, 2)}, rules={Pair: rule})
+        >>> leaves
+        [1, 2]
+        >>> pk.unflatten(spec, [3, 4])["p"].b
+        4
     """
 
     __slots__ = ("flatten", "unflatten")

@@ -397,7 +397,11 @@ def unflatten(spec: TreeSpec, leaves: Any) -> Any:
         leaves = list(leaves)
     n = spec._num_leaves
     if len(leaves) != n:
-        raise ValueError(f"unflatten: the spec has {n} leaves, but {len(leaves)} leaves were given")
+        given = len(leaves)
+        raise ValueError(
+            f"unflatten: the spec has {n} {'leaf' if n == 1 else 'leaves'}, "
+            f"but {given} {'was' if given == 1 else 'were'} given"
+        )
     nodes = spec._nodes
     orders = dict(spec._orders) if spec._orders else None
     stack: list = []

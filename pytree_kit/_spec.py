@@ -40,16 +40,17 @@ class TreeSpec:
 
     Specs come from :func:`pytree_kit.flatten` or :func:`pytree_kit.structure`.
 
-    >>> import pytree_kit as pk
-    >>> spec = pk.structure({"b": [1, 2], "a": 0})
-    >>> spec
-    TreeSpec({'a': *, 'b': [*, *]})
-    >>> spec.num_leaves, spec.num_nodes
-    (3, 5)
-    >>> spec.unflatten(["x", "y", "z"])
-    {'b': ['y', 'z'], 'a': 'x'}
-    >>> spec == pk.structure({"a": 7, "b": [8, 9]})
-    True
+    Examples:
+        >>> import pytree_kit as pk
+        >>> spec = pk.structure({"b": [1, 2], "a": 0})
+        >>> spec
+        TreeSpec({'a': *, 'b': [*, *]})
+        >>> spec.num_leaves, spec.num_nodes
+        (3, 5)
+        >>> spec.unflatten(["x", "y", "z"])
+        {'b': ['y', 'z'], 'a': 'x'}
+        >>> spec == pk.structure({"a": 7, "b": [8, 9]})
+        True
     """
 
     __slots__ = ("_hash", "_nodes", "_num_leaves", "_orders")
@@ -123,18 +124,20 @@ class TreeSpec:
     def is_leaf(self) -> bool:
         """True when this spec is a single leaf.
 
-        >>> import pytree_kit as pk
-        >>> pk.structure(1.0).is_leaf(), pk.structure([1.0]).is_leaf()
-        (True, False)
+        Examples:
+            >>> import pytree_kit as pk
+            >>> pk.structure(1.0).is_leaf(), pk.structure([1.0]).is_leaf()
+            (True, False)
         """
         return self._nodes[0][0] == LEAF
 
     def children(self) -> list[TreeSpec]:
         """The specs of the root's children, in leaf order.
 
-        >>> import pytree_kit as pk
-        >>> pk.structure({"a": 1, "b": (2, 3)}).children()
-        [TreeSpec(*), TreeSpec((*, *))]
+        Examples:
+            >>> import pytree_kit as pk
+            >>> pk.structure({"a": 1, "b": (2, 3)}).children()
+            [TreeSpec(*), TreeSpec((*, *))]
         """
         nodes = self._nodes
         out = []
@@ -155,9 +158,10 @@ class TreeSpec:
     def unflatten(self, leaves: Iterable[Any]) -> Any:
         """Build a tree of this structure from leaves (any iterable).
 
-        >>> import pytree_kit as pk
-        >>> pk.structure((1, [2, 3])).unflatten("abc")
-        ('a', ['b', 'c'])
+        Examples:
+            >>> import pytree_kit as pk
+            >>> pk.structure((1, [2, 3])).unflatten("abc")
+            ('a', ['b', 'c'])
         """
         return _impl.unflatten(self, leaves)
 
@@ -169,24 +173,26 @@ class TreeSpec:
         may hold a subtree there, as in jax). Raises ValueError naming the path
         of the first difference.
 
-        >>> import pytree_kit as pk
-        >>> spec = pk.structure({"x": 0, "y": [0, 0]})
-        >>> spec.flatten_up_to({"y": [2, 3], "x": 1})
-        [1, 2, 3]
-        >>> spec.flatten_up_to({"x": 1, "y": (2, 3)})  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        ValueError: tree['y']: structure mismatch: the spec has a list of 2, the tree has ...
+        Examples:
+            >>> import pytree_kit as pk
+            >>> spec = pk.structure({"x": 0, "y": [0, 0]})
+            >>> spec.flatten_up_to({"y": [2, 3], "x": 1})
+            [1, 2, 3]
+            >>> spec.flatten_up_to({"x": 1, "y": (2, 3)})  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            ValueError: tree['y']: structure mismatch: the spec has a list of 2, the tree has ...
         """
         return _impl.flatten_up_to(self, tree)
 
     def to_json(self) -> str:
         """A stable, readable JSON document for this spec (see ``from_json``).
 
-        >>> import pytree_kit as pk
-        >>> spec = pk.structure({"a": [1, 2]})
-        >>> pk.TreeSpec.from_json(spec.to_json()) == spec
-        True
+        Examples:
+            >>> import pytree_kit as pk
+            >>> spec = pk.structure({"a": [1, 2]})
+            >>> pk.TreeSpec.from_json(spec.to_json()) == spec
+            True
         """
         from ._json import spec_to_json
 

@@ -36,14 +36,15 @@ def flatten(
 ) -> tuple[list[Any], TreeSpec]:
     """Flatten a tree into its leaves and its structure.
 
-    >>> import pytree_kit as pk
-    >>> leaves, spec = pk.flatten({"b": (1, None), "a": [2, 3]})
-    >>> leaves
-    [2, 3, 1]
-    >>> spec
-    TreeSpec({'a': [*, *], 'b': (*, None)})
-    >>> pk.unflatten(spec, [20, 30, 10])
-    {'b': (10, None), 'a': [20, 30]}
+    Examples:
+        >>> import pytree_kit as pk
+        >>> leaves, spec = pk.flatten({"b": (1, None), "a": [2, 3]})
+        >>> leaves
+        [2, 3, 1]
+        >>> spec
+        TreeSpec({'a': [*, *], 'b': (*, None)})
+        >>> pk.unflatten(spec, [20, 30, 10])
+        {'b': (10, None), 'a': [20, 30]}
     """
     return _impl.flatten(tree, is_leaf, check_rules(rules))
 
@@ -54,10 +55,11 @@ def unflatten(spec: TreeSpec, leaves: Iterable[Any]) -> Any:
     The same as ``spec.unflatten(leaves)``. Raises ValueError giving both
     counts when there are too few or too many leaves.
 
-    >>> import pytree_kit as pk
-    >>> spec = pk.structure([0, (0, 0)])
-    >>> pk.unflatten(spec, iter("abc"))
-    ['a', ('b', 'c')]
+    Examples:
+        >>> import pytree_kit as pk
+        >>> spec = pk.structure([0, (0, 0)])
+        >>> pk.unflatten(spec, iter("abc"))
+        ['a', ('b', 'c')]
     """
     if type(spec) is not TreeSpec:
         raise TypeError(f"unflatten expects a TreeSpec, got {type(spec).__name__}")
@@ -67,13 +69,14 @@ def unflatten(spec: TreeSpec, leaves: Iterable[Any]) -> Any:
 def leaves(tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None) -> list[Any]:
     """The leaves of a tree, in order, without building a spec.
 
-    >>> import dataclasses, pytree_kit as pk
-    >>> @dataclasses.dataclass
-    ... class Batch:
-    ...     x: object
-    ...     y: object
-    >>> pk.leaves([Batch(1, {"k": 2}), None, "s"])
-    [1, 2, 's']
+    Examples:
+        >>> import dataclasses, pytree_kit as pk
+        >>> @dataclasses.dataclass
+        ... class Batch:
+        ...     x: object
+        ...     y: object
+        >>> pk.leaves([Batch(1, {"k": 2}), None, "s"])
+        [1, 2, 's']
     """
     return _impl.leaves(tree, is_leaf, check_rules(rules))
 
@@ -81,9 +84,10 @@ def leaves(tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None) -> list[An
 def structure(tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None) -> TreeSpec:
     """The spec of a tree.
 
-    >>> import pytree_kit as pk
-    >>> pk.structure((1, [2, None]))
-    TreeSpec((*, [*, None]))
+    Examples:
+        >>> import pytree_kit as pk
+        >>> pk.structure((1, [2, None]))
+        TreeSpec((*, [*, None]))
     """
     return _impl.flatten(tree, is_leaf, check_rules(rules))[1]
 
@@ -93,10 +97,11 @@ def flatten_with_path(
 ) -> tuple[list[tuple[Path, Any]], TreeSpec]:
     """Like :func:`flatten`, with each leaf paired with its path.
 
-    >>> import pytree_kit as pk
-    >>> pairs, _ = pk.flatten_with_path({"targets": [{"boxes": 1}]})
-    >>> [(pk.keystr(path), leaf) for path, leaf in pairs]
-    [("['targets'][0]['boxes']", 1)]
+    Examples:
+        >>> import pytree_kit as pk
+        >>> pairs, _ = pk.flatten_with_path({"targets": [{"boxes": 1}]})
+        >>> [(pk.keystr(path), leaf) for path, leaf in pairs]
+        [("['targets'][0]['boxes']", 1)]
     """
     return _impl.flatten_with_path(tree, is_leaf, check_rules(rules))
 
@@ -114,13 +119,14 @@ def tree_map(
     ``tree`` has a leaf, the value of a ``rest`` tree is passed whole. On a
     mismatch, raises ValueError naming the first differing path and both kinds.
 
-    >>> import pytree_kit as pk
-    >>> pk.tree_map(lambda x, y: x + y, {"a": 1, "b": (2, None)}, {"a": 10, "b": (20, None)})
-    {'a': 11, 'b': (22, None)}
-    >>> pk.tree_map(lambda x, y: x + y, [1, (2,)], [1, 2])  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: tree[1]: structure mismatch: the first tree has a tuple of 1, rest[0] has a leaf ...
+    Examples:
+        >>> import pytree_kit as pk
+        >>> pk.tree_map(lambda x, y: x + y, {"a": 1, "b": (2, None)}, {"a": 10, "b": (20, None)})
+        {'a': 11, 'b': (22, None)}
+        >>> pk.tree_map(lambda x, y: x + y, [1, (2,)], [1, 2])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: tree[1]: structure mismatch: the first tree has a tuple of 1, rest[0] has ...
     """
     leaves, spec = _impl.flatten(tree, is_leaf, check_rules(rules))
     if not rest:
@@ -140,9 +146,10 @@ def tree_map_with_path(
 ) -> Any:
     """Like :func:`tree_map`, calling ``fn(path, leaf, *rest_leaves)``.
 
-    >>> import pytree_kit as pk
-    >>> pk.tree_map_with_path(lambda p, x: pk.keystr(p), {"a": [0, 0]})
-    {'a': ["['a'][0]", "['a'][1]"]}
+    Examples:
+        >>> import pytree_kit as pk
+        >>> pk.tree_map_with_path(lambda p, x: pk.keystr(p), {"a": [0, 0]})
+        {'a': ["['a'][0]", "['a'][1]"]}
     """
     pairs, spec = _impl.flatten_with_path(tree, is_leaf, check_rules(rules))
     if not rest:
@@ -161,9 +168,10 @@ def tree_map_with_path(
 def tree_flatten(tree: Any, is_leaf: IsLeaf = None) -> tuple[list[Any], TreeSpec]:
     """``jax.tree_util.tree_flatten``'s signature.
 
-    >>> import pytree_kit as pk
-    >>> pk.tree_flatten([1, (2, 3)])[0]
-    [1, 2, 3]
+    Examples:
+        >>> import pytree_kit as pk
+        >>> pk.tree_flatten([1, (2, 3)])[0]
+        [1, 2, 3]
     """
     return _impl.flatten(tree, is_leaf, None)
 
@@ -171,9 +179,10 @@ def tree_flatten(tree: Any, is_leaf: IsLeaf = None) -> tuple[list[Any], TreeSpec
 def tree_unflatten(spec: TreeSpec, leaves: Iterable[Any]) -> Any:
     """``jax.tree_util.tree_unflatten(treedef, leaves)``'s signature.
 
-    >>> import pytree_kit as pk
-    >>> pk.tree_unflatten(pk.tree_structure([0, 0]), [5, 6])
-    [5, 6]
+    Examples:
+        >>> import pytree_kit as pk
+        >>> pk.tree_unflatten(pk.tree_structure([0, 0]), [5, 6])
+        [5, 6]
     """
     return unflatten(spec, leaves)
 
@@ -181,9 +190,10 @@ def tree_unflatten(spec: TreeSpec, leaves: Iterable[Any]) -> Any:
 def tree_leaves(tree: Any, is_leaf: IsLeaf = None) -> list[Any]:
     """``jax.tree_util.tree_leaves``'s signature.
 
-    >>> import pytree_kit as pk
-    >>> pk.tree_leaves({"b": 2, "a": 1})
-    [1, 2]
+    Examples:
+        >>> import pytree_kit as pk
+        >>> pk.tree_leaves({"b": 2, "a": 1})
+        [1, 2]
     """
     return _impl.leaves(tree, is_leaf, None)
 
@@ -191,8 +201,9 @@ def tree_leaves(tree: Any, is_leaf: IsLeaf = None) -> list[Any]:
 def tree_structure(tree: Any, is_leaf: IsLeaf = None) -> TreeSpec:
     """``jax.tree_util.tree_structure``'s signature.
 
-    >>> import pytree_kit as pk
-    >>> pk.tree_structure({"a": None})
-    TreeSpec({'a': None})
+    Examples:
+        >>> import pytree_kit as pk
+        >>> pk.tree_structure({"a": None})
+        TreeSpec({'a': None})
     """
     return _impl.flatten(tree, is_leaf, None)[1]

@@ -8,9 +8,10 @@ Two entry points:
   laws every container must obey, raising ``AssertionError`` that names the
   violated law and shows hypothesis's minimal failing example.
 
->>> from hypothesis import strategies as st
->>> from pytree_kit.testing import Record, check_container, trees
->>> check_container(st.builds(Record, trees(max_depth=1), st.integers()), max_examples=20)
+Examples:
+    >>> from hypothesis import strategies as st
+    >>> from pytree_kit.testing import Record, check_container, trees
+    >>> check_container(st.builds(Record, trees(max_depth=1), st.integers()), max_examples=20)
 
 A class of your own works the same way; it must be importable (defined at
 module level) for the pickle law. See ``docs/testing.md``.
@@ -145,13 +146,14 @@ def trees(
     returns a strategy of your containers, for example
     ``lambda children: st.builds(MyBox, children, children)``.
 
-    >>> from hypothesis import given
-    >>> import pytree_kit as pk
-    >>> @given(trees(max_depth=2))
-    ... def roundtrip(tree):
-    ...     leaves, spec = pk.flatten(tree)
-    ...     assert pk.structure(pk.unflatten(spec, leaves)) == spec
-    >>> roundtrip()
+    Examples:
+        >>> from hypothesis import given
+        >>> import pytree_kit as pk
+        >>> @given(trees(max_depth=2))
+        ... def roundtrip(tree):
+        ...     leaves, spec = pk.flatten(tree)
+        ...     assert pk.structure(pk.unflatten(spec, leaves)) == spec
+        >>> roundtrip()
     """
     if max_depth < 0 or max_width < 0:
         raise ValueError("max_depth and max_width must be >= 0")
