@@ -46,6 +46,10 @@ _ATTR = 2  # GetAttrKey(names[position])
 
 _NoneType = type(None)
 
+# Exact builtin types that are always leaves: attributes cannot be set on them,
+# so no __tree_flatten__ can appear. (A rule for one of them still wins.)
+_ATOMS = frozenset({int, float, str, bytes, bool, complex})
+
 
 # --------------------------------------------------------------------------
 # Paths (built lazily: only for flatten_with_path and for error messages)
@@ -263,12 +267,20 @@ def _walk(tree: Any, is_leaf: Any, rules: Any, mode: int) -> tuple:
     stack: list = []  # frames: [children, position, keymode, names, obj]
     onpath: set = set()
     cache: dict = {}
+    # Types found to be leaves in this call. Whether a value that is not a tuple
+    # is a leaf depends only on its type and this call's rules, so this is exact.
+    leaf_types: set = set(_ATOMS) if rules is None else set(_ATOMS) - rules.keys()
     obj = tree
     while True:
+        t = type(obj)
         if is_leaf is not None and is_leaf(obj):
             found = None
+        elif t in leaf_types:
+            found = None
         else:
-            found = classify(obj, type(obj), rules, stack, cache)
+            found = classify(obj, t, rules, stack, cache)
+            if found is None and not isinstance(obj, tuple):
+                leaf_types.add(t)
         if found is None:
             leaves.append(obj)
             if mode:
