@@ -1,0 +1,409 @@
+"""pytree_kit.torch data loading: collate, pin_memory, to_device, PinnedLoader.
+
+CPU tests cover everything that runs without an accelerator (the coalescing
+logic runs on an ordinary allocator); the GPU tests skip cleanly without CUDA.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import gc
+import itertools
+import threading
+import warnings
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import pytree_kit as pk  # noqa: E402
+from pytree_kit.torch import (  # noqa: E402
+    PinnedLoader,
+    PinnedPool,
+    _data,
+    collate,
+    pin_memory,
+    to_device,
+)
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA")
+
+
+# -- batch types (module level: DataLoader workers pickle them) -------------------
+
+
+@dataclasses.dataclass
+class Target:
+    boxes: Any
+    labels: Any
+
+
+@dataclasses.dataclass
+class Sample:
+    image: Any
+    target: Target
+    name: str
+    weight: float
+    extra: Any = None
+
+
+Pair = collections.namedtuple("Pair", "left right")
+
+
+class Boxes:
+    def __init__(self, xy, fmt="xyxy"):
+        self.xy, self.fmt = xy, fmt
+
+    def __tree_flatten__(self):
+        return {"xy": self.xy}, self.fmt
+
+    @classmethod
+    def __tree_unflatten__(cls, fmt, children):
+        return cls(children["xy"], fmt)
+
+
+def make_sample(i: int) -> Sample:
+    return Sample(
+        image=torch.full((3, 4), float(i)),
+        target=Target(boxes=torch.tensor([[i, i, i + 1, i + 1]]), labels=torch.tensor([i])),
+        name=f"img{i}",
+        weight=0.5 * i,
+    )
+
+
+class Dataset(torch.utils.data.Dataset):
+    def __init__(self, kind: str, n: int = 8) -> None:
+        self.kind, self.n = kind, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        if self.kind == "dataclass":
+            return make_sample(i)
+        if self.kind == "namedtuple":
+            return Pair(torch.tensor([i]), {"k": i, "s": None})
+        return {"boxes": Boxes(torch.ones(2) * i, "cxcy"), "i": i}
+
+
+# -- collate ---------------------------------------------------------------------
+
+
+def test_collate_keeps_types_stacks_tensors_and_lists_the_rest():
+    batch = collate([make_sample(0), make_sample(1), make_sample(2)])
+    assert type(batch) is Sample and type(batch.target) is Target
+    assert batch.image.shape == (3, 3, 4) and batch.image[2, 0, 0] == 2
+    assert batch.target.boxes.shape == (3, 1, 4)
+    assert batch.name == ["img0", "img1", "img2"]
+    assert batch.weight.dtype == torch.float32 or batch.weight.dtype == torch.float64
+    torch.testing.assert_close(
+        batch.weight, torch.tensor([0.0, 0.5, 1.0], dtype=batch.weight.dtype)
+    )
+    assert batch.extra is None
+
+
+def test_collate_namedtuple_and_protocol():
+    pairs = collate([Pair(torch.zeros(2), {"n": 1}), Pair(torch.ones(2), {"n": 2})])
+    assert (
+        type(pairs) is Pair and pairs.left.shape == (2, 2) and pairs.right["n"].tolist() == [1, 2]
+    )
+    boxes = collate([Boxes(torch.zeros(2), "cxcy"), Boxes(torch.ones(2), "cxcy")])
+    assert type(boxes) is Boxes and boxes.fmt == "cxcy" and boxes.xy.shape == (2, 2)
+
+
+def test_collate_structure_mismatch_names_the_path():
+    a, b = make_sample(0), make_sample(1)
+    b.target = Target(boxes=[torch.zeros(4)], labels=torch.tensor([1]))
+    with pytest.raises(
+        ValueError, match=r"sample 1 does not have the structure of sample 0: tree\.target\.boxes"
+    ):
+        collate([a, b])
+    c = make_sample(2)
+    c.name = {"nested": "dict"}
+    with pytest.raises(ValueError, match=r"sample 1 .*tree\.name: sample 0 has a leaf of type str"):
+        collate([make_sample(0), c])
+    with pytest.raises(ValueError, match=r"tree\.target: structure mismatch"):
+        collate([make_sample(0), Sample(torch.zeros(3, 4), None, "x", 1.0)])
+
+
+def test_collate_unstackable_shapes_name_the_path():
+    a, b = make_sample(0), make_sample(1)
+    b.target.boxes = torch.zeros(2, 4)
+    with pytest.raises(
+        ValueError, match=r"tree\.target\.boxes: cannot stack tensors .*\(1, 4\).*\(2, 4\)"
+    ):
+        collate([a, b])
+
+
+def test_collate_mixed_kinds_and_empty():
+    with pytest.raises(
+        ValueError,
+        match=r"tree\['x'\]: the samples hold different kinds of values here \(Tensor, int\)",
+    ):
+        collate([{"x": torch.zeros(1)}, {"x": 1}])
+    with pytest.raises(ValueError, match="no samples"):
+        collate([])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("kind", ["dataclass", "namedtuple", "protocol"])
+@pytest.mark.timeout(120)
+def test_collate_with_a_real_dataloader(kind, workers):
+    loader = torch.utils.data.DataLoader(
+        Dataset(kind), batch_size=4, collate_fn=collate, num_workers=workers
+    )
+    batches = list(loader)
+    assert len(batches) == 2
+    first = batches[0]
+    if kind == "dataclass":
+        assert type(first) is Sample and first.image.shape == (4, 3, 4)
+        assert first.name == ["img0", "img1", "img2", "img3"]
+        assert batches[1].target.labels.flatten().tolist() == [4, 5, 6, 7]
+    elif kind == "namedtuple":
+        assert type(first) is Pair and first.right["s"] is None
+        assert first.right["k"].tolist() == [0, 1, 2, 3]
+    else:
+        assert type(first["boxes"]) is Boxes and first["boxes"].fmt == "cxcy"
+        assert first["boxes"].xy.shape == (4, 2)
+
+
+# -- pinning: without an accelerator, as torch does -------------------------------
+
+
+@pytest.mark.skipif(CUDA, reason="CPU-only behaviour")
+def test_pin_memory_without_accelerator_warns_and_returns_the_batch():
+    batch = make_sample(1)
+    with pytest.warns(UserWarning, match="no accelerator is available"):
+        out = pin_memory(batch, coalesce=True)
+    assert out is batch
+
+
+# -- the coalescing pool, on an ordinary allocator ---------------------------------
+
+
+def plain_pool(**kw: Any) -> PinnedPool:
+    return PinnedPool(allocator=lambda n, dtype: torch.empty(n, dtype=dtype), **kw)
+
+
+def small_batch(n: int = 1000, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "feats": [torch.randn(64, generator=g) for _ in range(n)],
+        "ids": [torch.tensor([i]) for i in range(n)],
+        "meta": Target(
+            boxes=torch.randn(2, 3, generator=g).t(), labels="keep me"
+        ),  # non-contiguous
+    }
+
+
+def test_pack_copies_each_dtype_into_one_buffer_and_returns_views():
+    pool = plain_pool()
+    batch = small_batch(100)
+    leaves, spec = pk.flatten(batch)
+    packed = spec.unflatten(pool.pack(leaves))
+    assert pool.allocations == 2  # one float32 buffer, one int64 buffer
+    for a, b in zip(pk.leaves(batch), pk.leaves(packed)):
+        if isinstance(a, torch.Tensor):
+            torch.testing.assert_close(a, b)
+            assert a.dtype == b.dtype and a.shape == b.shape
+        else:
+            assert a is b
+    storages = {
+        t.untyped_storage().data_ptr() for t in pk.leaves(packed) if isinstance(t, torch.Tensor)
+    }
+    assert len(storages) == 2
+    assert type(packed["meta"]) is Target and packed["meta"].labels == "keep me"
+    # aligned starts: 128 bytes apart at least
+    ptrs = sorted(t.data_ptr() for t in packed["feats"])
+    assert all((b - a) % 128 == 0 for a, b in itertools.pairwise(ptrs))
+
+
+def test_buffers_are_reused_only_when_no_view_is_alive():
+    pool = plain_pool()
+    leaves, spec = pk.flatten(small_batch(50))
+    first = pool.pack(leaves)
+    buf_ptr = first[0].untyped_storage().data_ptr()
+    int_ptr = first[50].untyped_storage().data_ptr()  # ids[0]: int64 (after 50 feats)
+    second = pool.pack(leaves)  # the first batch is alive: a new buffer
+    assert second[0].untyped_storage().data_ptr() != buf_ptr
+    assert pool.allocations == 4
+    survivor = first[3][1:]  # a view of a view keeps the buffer in use
+    del first
+    gc.collect()
+    third = pool.pack(leaves)
+    # float32: the first batch's buffer is held by the survivor, the second's by
+    # the second batch: a new one. int64: the first batch's buffer is free again.
+    assert third[0].untyped_storage().data_ptr() not in (
+        buf_ptr,
+        second[0].untyped_storage().data_ptr(),
+    )
+    assert third[50].untyped_storage().data_ptr() == int_ptr
+    assert pool.allocations == 5
+    before = survivor.clone()
+    del second, third
+    gc.collect()
+    fourth = pool.pack(leaves)  # buffers of the second and third batches are free again
+    assert pool.allocations == 5
+    torch.testing.assert_close(survivor, before)  # never overwritten
+    del survivor, fourth
+    gc.collect()
+    for _ in range(10):
+        pool.pack(leaves)  # each result dropped at once: always reused
+    assert pool.allocations == 5
+
+
+def test_many_small_tensors_cost_one_allocation_per_dtype_per_batch():
+    pool = plain_pool()
+    leaves, spec = pk.flatten(small_batch(1000))
+    for _ in range(20):
+        packed = spec.unflatten(pool.pack(leaves))
+        del packed
+    assert pool.allocations == 2  # vs 20 * 2001 host allocations tensor by tensor
+
+
+def test_pool_keeps_at_most_max_buffers_idle():
+    pool = plain_pool(max_buffers=2)
+    sizes = [10, 1000, 100_000, 10, 1000]
+    for n in sizes:
+        pool.pack([torch.zeros(n)])
+    assert len(pool._buffers[torch.float32]) <= 2
+
+
+def test_pin_memory_coalesce_uses_the_pool(monkeypatch):
+    monkeypatch.setattr(_data, "_pinning_available", lambda: True)
+    pool = plain_pool()
+    batch = make_sample(3)
+    out = pin_memory(batch, coalesce=True, pool=pool)
+    assert type(out) is Sample and type(out.target) is Target and out.name == "img3"
+    torch.testing.assert_close(out.image, batch.image)
+    assert pool.buffer_of(out.image) is pool.buffer_of(out.target.boxes) is not None or (
+        out.image.dtype != out.target.boxes.dtype
+    )
+
+
+def test_pin_memory_per_tensor_pins_every_tensor(monkeypatch):
+    monkeypatch.setattr(_data, "_pinning_available", lambda: True)
+    pinned = []
+
+    def fake_pin(self):
+        pinned.append(self)
+        return self.clone()
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", fake_pin)
+    batch = {"a": [torch.zeros(1), Boxes(torch.ones(2))], "n": 3}
+    out = pin_memory(batch)
+    assert len(pinned) == 2 and type(out["a"][1]) is Boxes and out["n"] == 3
+
+
+# -- to_device ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_to_device_moves_every_tensor_and_keeps_types(device):
+    batch = {"s": make_sample(1), "p": Pair(torch.zeros(2), 7), "b": Boxes(torch.ones(3))}
+    out = to_device(batch, device)
+    assert type(out["s"]) is Sample and type(out["p"]) is Pair and type(out["b"]) is Boxes
+    assert out["s"].name == "img1" and out["p"].right == 7 and out["b"].fmt == "xyxy"
+    tensors = [t for t in pk.leaves(out) if isinstance(t, torch.Tensor)]
+    assert len(tensors) == 5 and all(t.device.type == device for t in tensors)
+    assert out["s"].target.boxes.shape == (1, 4)
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_to_device_from_a_coalesced_batch_copies_once_per_buffer(device, monkeypatch):
+    pool = plain_pool()
+    batch = small_batch(200)
+    leaves, spec = pk.flatten(batch)
+    packed = spec.unflatten(pool.pack(leaves))
+    copies = []
+    real_to = torch.Tensor.to
+
+    def counting_to(self, *args, **kwargs):
+        copies.append(tuple(self.shape))
+        return real_to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", counting_to)
+    out = to_device(packed, device, pool=pool, non_blocking=True)
+    monkeypatch.undo()
+    assert len(copies) == 2  # one per dtype buffer, not 401
+    assert out["meta"].labels == "keep me" and type(out["meta"]) is Target
+    for a, b in zip(pk.leaves(batch), pk.leaves(out)):
+        if isinstance(a, torch.Tensor):
+            assert b.device.type == device and b.shape == a.shape and b.dtype == a.dtype
+            if device == "cpu":
+                torch.testing.assert_close(a, b)
+
+
+# -- PinnedLoader ------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_pinned_loader_pins_off_the_main_thread_in_order(monkeypatch):
+    threads = []
+
+    def fake_pin(batch, **kw):
+        threads.append(threading.current_thread())
+        return ("pinned", batch)
+
+    monkeypatch.setattr(_data, "pin_memory", fake_pin)
+    loader = torch.utils.data.DataLoader(
+        Dataset("dataclass"), batch_size=2, collate_fn=collate, num_workers=2
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = list(PinnedLoader(loader, coalesce=True))
+    assert len(out) == 4 and all(tag == "pinned" for tag, _ in out)
+    assert [b.name for _, b in out] == [
+        ["img0", "img1"],
+        ["img2", "img3"],
+        ["img4", "img5"],
+        ["img6", "img7"],
+    ]
+    assert threads and all(t is not threading.main_thread() for t in threads)
+    assert len(PinnedLoader(loader)) == 4
+
+
+@pytest.mark.timeout(60)
+def test_pinned_loader_raises_loader_errors_in_the_consumer_and_stops_early():
+    def broken():
+        yield make_sample(0)
+        raise KeyError("bad sample")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        it = iter(PinnedLoader(broken()))
+        assert next(it).name == "img0"
+        with pytest.raises(KeyError, match="bad sample"):
+            next(it)
+        endless = iter(PinnedLoader(make_sample(i) for i in range(10**9)))
+        assert next(endless).name == "img0"
+        endless.close()  # stops the thread: no hang
+
+
+# -- GPU (skipped without CUDA) ---------------------------------------------------------------
+
+
+@needs_cuda
+def test_gpu_every_tensor_is_pinned_both_ways():
+    batch = {"s": make_sample(0), "b": Boxes(torch.ones(3))}
+    for coalesce in (False, True):
+        out = pin_memory(batch, coalesce=coalesce)
+        assert all(t.is_pinned() for t in pk.leaves(out) if isinstance(t, torch.Tensor))
+        moved = to_device(out, "cuda", non_blocking=True)
+        torch.cuda.synchronize()
+        assert all(t.is_cuda for t in pk.leaves(moved) if isinstance(t, torch.Tensor))
+        torch.testing.assert_close(moved["s"].image.cpu(), batch["s"].image)
+
+
+@needs_cuda
+@pytest.mark.timeout(120)
+def test_gpu_pinned_loader_delivers_pinned_dataclass_batches():
+    loader = torch.utils.data.DataLoader(
+        Dataset("dataclass"), batch_size=4, collate_fn=collate, num_workers=2
+    )
+    for batch in PinnedLoader(loader, coalesce=True):
+        assert type(batch) is Sample
+        assert all(t.is_pinned() for t in pk.leaves(batch) if isinstance(t, torch.Tensor))
