@@ -1,0 +1,107 @@
+"""Smoke test of benchmarks/compare.py: its --quick mode runs and writes a whole report.
+
+No timing is asserted: only that every tree and operation has a row, pytree_kit
+and at least one peer have a column, the machine section is there and the chart
+is a PNG.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "compare.py"
+
+TREE_LABELS = (
+    "(a) dict of 10",
+    "(b) detection batch",
+    "(c) 1000 dicts x 3",
+    "(d) depth-50 chain",
+    "(e) dataclass batch",
+    "(f) wide, 100,000",
+)
+OPS = ("flatten", "unflatten", "leaves", "tree_map", "flatten_up_to")
+PEERS = (
+    "jax.tree_util",
+    "optree",
+    "torch.utils._pytree",
+    "torch.utils._cxx_pytree",
+    "dm-tree",
+)
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _sections(report: str) -> dict[str, str]:
+    """The report's `## ` sections, by title."""
+    parts = re.split(r"^## (.+)$", report, flags=re.MULTILINE)
+    return {parts[i].strip(): parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+def _table_header(section: str) -> list[str]:
+    line = next(line for line in section.splitlines() if line.startswith("| tree"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("jax")
+    out = tmp_path_factory.mktemp("bench")
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "# pytree_kit: side-by-side speed benchmark" in proc.stdout
+    return (out / "compare.md").read_text(encoding="utf-8"), out
+
+
+def test_every_operation_has_a_row_per_tree(quick_run: tuple[str, Path]) -> None:
+    sections = _sections(quick_run[0])
+    for op in OPS:
+        assert op in sections, f"no section for {op}"
+        rows = [line for line in sections[op].splitlines() if line.startswith("| (")]
+        labels = [row.split("|")[1].strip() for row in rows]
+        assert labels == list(TREE_LABELS), (op, labels)
+
+
+def test_columns_pytree_kit_and_a_peer(quick_run: tuple[str, Path]) -> None:
+    sections = _sections(quick_run[0])
+    for op in OPS:
+        header = _table_header(sections[op])
+        assert "pytree_kit (python)" in header
+        assert any(peer in header for peer in PEERS), header
+        rows = [line for line in sections[op].splitlines() if line.startswith("| (a)")]
+        assert re.search(r"\d \(\d+\.\d\d\u00d7\)", rows[0]), rows[0]
+
+
+def test_floor_and_scaling_tables(quick_run: tuple[str, Path]) -> None:
+    sections = _sections(quick_run[0])
+    floor = sections["leaves() against the floor"]
+    for label in TREE_LABELS:
+        assert f"| {label} |" in floor
+    scaling = sections["Scaling"]
+    assert "**flatten**, ns per leaf" in scaling and "**leaves**, ns per leaf" in scaling
+    assert "| 1,000 |" in scaling and "| 10,000 |" in scaling
+
+
+def test_machine_section(quick_run: tuple[str, Path]) -> None:
+    sections = _sections(quick_run[0])
+    machine = sections["Machine and versions"]
+    for word in ("Python", "CPU", "cores", "pytree_kit", "engines benchmarked", "jax"):
+        assert word in machine, word
+
+
+def test_charts_are_pngs(quick_run: tuple[str, Path]) -> None:
+    out = quick_run[1]
+    for name in ("compare.png", "scaling.png"):
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG_MAGIC), name
