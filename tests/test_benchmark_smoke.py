@@ -105,3 +105,26 @@ def test_charts_are_pngs(quick_run: tuple[str, Path]) -> None:
     for name in ("compare.png", "scaling.png"):
         data = (out / name).read_bytes()
         assert data.startswith(PNG_MAGIC), name
+
+
+def test_pinning_benchmark_smoke(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "pinning.py"),
+            "--quick",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    if torch.cuda.is_available():
+        report = (tmp_path / "pinning.md").read_text()
+        for way in ("coalesced", "per tensor", "torch DataLoader pinning"):
+            assert way in report
+    else:
+        assert "no CUDA device here, so nothing was measured" in proc.stdout
