@@ -3,10 +3,8 @@ strategy that nests them in each other, and exact structural comparison."""
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import time
-import typing
 from collections import OrderedDict, defaultdict, deque
 from typing import Any
 
@@ -18,18 +16,10 @@ import pytree_kit.testing as pkt
 
 # -- classes (module level, so pickle and from_json(allow=) can name them) --
 
-Point = collections.namedtuple("Point", "x y")
-
-
-class Pair(typing.NamedTuple):
-    first: Any
-    second: Any
-
-
-@dataclasses.dataclass
-class DC:
-    a: Any
-    b: Any = None
+# The namedtuples and the plain dataclass that pytree_kit.testing draws.
+Point = pkt.Point
+Pair = pkt.Pair
+DC = pkt.Record
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,9 +170,6 @@ ALLOW = (
     pkt.Record,
     pkt.Tagged,
     time.struct_time,
-    Point,
-    Pair,
-    DC,
     FrozenDC,
     SlotsDC,
     KwDC,
@@ -222,10 +209,7 @@ leaf_values = st.one_of(
 )
 
 EXTRA_KINDS = [
-    lambda c: st.builds(Point, c, c),
-    lambda c: st.builds(Pair, c, c),
     lambda c: st.lists(c, min_size=9, max_size=9).map(time.struct_time),  # a structseq
-    lambda c: st.builds(DC, c, c),
     lambda c: st.builds(FrozenDC, c, st.sampled_from(["t", "u"])),
     lambda c: st.builds(SlotsDC, c, c),
     lambda c: st.builds(KwDC, x=c, y=c),
