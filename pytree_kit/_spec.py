@@ -210,6 +210,17 @@ class TreeSpec:
         when it is passed in ``allow``; a class flattened by a rule needs that
         rule in ``rules``. Anything else, and any malformed document, raises
         ValueError.
+
+        Examples:
+            >>> import collections, pytree_kit as pk
+            >>> Point = collections.namedtuple("Point", "x y")
+            >>> text = pk.structure([Point(1, 2), {"k": None}]).to_json()
+            >>> pk.TreeSpec.from_json(text, allow=[Point])
+            TreeSpec([Point(x=*, y=*), {'k': None}])
+            >>> pk.TreeSpec.from_json(text)  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            ValueError: TreeSpec.from_json: class ...Point is not allowed; pass it in allow= ...
         """
         from ._json import spec_from_json
 

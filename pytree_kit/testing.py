@@ -412,6 +412,11 @@ def check_container(
     hypothesis's minimal failing example. This catches the usual bugs:
     children swapped on unflatten, aux data dropped, unhashable aux data,
     a child silently lost.
+
+    Examples:
+        >>> from hypothesis import strategies as st
+        >>> from pytree_kit.testing import Tagged, check_container
+        >>> check_container(st.builds(Tagged, st.integers(), st.just("a")), max_examples=10)
     """
     if not isinstance(strategy, SearchStrategy):
         raise TypeError(

@@ -267,6 +267,18 @@ def pin_memory(
 
     On a build with no accelerator, pinning is impossible: as torch's
     DataLoader does, this warns and returns the batch unpinned.
+
+    Examples:
+        >>> import torch, warnings
+        >>> from pytree_kit.torch import pin_memory
+        >>> batch = {"x": [torch.zeros(2), torch.ones(3)], "name": "a"}
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")  # no accelerator here: a warning
+        ...     pinned = pin_memory(batch, coalesce=True)
+        >>> pinned["name"], all(
+        ...     t.is_pinned() == torch.cuda.is_available() for t in pinned["x"]
+        ... )
+        ('a', True)
     """
     if not _pinning_available():
         warnings.warn(
