@@ -29,6 +29,14 @@ from pytree_kit.torch import (  # noqa: E402
 )
 
 CUDA = torch.cuda.is_available()
+
+
+def _spawn(workers: int) -> dict:
+    # Workers start with spawn: forking a process in which jax (imported by other
+    # tests) runs threads can deadlock. Spawn also checks that batches pickle.
+    return {"multiprocessing_context": "spawn"} if workers else {}
+
+
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA")
 
 
@@ -153,7 +161,7 @@ def test_collate_mixed_kinds_and_empty():
 @pytest.mark.timeout(120)
 def test_collate_with_a_real_dataloader(kind, workers):
     loader = torch.utils.data.DataLoader(
-        Dataset(kind), batch_size=4, collate_fn=collate, num_workers=workers
+        Dataset(kind), batch_size=4, collate_fn=collate, num_workers=workers, **_spawn(workers)
     )
     batches = list(loader)
     assert len(batches) == 2
@@ -350,7 +358,7 @@ def test_pinned_loader_pins_off_the_main_thread_in_order(monkeypatch):
 
     monkeypatch.setattr(_data, "pin_memory", fake_pin)
     loader = torch.utils.data.DataLoader(
-        Dataset("dataclass"), batch_size=2, collate_fn=collate, num_workers=2
+        Dataset("dataclass"), batch_size=2, collate_fn=collate, num_workers=2, **_spawn(2)
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -402,7 +410,7 @@ def test_gpu_every_tensor_is_pinned_both_ways():
 @pytest.mark.timeout(120)
 def test_gpu_pinned_loader_delivers_pinned_dataclass_batches():
     loader = torch.utils.data.DataLoader(
-        Dataset("dataclass"), batch_size=4, collate_fn=collate, num_workers=2
+        Dataset("dataclass"), batch_size=4, collate_fn=collate, num_workers=2, **_spawn(2)
     )
     for batch in PinnedLoader(loader, coalesce=True):
         assert type(batch) is Sample
