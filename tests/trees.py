@@ -20,6 +20,7 @@ import pytree_kit.testing as pkt
 Point = pkt.Point
 Pair = pkt.Pair
 DC = pkt.Record
+Leaf = pkt.Leaf  # an opaque leaf, compared by identity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,18 +182,6 @@ ALLOW = (
     Record,
     ModelOutput,
 )
-
-
-class Leaf:
-    """An opaque leaf, compared by identity."""
-
-    __slots__ = ("n",)
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __repr__(self) -> str:
-        return f"Leaf({self.n})"
 
 
 # -- strategy -------------------------------------------------------------
