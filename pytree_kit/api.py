@@ -131,9 +131,7 @@ def tree_map(
     leaves, spec = _impl.flatten(tree, is_leaf, check_rules(rules))
     if not rest:
         return _impl.unflatten(spec, [fn(x) for x in leaves])
-    others = [
-        _impl.flatten_up_to(spec, r, "the first tree", f"rest[{i}]") for i, r in enumerate(rest)
-    ]
+    others = _rest_leaves(spec, rest)
     return _impl.unflatten(spec, list(map(fn, leaves, *others)))
 
 
@@ -154,12 +152,17 @@ def tree_map_with_path(
     pairs, spec = _impl.flatten_with_path(tree, is_leaf, check_rules(rules))
     if not rest:
         return _impl.unflatten(spec, [fn(p, x) for p, x in pairs])
-    others = [
-        _impl.flatten_up_to(spec, r, "the first tree", f"rest[{i}]") for i, r in enumerate(rest)
-    ]
+    others = _rest_leaves(spec, rest)
     paths = [p for p, _ in pairs]
     values = [x for _, x in pairs]
     return _impl.unflatten(spec, list(map(fn, paths, values, *others)))
+
+
+def _rest_leaves(spec: TreeSpec, rest: tuple) -> list[list[Any]]:
+    """The leaves of each tree in ``rest``, which must have ``spec``'s structure."""
+    return [
+        _impl.flatten_up_to(spec, r, "the first tree", f"rest[{i}]") for i, r in enumerate(rest)
+    ]
 
 
 # -- drop-in aliases with the jax.tree_util / optree signatures -------------
