@@ -2,8 +2,8 @@
 
 Times flatten, unflatten, leaves, tree_map (identity) and flatten_up_to on six
 trees through every pytree_kit engine that can be imported (the pure engine,
-``pytree_kit._pure``, and the C engine, ``pytree_kit._speedups``, once it
-exists) and through jax.tree_util, optree, torch.utils._pytree,
+``pytree_kit._pure``, and the C engine, ``pytree_kit._speedups``, when it
+is built) and through jax.tree_util, optree, torch.utils._pytree,
 torch.utils._cxx_pytree and dm-tree, all in this one process. Then it times
 leaves() against the floor (copying as many references into a new list) and
 the cost per leaf of flatten and leaves from 10^3 to 10^6 leaves.
@@ -72,7 +72,7 @@ import pytree_kit as pk
 from pytree_kit import _pure
 
 try:  # the C engine, when it has been built; it has the pure engine's functions
-    from pytree_kit import _speedups  # type: ignore[attr-defined]
+    from pytree_kit import _speedups
 except ImportError:
     _speedups = None
 
@@ -761,6 +761,55 @@ def floor_table(
     return _table(header, rows)
 
 
+#: The targets of issue 3, checked on the C engine (the pure one where no C is built).
+TARGETS = (
+    ("flatten", "speedup", 2.0),
+    ("unflatten", "speedup", 1.5),
+    ("tree_map", "speedup", 1.5),
+    ("leaves", "floor", 1.3),
+    ("flatten_up_to", "vs flatten", 1.5),
+)
+
+
+def targets_table(
+    libs: list[Lib], cells: dict[tuple[str, str, str], Any], floor: dict[str, float]
+) -> list[str]:
+    """Each target, per tree, for the fastest pytree_kit engine: met or missed."""
+    ours = [lib for lib in libs if not lib.peer]
+    lib = next((x for x in ours if x.name.endswith("(c)")), ours[0] if ours else None)
+    if lib is None:
+        return ["No pytree_kit engine was timed."]
+    header = ["target", *[c.label for c in TREES]]
+    rows = []
+    for op, kind, goal in TARGETS:
+        if kind == "speedup":
+            label = f"{op}: at least {goal:g}{X} faster than the fastest peer"
+        elif kind == "floor":
+            label = f"leaves(): within {goal:g}{X} of the list-copy floor"
+        else:
+            label = f"flatten_up_to: at least {goal:g}{X} faster than flatten"
+        row = [label]
+        for case in TREES:
+            v = cells.get((lib.name, case.key, op))
+            if not isinstance(v, float):
+                row.append("-")
+                continue
+            if kind == "speedup":
+                best = best_peer(libs, cells, case.key, op)
+                ratio = best[1] / v if best else None
+                ok = ratio is not None and ratio >= goal
+            elif kind == "floor":
+                ratio = v / floor[case.key] if case.key in floor else None
+                ok = ratio is not None and ratio <= goal
+            else:
+                flat = cells.get((lib.name, case.key, "flatten"))
+                ratio = flat / v if isinstance(flat, float) else None
+                ok = ratio is not None and ratio >= goal
+            row.append("-" if ratio is None else f"{ratio:.2f}{X} {'met' if ok else 'MISSED'}")
+        rows.append(row)
+    return [f"For **{lib.name}**, from the tables above.", "", *_table(header, rows)]
+
+
 def scaling_tables(scaling: dict[tuple[str, str, int], float], sizes: tuple[int, ...]) -> list[str]:
     out: list[str] = []
     for op in ("flatten", "leaves"):
@@ -840,6 +889,7 @@ def render(
         ),
         "",
     ]
+    lines += ["## Targets", "", *targets_table(libs, cells, floor), ""]
     for op in OPS:
         lines += [f"## {op}", "", *op_table(libs, cells, op), ""]
     lines += [

@@ -14,11 +14,11 @@ impl: Any = _pure
 if os.environ.get("PYTREE_KIT_PURE", "") not in ("", "0"):
     impl = _pure
 else:
-    try:  # the C engine of a later release; absent for now
-        from . import _speedups  # type: ignore[attr-defined]
-    except ImportError:
+    try:
+        from . import _speedups
+    except ImportError:  # not built (no compiler, or not CPython)
         impl = _pure
-    else:  # pragma: no cover - no C engine yet
+    else:
         impl = _speedups
 
 ENGINE: str = impl.NAME

@@ -110,7 +110,7 @@ def check_rules(rules: Any) -> Any:
     """Validate a ``rules=`` argument; returns it, or None when empty."""
     if not rules:
         return None
-    if not isinstance(rules, dict):
+    if type(rules) is not dict:
         try:
             rules = dict(rules)
         except (TypeError, ValueError):

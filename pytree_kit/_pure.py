@@ -171,6 +171,16 @@ def _user_children(res: Any, stack: list, what: str) -> tuple:
     return children, aux, keys, mode
 
 
+def _custom_result(res: Any, stack: list, t: Any) -> tuple:
+    """_user_children for what ``t.__tree_flatten__`` returned."""
+    return _user_children(res, stack, f"{_qualname(t)}.__tree_flatten__")
+
+
+def _rule_result(res: Any, stack: list, t: Any) -> tuple:
+    """_user_children for what the rule for ``t`` returned."""
+    return _user_children(res, stack, f"the rule for {_qualname(t)}")
+
+
 def _structseq_node(obj: Any, t: Any) -> tuple:
     n = len(obj)
     children = tuple(obj)
@@ -198,8 +208,7 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
     if rules is not None:
         rule = rules.get(t)
         if rule is not None:
-            what = f"the rule for {_qualname(t)}"
-            children, aux, keys, mode = _user_children(rule.flatten(obj), stack, what)
+            children, aux, keys, mode = _rule_result(rule.flatten(obj), stack, t)
             return (RULE, t, len(children), (rule, aux, keys)), children, mode, keys
     if t is tuple:
         return (TUPLE, None, len(obj), None), obj, _SEQ, None
@@ -230,8 +239,7 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
                 f"{where(_path(stack))}: {_qualname(t)} defines __tree_flatten__ "
                 "but no classmethod __tree_unflatten__"
             )
-        what = f"{_qualname(t)}.__tree_flatten__"
-        children, aux, keys, mode = _user_children(obj.__tree_flatten__(), stack, what)
+        children, aux, keys, mode = _custom_result(obj.__tree_flatten__(), stack, t)
         return (CUSTOM, t, len(children), (aux, keys)), children, mode, keys
     if isinstance(obj, tuple):
         if hasattr(t, "n_sequence_fields") and hasattr(t, "n_fields"):
@@ -255,6 +263,16 @@ def dict_order_differs(node: tuple, obj: dict) -> Any:
 
 # --------------------------------------------------------------------------
 # flatten, leaves, flatten_with_path
+
+
+def _cycle_error(stack: list, obj: Any) -> ValueError:
+    """The error for ``obj``, a container already on the path ``stack``."""
+    path = _path(stack)
+    first = next(i for i, fr in enumerate(stack) if fr[4] is obj)
+    return ValueError(
+        f"{where(path)}: cycle: this container is the one at "
+        f"{where(path[:first])}, which holds itself"
+    )
 
 
 def _walk(tree: Any, is_leaf: Any, rules: Any, mode: int) -> tuple:
@@ -297,12 +315,7 @@ def _walk(tree: Any, is_leaf: Any, rules: Any, mode: int) -> tuple:
                 nodes.append(node)
             if children:
                 if id(obj) in onpath:
-                    path = _path(stack)
-                    first = next(i for i, fr in enumerate(stack) if fr[4] is obj)
-                    raise ValueError(
-                        f"{where(path)}: cycle: this container is the one at "
-                        f"{where(path[:first])}, which holds itself"
-                    )
+                    raise _cycle_error(stack, obj)
                 onpath.add(id(obj))
                 stack.append([children, 0, keymode, names, obj])
         # Move to the next value in pre-order.
@@ -561,15 +574,12 @@ def _match(node: tuple, obj: Any, stack: list, label: str, other: str) -> tuple:
                 return children, keymode, names
     elif kind == CUSTOM:
         if ot is t:
-            what = f"{_qualname(t)}.__tree_flatten__"
-            children, user_aux, keys, mode = _user_children(obj.__tree_flatten__(), stack, what)
+            children, user_aux, keys, mode = _custom_result(obj.__tree_flatten__(), stack, t)
             if len(children) == arity and (user_aux, keys) == aux:
                 return children, mode, keys
     elif kind == RULE:
         if ot is t:
-            rule = aux[0]
-            what = f"the rule for {_qualname(t)}"
-            children, user_aux, keys, mode = _user_children(rule.flatten(obj), stack, what)
+            children, user_aux, keys, mode = _rule_result(aux[0].flatten(obj), stack, t)
             if len(children) == arity and (user_aux, keys) == aux[1:]:
                 return children, mode, keys
     raise _mismatch(stack, label, node, obj, other)

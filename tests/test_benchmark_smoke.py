@@ -7,6 +7,7 @@ is a PNG.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -81,6 +82,22 @@ def test_columns_pytree_kit_and_a_peer(quick_run: tuple[str, Path]) -> None:
         assert any(peer in header for peer in PEERS), header
         rows = [line for line in sections[op].splitlines() if line.startswith("| (a)")]
         assert re.search(r"\d \(\d+\.\d\d\u00d7\)", rows[0]), rows[0]
+
+
+def test_both_engines_and_the_targets(quick_run: tuple[str, Path]) -> None:
+    """The C engine has its own column where it is built, and the targets table
+    judges every target on the quick run's trees (met or MISSED, never blank)."""
+    sections = _sections(quick_run[0])
+    if importlib.util.find_spec("pytree_kit._speedups") is not None:
+        assert "pytree_kit (c)" in _table_header(sections["flatten"])
+    targets = sections["Targets"]
+    rows = [line for line in targets.splitlines() if line.startswith("| ") and "target" not in line]
+    assert len(rows) == 5, targets
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        timed = [c for c in cells if c != "-"]
+        assert timed, row  # the quick run skips only tree (f)
+        assert all(re.fullmatch(r"\d+\.\d\d\u00d7 (met|MISSED)", c) for c in timed), row
 
 
 def test_floor_and_scaling_tables(quick_run: tuple[str, Path]) -> None:

@@ -1,0 +1,3155 @@
+/* pytree_kit._speedups: the C engine.
+ *
+ * It implements the engine interface of pytree_kit/_pure.py (flatten, leaves,
+ * flatten_with_path, unflatten, flatten_up_to) and must give exactly what the
+ * pure engine gives: the same leaves, the same spec nodes and the same errors.
+ *
+ * How it stays exact:
+ *  - The common kinds (tuple, list, dict, None, namedtuple, dataclass, attrs,
+ *    __tree_flatten__ and rules) are handled here, in the same order of checks
+ *    and with the same calls into user code as _pure.classify.
+ *  - Everything rare (OrderedDict, defaultdict, deque, structseq, metaclasses
+ *    with their own attribute lookup, static fields, ...) is handed to the
+ *    pure engine's own functions, with the traversal stack rebuilt in the pure
+ *    engine's format so that paths in messages come out the same.
+ *  - Every error message is made by the pure engine's functions.
+ *
+ * Traversals use explicit stacks on the heap: no C recursion on user data.
+ * The module defines no Python types of its own. Between calls it keeps only
+ * constants and what it learnt about classes (see SavedPlan), checked against
+ * CPython's type version tags so that it is never stale.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* Kinds: keep in step with _kinds.py */
+
+enum {
+    K_LEAF = 0, K_NONE = 1, K_TUPLE = 2, K_LIST = 3, K_DICT = 4, K_ORDEREDDICT = 5,
+    K_DEFAULTDICT = 6, K_DEQUE = 7, K_NAMEDTUPLE = 8, K_STRUCTSEQ = 9, K_DATACLASS = 10,
+    K_ATTRS = 11, K_CUSTOM = 12, K_RULE = 13, K_COUNT = 14
+};
+
+/* How the children of a frame are named in paths (as in _pure). */
+enum { KM_SEQ = 0, KM_MAP = 1, KM_ATTR = 2 };
+
+/* ------------------------------------------------------------------------ */
+/* Module constants, set once by the module's init. */
+
+static PyObject *kind_obj[K_COUNT];
+static PyObject *LEAF_NODE, *NONE_NODE;
+static PyTypeObject *TreeSpec_type;
+static Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash;
+static PyObject *py_classify, *py_dict_order_differs, *py_record_fields, *py_custom_result,
+    *py_rule_result, *py_cycle_error, *py_match, *py_mismatch, *py_build;
+static PyObject *SequenceKey_t, *DictKey_t, *GetAttrKey_t;
+static PyObject *FIELD_marker;
+static PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
+static PyObject *s_tree_flatten, *s_tree_unflatten, *s_fields, *s_n_sequence_fields,
+    *s_n_fields, *s_dataclass_fields, *s_attrs_attrs, *s_field_type, *s_name, *s_metadata,
+    *s_get, *s_static, *s_new, *s_flatten, *s_unflatten;
+static PyObject *empty_tuple;
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers */
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static int
+raise_returned(PyObject *exc)
+{
+    /* Raise an exception instance that a pure-engine helper returned. */
+    if (exc == NULL) {
+        return -1;
+    }
+    if (PyExceptionInstance_Check(exc)) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    }
+    else {
+        PyErr_SetString(PyExc_SystemError, "pytree_kit: an error helper returned a non-exception");
+    }
+    Py_DECREF(exc);
+    return -1;
+}
+
+static PyObject *
+make_node(int kind, PyObject *type, Py_ssize_t arity, PyObject *aux)
+{
+    /* (kind, type, arity, aux); steals nothing. */
+    PyObject *n = PyLong_FromSsize_t(arity);
+    if (n == NULL) {
+        return NULL;
+    }
+    PyObject *node = PyTuple_New(4);
+    if (node == NULL) {
+        Py_DECREF(n);
+        return NULL;
+    }
+    Py_INCREF(kind_obj[kind]);
+    PyTuple_SET_ITEM(node, 0, kind_obj[kind]);
+    Py_INCREF(type);
+    PyTuple_SET_ITEM(node, 1, type);
+    PyTuple_SET_ITEM(node, 2, n);
+    Py_INCREF(aux);
+    PyTuple_SET_ITEM(node, 3, aux);
+    return node;
+}
+
+static PyObject *
+make_spec(PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
+{
+    /* TreeSpec._make(nodes, orders, num_leaves); steals nodes and orders. */
+    PyObject *spec = TreeSpec_type->tp_alloc(TreeSpec_type, 0);
+    PyObject *n = PyLong_FromSsize_t(num_leaves);
+    if (spec == NULL || n == NULL) {
+        Py_XDECREF(spec);
+        Py_XDECREF(n);
+        Py_DECREF(nodes);
+        Py_DECREF(orders);
+        return NULL;
+    }
+    SLOT(spec, off_nodes) = nodes;
+    SLOT(spec, off_orders) = orders;
+    SLOT(spec, off_num_leaves) = n;
+    Py_INCREF(Py_None);
+    SLOT(spec, off_hash) = Py_None;
+    return spec;
+}
+
+/* getattr(t, name, <absent>) for a class, when that runs no Python code.
+ * Returns 0 with *out a new reference (or NULL when absent), -1 on error, and
+ * 1 when the lookup could run Python code (a metaclass with its own lookup or
+ * the name, or a descriptor written in Python): the caller then leaves the
+ * whole decision to the pure engine. */
+static int
+type_attr(PyTypeObject *t, PyObject *name, PyObject **out)
+{
+    PyTypeObject *meta = Py_TYPE(t);
+    *out = NULL;
+    if (meta != &PyType_Type) {
+        if (meta->tp_getattro != PyType_Type.tp_getattro) {
+            return 1;
+        }
+        if (_PyType_Lookup(meta, name) != NULL) {
+            return 1;
+        }
+    }
+    PyObject *raw = _PyType_Lookup(t, name);
+    if (raw == NULL) {
+        return 0;
+    }
+    descrgetfunc get = Py_TYPE(raw)->tp_descr_get;
+    if (get == NULL) {
+        Py_INCREF(raw);
+        *out = raw;
+        return 0;
+    }
+    if (PyType_HasFeature(Py_TYPE(raw), Py_TPFLAGS_HEAPTYPE)) {
+        return 1;
+    }
+    Py_INCREF(raw);
+    PyObject *v = get(raw, NULL, (PyObject *)t);
+    Py_DECREF(raw);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 1;
+    }
+    *out = v;
+    return 0;
+}
+
+static unsigned int
+type_version(PyTypeObject *t)
+{
+#ifdef Py_TPFLAGS_VALID_VERSION_TAG
+    if (!PyType_HasFeature(t, Py_TPFLAGS_VALID_VERSION_TAG)) {
+        return 0;
+    }
+#endif
+    return t->tp_version_tag;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Per-call knowledge of types.
+ *
+ * PLAN_LEAF entries are final for the call, as the pure engine's leaf_types
+ * set is. Other plans depend on the class's attributes and are checked
+ * against the class's version tag, which CPython changes whenever the class
+ * or one of its bases is modified; so they are never stale. */
+
+enum {
+    PLAN_LEAF, PLAN_TUPLE_LEAF, PLAN_NAMEDTUPLE, PLAN_DATACLASS, PLAN_ATTRS, PLAN_CUSTOM,
+    PLAN_PYTHON
+};
+
+typedef struct {
+    PyTypeObject *type; /* strong */
+    int plan;
+    int has_static;
+    unsigned int version;
+    PyObject *info; /* strong or NULL: namedtuple _fields; for a record with no static
+                       field, its aux when every field is set: (names, (), (), None) */
+    PyObject *node; /* strong or NULL: this call's node for the info above */
+} TypeEntry;
+
+#define TC_INLINE 8
+
+typedef struct {
+    TypeEntry *v; /* NULL until the first entry; then inline or on the heap */
+    Py_ssize_t n, cap;
+    TypeEntry inline_v[TC_INLINE];
+} TypeCache;
+
+static void
+tc_clear(TypeCache *c)
+{
+    for (Py_ssize_t i = 0; i < c->n; i++) {
+        Py_DECREF(c->v[i].type);
+        Py_XDECREF(c->v[i].info);
+        Py_XDECREF(c->v[i].node);
+    }
+    if (c->v != c->inline_v) {
+        PyMem_Free(c->v);
+    }
+    c->v = NULL;
+    c->n = c->cap = 0;
+}
+
+static TypeEntry *
+tc_find(TypeCache *c, PyTypeObject *t)
+{
+    for (Py_ssize_t i = 0; i < c->n; i++) {
+        if (c->v[i].type == t) {
+            return &c->v[i];
+        }
+    }
+    return NULL;
+}
+
+static TypeEntry *
+tc_add(TypeCache *c, PyTypeObject *t)
+{
+    if (c->v == NULL) {
+        c->v = c->inline_v;
+        c->cap = TC_INLINE;
+    }
+    if (c->n == c->cap) {
+        Py_ssize_t cap = c->cap * 2;
+        TypeEntry *v = PyMem_Malloc(cap * sizeof(TypeEntry));
+        if (v == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        memcpy(v, c->v, c->n * sizeof(TypeEntry));
+        if (c->v != c->inline_v) {
+            PyMem_Free(c->v);
+        }
+        c->v = v;
+        c->cap = cap;
+    }
+    TypeEntry *e = &c->v[c->n++];
+    Py_INCREF(t);
+    e->type = t;
+    e->plan = PLAN_PYTHON;
+    e->has_static = 0;
+    e->version = 0;
+    e->info = NULL;
+    e->node = NULL;
+    return e;
+}
+
+/* ((name, static), ...) of a dataclass or attrs class, as _pure._fields_info.
+ * Returns NULL with no error set when the pure engine should do it. */
+static PyObject *
+fields_info(PyTypeObject *t, int kind, int *has_static)
+{
+    PyObject *fields = NULL, *seq = NULL, *out = NULL;
+    *has_static = 0;
+    int r = type_attr(t, kind == K_DATACLASS ? s_dataclass_fields : s_attrs_attrs, &fields);
+    if (r != 0 || fields == NULL) {
+        if (r < 0) {
+            return NULL;
+        }
+        PyErr_Clear();
+        return NULL;
+    }
+    if (kind == K_DATACLASS) {
+        if (!PyDict_CheckExact(fields)) {
+            Py_DECREF(fields);
+            return NULL;
+        }
+        seq = PyDict_Values(fields);
+    }
+    else {
+        if (!PyTuple_Check(fields)) {
+            Py_DECREF(fields);
+            return NULL;
+        }
+        seq = PySequence_List(fields);
+    }
+    Py_DECREF(fields);
+    if (seq == NULL) {
+        return NULL;
+    }
+    out = PyList_New(0);
+    if (out == NULL) {
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(seq); i++) {
+        PyObject *f = PyList_GET_ITEM(seq, i);
+        if (kind == K_DATACLASS) {
+            PyObject *ft = PyObject_GetAttr(f, s_field_type);
+            if (ft == NULL) {
+                goto fail;
+            }
+            Py_DECREF(ft);
+            if (ft != FIELD_marker) {
+                continue;
+            }
+        }
+        PyObject *name = PyObject_GetAttr(f, s_name);
+        if (name == NULL) {
+            goto fail;
+        }
+        PyObject *md = PyObject_GetAttr(f, s_metadata);
+        if (md == NULL) {
+            Py_DECREF(name);
+            goto fail;
+        }
+        int is_static = 0;
+        int truth = PyObject_IsTrue(md);
+        if (truth > 0) {
+            PyObject *v = PyObject_CallMethodObjArgs(md, s_get, s_static, Py_False, NULL);
+            if (v == NULL) {
+                truth = -1;
+            }
+            else {
+                is_static = PyObject_IsTrue(v);
+                Py_DECREF(v);
+                if (is_static < 0) {
+                    truth = -1;
+                }
+            }
+        }
+        Py_DECREF(md);
+        if (truth < 0) {
+            Py_DECREF(name);
+            goto fail;
+        }
+        PyObject *pair = Py_BuildValue("(NO)", name, is_static ? Py_True : Py_False);
+        if (pair == NULL || PyList_Append(out, pair) < 0) {
+            Py_XDECREF(pair);
+            goto fail;
+        }
+        Py_DECREF(pair);
+        *has_static |= is_static;
+    }
+    Py_DECREF(seq);
+    PyObject *tup = PyList_AsTuple(out);
+    Py_DECREF(out);
+    return tup;
+fail:
+    Py_XDECREF(seq);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+/* Decide the plan for a type that is none of the exact builtin containers.
+ * Mirrors the tail of _pure.classify. */
+static int
+make_plan(TypeEntry *e)
+{
+    PyTypeObject *t = e->type;
+    PyObject *v = NULL;
+    int r;
+    e->plan = PLAN_PYTHON;
+    if ((PyObject *)t == OrderedDict_t || (PyObject *)t == defaultdict_t ||
+        (PyObject *)t == deque_t) {
+        goto done;
+    }
+    r = type_attr(t, s_tree_flatten, &v);
+    if (r != 0) {
+        return r < 0 ? -1 : 0;
+    }
+    if (v != NULL && v != Py_None) {
+        Py_DECREF(v);
+        /* __tree_unflatten__ must be callable, else the pure engine raises. */
+        r = type_attr(t, s_tree_unflatten, &v);
+        if (r != 0) {
+            return r < 0 ? -1 : 0;
+        }
+        int ok = v != NULL && PyCallable_Check(v);
+        Py_XDECREF(v);
+        if (ok) {
+            e->plan = PLAN_CUSTOM;
+        }
+        goto done;
+    }
+    Py_XDECREF(v);
+    if (PyType_IsSubtype(t, &PyTuple_Type)) {
+        PyObject *a = NULL, *b = NULL;
+        if ((r = type_attr(t, s_n_sequence_fields, &a)) != 0) {
+            return r < 0 ? -1 : 0;
+        }
+        if ((r = type_attr(t, s_n_fields, &b)) != 0) {
+            Py_XDECREF(a);
+            return r < 0 ? -1 : 0;
+        }
+        int structseq = a != NULL && b != NULL;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        if (structseq) {
+            goto done; /* PLAN_PYTHON */
+        }
+        if ((r = type_attr(t, s_fields, &v)) != 0) {
+            return r < 0 ? -1 : 0;
+        }
+        if (v != NULL && PyTuple_CheckExact(v)) {
+            e->plan = PLAN_NAMEDTUPLE;
+            e->info = v;
+        }
+        else {
+            Py_XDECREF(v);
+            e->plan = PLAN_TUPLE_LEAF;
+        }
+        goto done;
+    }
+    for (int kind = K_DATACLASS; kind <= K_ATTRS; kind++) {
+        r = type_attr(t, kind == K_DATACLASS ? s_dataclass_fields : s_attrs_attrs, &v);
+        if (r != 0) {
+            return r < 0 ? -1 : 0;
+        }
+        if (v != NULL) {
+            Py_DECREF(v);
+            PyObject *info = fields_info(t, kind, &e->has_static);
+            if (info == NULL) {
+                if (PyErr_Occurred()) {
+                    /* Let the pure engine raise it, in its own words. */
+                    PyErr_Clear();
+                }
+                goto done;
+            }
+            e->plan = kind == K_DATACLASS ? PLAN_DATACLASS : PLAN_ATTRS;
+            if (!e->has_static) {
+                Py_ssize_t n = PyTuple_GET_SIZE(info);
+                PyObject *names = PyTuple_New(n);
+                if (names == NULL) {
+                    Py_DECREF(info);
+                    return -1;
+                }
+                for (Py_ssize_t i = 0; i < n; i++) {
+                    PyObject *name = PyTuple_GET_ITEM(PyTuple_GET_ITEM(info, i), 0);
+                    Py_INCREF(name);
+                    PyTuple_SET_ITEM(names, i, name);
+                }
+                Py_SETREF(info, PyTuple_Pack(4, names, empty_tuple, empty_tuple, Py_None));
+                Py_DECREF(names);
+                if (info == NULL) {
+                    return -1;
+                }
+            }
+            e->info = info;
+            goto done;
+        }
+    }
+    e->plan = PLAN_LEAF;
+done:
+    /* A version of 0 (none assigned) makes the plan be decided again each time. */
+    e->version = type_version(t);
+    return 0;
+}
+
+/* What make_plan found, remembered across calls for as long as neither the
+ * class nor its metaclass changes: CPython gives a class a new version tag
+ * whenever it or a base is modified, and never reuses a tag, so a (pointer,
+ * tag) match is the same class, unchanged. No reference to the class is held.
+ * (The fields of a dataclass or attrs class are read from the class when it
+ * is first met; Field objects changed in place afterwards are not seen.) */
+#define PLAN_CACHE 256
+
+typedef struct {
+    PyTypeObject *type; /* not owned; compared, never dereferenced */
+    unsigned int tver, mver;
+    int plan, has_static;
+    PyObject *info;
+} SavedPlan;
+
+static SavedPlan saved_plans[PLAN_CACHE];
+
+static unsigned int
+meta_version(PyTypeObject *t)
+{
+    PyTypeObject *meta = Py_TYPE(t);
+    return meta == &PyType_Type ? 1 : type_version(meta);
+}
+
+static inline SavedPlan *
+saved_slot(PyTypeObject *t)
+{
+    size_t h = ((size_t)t >> 4) * (size_t)0x9E3779B97F4A7C15ULL;
+    return &saved_plans[(h >> 20) & (PLAN_CACHE - 1)];
+}
+
+/* make_plan, or what it found before for this class unchanged */
+static int
+plan_for(TypeEntry *e)
+{
+    PyTypeObject *t = e->type;
+    SavedPlan *sp = saved_slot(t);
+    unsigned int tv = type_version(t), mv = meta_version(t);
+    if (tv != 0 && mv != 0 && sp->type == t && sp->tver == tv && sp->mver == mv) {
+        e->plan = sp->plan;
+        e->has_static = sp->has_static;
+        e->version = tv;
+        Py_XINCREF(sp->info);
+        Py_XSETREF(e->info, sp->info);
+        return 0;
+    }
+    if (make_plan(e) < 0) {
+        return -1;
+    }
+    tv = type_version(t);
+    mv = meta_version(t);
+    if (tv != 0 && mv != 0 && e->version == tv) {
+        PyObject *old = sp->info;
+        Py_XINCREF(e->info);
+        sp->type = t;
+        sp->tver = tv;
+        sp->mver = mv;
+        sp->plan = e->plan;
+        sp->has_static = e->has_static;
+        sp->info = e->info;
+        Py_XDECREF(old);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The traversal stack */
+
+typedef struct {
+    PyObject *obj;      /* strong */
+    PyObject *children; /* strong: tuple or list */
+    PyObject *names;    /* strong or NULL */
+    Py_ssize_t pos;     /* the next child; the one being visited is pos - 1 */
+    Py_ssize_t n;
+    int keymode;
+    int live; /* children is the list being flattened itself, not a copy */
+} Frame;
+
+#define STACK_INLINE 16
+
+typedef struct {
+    Frame *v; /* inline_v or the heap */
+    Py_ssize_t n, cap;
+    /* pointer set of the frames' objects, used once the stack is deep */
+    void **set;
+    Py_ssize_t set_cap, set_n;
+    /* counts of the frames' objects by a hash of their address: a cheap
+     * "certainly not on the stack" once the stack is more than a few deep */
+    uint32_t *counts;
+    Py_ssize_t nlive; /* frames whose children are the caller's list itself */
+    PyObject *view; /* strong or NULL: a StackView of this stack */
+    Frame inline_v[STACK_INLINE];
+} Stack;
+
+static void
+stack_init(Stack *s)
+{
+    s->v = s->inline_v;
+    s->n = 0;
+    s->cap = STACK_INLINE;
+    s->set = NULL;
+    s->set_cap = s->set_n = 0;
+    s->counts = NULL;
+    s->nlive = 0;
+    s->view = NULL;
+}
+
+typedef struct {
+    PyObject_HEAD
+    Stack *s; /* NULL once detached */
+} StackView;
+
+static void
+frame_clear(Frame *f)
+{
+    Py_CLEAR(f->obj);
+    Py_CLEAR(f->children);
+    Py_CLEAR(f->names);
+}
+
+static void
+stack_clear(Stack *s)
+{
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        frame_clear(&s->v[i]);
+    }
+    if (s->v != s->inline_v) {
+        PyMem_Free(s->v);
+    }
+    PyMem_Free(s->set);
+    PyMem_Free(s->counts);
+    if (s->view != NULL) {
+        ((StackView *)s->view)->s = NULL;
+        Py_DECREF(s->view);
+    }
+    stack_init(s);
+}
+
+static Py_ssize_t
+set_slot(Stack *s, void *p)
+{
+    size_t h = ((size_t)p >> 4) * (size_t)0x9E3779B97F4A7C15ULL;
+    Py_ssize_t mask = s->set_cap - 1;
+    Py_ssize_t i = (Py_ssize_t)(h & (size_t)mask);
+    while (s->set[i] != NULL && s->set[i] != p) {
+        i = (i + 1) & mask;
+    }
+    return i;
+}
+
+static int set_insert(Stack *s, void *p);
+
+static int
+set_grow(Stack *s)
+{
+    void **old = s->set;
+    Py_ssize_t oldcap = s->set_cap;
+    Py_ssize_t cap = oldcap ? oldcap * 2 : 256;
+    void **nw = PyMem_Calloc(cap, sizeof(void *));
+    if (nw == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    s->set = nw;
+    s->set_cap = cap;
+    s->set_n = 0;
+    for (Py_ssize_t i = 0; i < oldcap; i++) {
+        if (old[i] != NULL) {
+            s->set[set_slot(s, old[i])] = old[i];
+            s->set_n++;
+        }
+    }
+    PyMem_Free(old);
+    return 0;
+}
+
+static int
+set_insert(Stack *s, void *p)
+{
+    if ((s->set_n + 1) * 2 > s->set_cap && set_grow(s) < 0) {
+        return -1;
+    }
+    Py_ssize_t i = set_slot(s, p);
+    if (s->set[i] == NULL) {
+        s->set[i] = p;
+        s->set_n++;
+    }
+    return 0;
+}
+
+static void
+set_remove(Stack *s, void *p)
+{
+    Py_ssize_t mask = s->set_cap - 1;
+    Py_ssize_t i = set_slot(s, p);
+    if (s->set[i] == NULL) {
+        return;
+    }
+    s->set[i] = NULL;
+    s->set_n--;
+    /* backward-shift deletion for linear probing */
+    Py_ssize_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        void *q = s->set[j];
+        if (q == NULL) {
+            break;
+        }
+        size_t h = ((size_t)q >> 4) * (size_t)0x9E3779B97F4A7C15ULL;
+        Py_ssize_t k = (Py_ssize_t)(h & (size_t)mask);
+        /* move q to i when its home k is not cyclically in (i, j] */
+        if ((i <= j) ? (i < k && k <= j) : (i < k || k <= j)) {
+            continue;
+        }
+        s->set[i] = q;
+        s->set[j] = NULL;
+        i = j;
+    }
+}
+
+#define SET_FROM_DEPTH 256
+#define COUNTS_FROM_DEPTH 8
+#define NCOUNTS 256
+
+static inline size_t
+count_slot(void *p)
+{
+    size_t h = ((size_t)p >> 4) * (size_t)0x9E3779B97F4A7C15ULL;
+    return (h >> 48) & (NCOUNTS - 1);
+}
+
+/* Is obj the object of a frame on the stack? -1 on error (no memory). */
+static int
+stack_holds(Stack *s, PyObject *obj)
+{
+    if (s->counts == NULL && s->n >= COUNTS_FROM_DEPTH) {
+        s->counts = PyMem_Calloc(NCOUNTS, sizeof(uint32_t));
+        if (s->counts == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < s->n; i++) {
+            s->counts[count_slot(s->v[i].obj)]++;
+        }
+    }
+    if (s->counts != NULL && s->counts[count_slot(obj)] == 0) {
+        return 0;
+    }
+    if (s->set != NULL) {
+        return s->set[set_slot(s, obj)] == obj;
+    }
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        if (s->v[i].obj == obj) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Push a frame; steals children and names. */
+static int
+stack_push(Stack *s, PyObject *obj, PyObject *children, PyObject *names, int keymode, int live,
+           int track)
+{
+    if (s->n == s->cap) {
+        Py_ssize_t cap = s->cap * 2;
+        Frame *v = s->v == s->inline_v ? PyMem_Malloc(cap * sizeof(Frame))
+                                       : PyMem_Realloc(s->v, cap * sizeof(Frame));
+        if (v == NULL) {
+            Py_DECREF(children);
+            Py_XDECREF(names);
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (s->v == s->inline_v) {
+            memcpy(v, s->inline_v, s->n * sizeof(Frame));
+        }
+        s->v = v;
+        s->cap = cap;
+    }
+    if (track) {
+        if (s->set == NULL && s->n >= SET_FROM_DEPTH) {
+            for (Py_ssize_t i = 0; i < s->n; i++) {
+                if (set_insert(s, s->v[i].obj) < 0) {
+                    Py_DECREF(children);
+                    Py_XDECREF(names);
+                    return -1;
+                }
+            }
+        }
+        if (s->set != NULL && set_insert(s, obj) < 0) {
+            Py_DECREF(children);
+            Py_XDECREF(names);
+            return -1;
+        }
+        if (s->counts != NULL) {
+            s->counts[count_slot(obj)]++;
+        }
+    }
+    Frame *f = &s->v[s->n++];
+    Py_INCREF(obj);
+    f->obj = obj;
+    f->children = children;
+    f->names = names;
+    f->pos = 0;
+    f->n = PyTuple_Check(children) ? PyTuple_GET_SIZE(children) : PyList_GET_SIZE(children);
+    f->keymode = keymode;
+    f->live = live;
+    s->nlive += live;
+    return 0;
+}
+
+static void
+stack_pop(Stack *s)
+{
+    Frame *f = &s->v[--s->n];
+    if (s->set != NULL) {
+        set_remove(s, f->obj);
+    }
+    if (s->counts != NULL) {
+        s->counts[count_slot(f->obj)]--;
+    }
+    s->nlive -= f->live;
+    frame_clear(f);
+}
+
+/* The pure engine copies a list when it meets it. The C engine reads the
+ * list itself for as long as no user code can run, and copies every list
+ * still being read just before anything that could run user code (is_leaf,
+ * __tree_flatten__, a rule, an attribute, a key's __lt__ or __eq__, ...):
+ * until then the list cannot have changed, so the copy is the same. */
+static int
+stack_freeze(Stack *s)
+{
+    for (Py_ssize_t i = s->n - 1; s->nlive > 0 && i >= 0; i--) {
+        Frame *f = &s->v[i];
+        if (f->live) {
+            PyObject *tup = PyList_AsTuple(f->children);
+            if (tup == NULL) {
+                return -1;
+            }
+            Py_SETREF(f->children, tup);
+            f->live = 0;
+            s->nlive--;
+        }
+    }
+    return 0;
+}
+
+/* Only a finalizer run by the garbage collector could change a list being
+ * read; never read past its end if one did. */
+static int
+frame_check(Frame *f)
+{
+    if (f->live && PyList_GET_SIZE(f->children) != f->n) {
+        PyErr_SetString(PyExc_RuntimeError, "a list changed size while it was being flattened");
+        return -1;
+    }
+    return 0;
+}
+
+/* The stack as the pure engine's helpers see it: a read-only sequence whose
+ * items are frames in the pure engine's format, [children, position,
+ * keymode, names, obj], made only when read (which is when an error message
+ * needs the path). One view per call, made when first needed; when the call
+ * returns it is detached and reads as empty, so nothing dangles if a
+ * traceback keeps it. It holds no Python objects, so it needs no GC. */
+
+
+static Py_ssize_t
+sv_len(PyObject *self)
+{
+    Stack *s = ((StackView *)self)->s;
+    return s ? s->n : 0;
+}
+
+static PyObject *
+sv_item(PyObject *self, Py_ssize_t i)
+{
+    Stack *s = ((StackView *)self)->s;
+    if (s == NULL || i < 0 || i >= s->n) {
+        PyErr_SetString(PyExc_IndexError, "stack index out of range");
+        return NULL;
+    }
+    Frame *f = &s->v[i];
+    return Py_BuildValue("[OniOO]", f->children, f->pos, f->keymode,
+                         f->names ? f->names : Py_None, f->obj);
+}
+
+static PySequenceMethods sv_as_sequence = {
+    .sq_length = sv_len,
+    .sq_item = sv_item,
+};
+
+static PyTypeObject StackView_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pytree_kit._speedups.StackView",
+    .tp_basicsize = sizeof(StackView),
+    .tp_dealloc = (destructor)PyObject_Free,
+    .tp_as_sequence = &sv_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The C engine's traversal stack, read by the pure engine's error helpers.",
+};
+
+/* A new reference to the stack's view (made on first use). */
+static PyObject *
+stack_py(Stack *s)
+{
+    if (s->view == NULL) {
+        StackView *v = PyObject_New(StackView, &StackView_Type);
+        if (v == NULL) {
+            return NULL;
+        }
+        v->s = s;
+        s->view = (PyObject *)v;
+    }
+    Py_INCREF(s->view);
+    return s->view;
+}
+
+static inline PyObject *
+frame_item(Frame *f, Py_ssize_t i)
+{
+    return PyTuple_Check(f->children) ? PyTuple_GET_ITEM(f->children, i)
+                                      : PyList_GET_ITEM(f->children, i);
+}
+
+/* The key of the child being visited in frame f, as _pure._key. */
+static PyObject *
+frame_key(Frame *f, Py_ssize_t i)
+{
+    if (f->keymode == KM_SEQ) {
+        PyObject *idx = PyLong_FromSsize_t(i);
+        if (idx == NULL) {
+            return NULL;
+        }
+        PyObject *k = PyObject_CallOneArg(SequenceKey_t, idx);
+        Py_DECREF(idx);
+        return k;
+    }
+    PyObject *name = PySequence_GetItem(f->names, i);
+    if (name == NULL) {
+        return NULL;
+    }
+    PyObject *k = PyObject_CallOneArg(f->keymode == KM_MAP ? DictKey_t : GetAttrKey_t, name);
+    Py_DECREF(name);
+    return k;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Growable arrays of strong references */
+
+#define VEC_INLINE 128
+
+typedef struct {
+    PyObject **v; /* inline_v or the heap */
+    Py_ssize_t n, cap;
+    PyObject *inline_v[VEC_INLINE];
+} Vec;
+
+static void
+vec_init(Vec *a)
+{
+    a->v = a->inline_v;
+    a->n = 0;
+    a->cap = VEC_INLINE;
+}
+
+static int
+vec_push(Vec *a, PyObject *o)
+{
+    /* steals o */
+    if (a->n == a->cap) {
+        Py_ssize_t cap = a->cap * 2;
+        PyObject **v = a->v == a->inline_v ? PyMem_Malloc(cap * sizeof(PyObject *))
+                                           : PyMem_Realloc(a->v, cap * sizeof(PyObject *));
+        if (v == NULL) {
+            Py_DECREF(o);
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (a->v == a->inline_v) {
+            memcpy(v, a->inline_v, a->n * sizeof(PyObject *));
+        }
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = o;
+    return 0;
+}
+
+static void
+vec_clear(Vec *a)
+{
+    for (Py_ssize_t i = 0; i < a->n; i++) {
+        Py_DECREF(a->v[i]);
+    }
+    if (a->v != a->inline_v) {
+        PyMem_Free(a->v);
+    }
+    vec_init(a);
+}
+
+static PyObject *
+vec_to_tuple(Vec *a)
+{
+    /* moves the references into a new tuple */
+    PyObject *t = PyTuple_New(a->n);
+    if (t == NULL) {
+        return NULL;
+    }
+    memcpy(((PyTupleObject *)t)->ob_item, a->v, a->n * sizeof(PyObject *));
+    if (a->v != a->inline_v) {
+        PyMem_Free(a->v);
+    }
+    vec_init(a);
+    return t;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Classification: what _pure.classify returns, or a leaf. */
+
+typedef struct {
+    PyObject *node;     /* strong, or NULL when no spec is built */
+    PyObject *children; /* strong: tuple or list */
+    PyObject *names;    /* strong or NULL */
+    int keymode;
+    int live;
+    int dict_kind; /* DICT or DEFAULTDICT: the insertion order may be recorded */
+    Py_ssize_t direct_n; /* > 0: no children to visit; these leaves follow the node */
+    PyObject *direct[32]; /* borrowed from the dict; nothing runs before they are taken */
+    int order_known; /* the dict's order was found already: order, or the same when NULL */
+    PyObject *order; /* strong or NULL: the insertion order, when it differs */
+} Found;
+
+typedef struct {
+    PyObject *is_leaf; /* NULL for None */
+    PyObject *rules;   /* exact dict or NULL */
+    int mode;          /* 0 leaves, 1 and spec, 2 and paths */
+    TypeCache types;
+    PyObject *pycache; /* the pure engine's per-call cache, made when first needed */
+    int atom_leaf[6];
+    PyTypeObject *last_leaf; /* the type of the last leaf classified by type */
+    PyObject *last_dict_node; /* strong or NULL: reused for dicts with the same keys */
+    PyObject *seq_nodes[2][16]; /* strong or NULL: this call's tuple and list nodes by arity */
+} Ctx;
+
+/* The node of a tuple or list: equal nodes are shared within a call. */
+static PyObject *
+seq_node(Ctx *c, int kind, Py_ssize_t n)
+{
+    if (n >= 16) {
+        return make_node(kind, Py_None, n, Py_None);
+    }
+    PyObject **slot = &c->seq_nodes[kind == K_LIST][n];
+    if (*slot == NULL && (*slot = make_node(kind, Py_None, n, Py_None)) == NULL) {
+        return NULL;
+    }
+    Py_INCREF(*slot);
+    return *slot;
+}
+
+static PyTypeObject *const atom_types[6] = {
+    &PyLong_Type, &PyFloat_Type, &PyUnicode_Type, &PyBytes_Type, &PyBool_Type, &PyComplex_Type,
+};
+
+static int
+ctx_init(Ctx *c, PyObject *is_leaf, PyObject *rules, int mode)
+{
+    memset(c, 0, sizeof(*c));
+    c->is_leaf = is_leaf == Py_None ? NULL : is_leaf;
+    c->mode = mode;
+    if (rules != NULL && rules != Py_None) {
+        if (!PyDict_CheckExact(rules)) {
+            PyErr_SetString(PyExc_TypeError, "rules must be a dict (see pytree_kit._kinds.check_rules)");
+            return -1;
+        }
+        if (PyDict_GET_SIZE(rules)) {
+            c->rules = rules;
+        }
+    }
+    for (int i = 0; i < 6; i++) {
+        int in_rules = 0;
+        if (c->rules != NULL) {
+            in_rules = PyDict_Contains(c->rules, (PyObject *)atom_types[i]);
+            if (in_rules < 0) {
+                return -1;
+            }
+        }
+        c->atom_leaf[i] = !in_rules;
+    }
+    return 0;
+}
+
+static void
+ctx_clear(Ctx *c)
+{
+    tc_clear(&c->types);
+    Py_CLEAR(c->pycache);
+    Py_CLEAR(c->last_dict_node);
+    for (int i = 0; i < 16; i++) {
+        Py_CLEAR(c->seq_nodes[0][i]);
+        Py_CLEAR(c->seq_nodes[1][i]);
+    }
+}
+
+/* Is a value of type t a leaf by its type alone, with no user code to run? */
+static inline int
+known_leaf(Ctx *c, PyTypeObject *t)
+{
+    if (t == c->last_leaf) {
+        return 1;
+    }
+    for (int i = 0; i < 6; i++) {
+        if (t == atom_types[i]) {
+            return c->atom_leaf[i];
+        }
+    }
+    TypeEntry *e = tc_find(&c->types, t);
+    if (e != NULL && e->plan == PLAN_LEAF) {
+        c->last_leaf = t;
+        return 1;
+    }
+    return 0;
+}
+
+static int
+classify_python(Ctx *c, Stack *s, PyObject *obj, Found *f)
+{
+    /* _pure.classify(obj, t, rules, stack, cache) */
+    if (c->pycache == NULL && (c->pycache = PyDict_New()) == NULL) {
+        return -1;
+    }
+    PyObject *st = stack_py(s);
+    if (st == NULL) {
+        return -1;
+    }
+    PyObject *res = PyObject_CallFunctionObjArgs(py_classify, obj, (PyObject *)Py_TYPE(obj),
+                                                 c->rules ? c->rules : Py_None, st, c->pycache,
+                                                 NULL);
+    Py_DECREF(st);
+    if (res == NULL) {
+        return -1;
+    }
+    if (res == Py_None) {
+        Py_DECREF(res);
+        return 0;
+    }
+    if (!PyTuple_CheckExact(res) || PyTuple_GET_SIZE(res) != 4) {
+        Py_DECREF(res);
+        PyErr_SetString(PyExc_SystemError, "pytree_kit: classify returned a bad value");
+        return -1;
+    }
+    PyObject *node = PyTuple_GET_ITEM(res, 0);
+    PyObject *children = PyTuple_GET_ITEM(res, 1);
+    PyObject *names = PyTuple_GET_ITEM(res, 3);
+    long km = PyLong_AsLong(PyTuple_GET_ITEM(res, 2));
+    if (km == -1 && PyErr_Occurred()) {
+        Py_DECREF(res);
+        return -1;
+    }
+    if (PyTuple_Check(children) || PyList_Check(children)) {
+        Py_INCREF(children);
+    }
+    else {
+        children = PySequence_Tuple(children);
+        if (children == NULL) {
+            Py_DECREF(res);
+            return -1;
+        }
+    }
+    f->children = children;
+    f->node = node;
+    Py_INCREF(node);
+    f->names = names == Py_None ? NULL : names;
+    Py_XINCREF(f->names);
+    f->keymode = (int)km;
+    f->live = 0;
+    long kind = PyLong_AsLong(PyTuple_GET_ITEM(node, 0));
+    f->dict_kind = kind == K_DICT || kind == K_DEFAULTDICT;
+    Py_DECREF(res);
+    return 1;
+}
+
+/* What __tree_flatten__ or a rule returned, as _pure._user_children validates
+ * it. The common shape is checked here; anything else goes to the pure helper.
+ * On success sets *children (a tuple), *aux and *keys (strong; keys may be None). */
+static int
+user_result(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *helper,
+            PyObject **children, PyObject **aux, PyObject **keys, int *keymode)
+{
+    if (PyTuple_CheckExact(res) && PyTuple_GET_SIZE(res) == 2) {
+        PyObject *ch = PyTuple_GET_ITEM(res, 0);
+        PyObject *ax = PyTuple_GET_ITEM(res, 1);
+        if (PyTuple_CheckExact(ch) || PyList_CheckExact(ch)) {
+            Py_hash_t h = PyObject_Hash(ax);
+            if (h != -1) {
+                *children = PySequence_Tuple(ch);
+                if (*children == NULL) {
+                    return -1;
+                }
+                Py_INCREF(ax);
+                *aux = ax;
+                Py_INCREF(Py_None);
+                *keys = Py_None;
+                *keymode = KM_SEQ;
+                return 0;
+            }
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) {
+                return -1;
+            }
+            PyErr_Clear();
+        }
+    }
+    PyObject *st = stack_py(s);
+    if (st == NULL) {
+        return -1;
+    }
+    PyObject *out = PyObject_CallFunctionObjArgs(helper, res, st, (PyObject *)t, NULL);
+    Py_DECREF(st);
+    if (out == NULL) {
+        return -1;
+    }
+    /* (children, aux, keys, mode) */
+    PyObject *ch = PyTuple_GET_ITEM(out, 0);
+    *children = PySequence_Tuple(ch);
+    if (*children == NULL) {
+        Py_DECREF(out);
+        return -1;
+    }
+    *aux = PyTuple_GET_ITEM(out, 1);
+    Py_INCREF(*aux);
+    *keys = PyTuple_GET_ITEM(out, 2);
+    Py_INCREF(*keys);
+    *keymode = (int)PyLong_AsLong(PyTuple_GET_ITEM(out, 3));
+    Py_DECREF(out);
+    return 0;
+}
+
+/* _pure._record_fields for the common case: no static field, not a dict.
+ * Returns 1 with f set, or 2 when the pure engine should do it. */
+static int
+record_fields(Ctx *c, PyObject *obj, TypeEntry *e, int kind, Found *f, int want_node)
+{
+    if (e->has_static || e->info == NULL || PyDict_Check(obj)) {
+        return 2;
+    }
+    PyObject *full = e->info; /* (names, (), (), None) */
+    PyObject *names = PyTuple_GET_ITEM(full, 0);
+    Py_ssize_t n = PyTuple_GET_SIZE(names), absent = 0;
+    PyObject *children = PyTuple_New(n);
+    if (children == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyObject_GetAttr(obj, PyTuple_GET_ITEM(names, i));
+        if (v == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                Py_DECREF(children);
+                return -1;
+            }
+            PyErr_Clear();
+            absent++;
+        }
+        PyTuple_SET_ITEM(children, i, v); /* NULL marks an unset field */
+    }
+    f->node = NULL;
+    f->keymode = KM_ATTR;
+    f->live = 0;
+    f->dict_kind = 0;
+    if (absent == 0) {
+        if (want_node) {
+            if (e->node == NULL) {
+                e->node = make_node(kind, (PyObject *)e->type, n, full);
+                if (e->node == NULL) {
+                    Py_DECREF(children);
+                    return -1;
+                }
+            }
+            Py_INCREF(e->node);
+            f->node = e->node;
+        }
+        f->children = children;
+        Py_INCREF(names);
+        f->names = names;
+        return 1;
+    }
+    /* some fields are unset: they go to the aux data */
+    PyObject *present = PyTuple_New(n - absent), *vals = PyTuple_New(n - absent);
+    PyObject *gone = PyTuple_New(absent), *aux = NULL;
+    if (present == NULL || vals == NULL || gone == NULL) {
+        goto fail;
+    }
+    for (Py_ssize_t i = 0, p = 0, g = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        PyObject *v = PyTuple_GET_ITEM(children, i);
+        Py_INCREF(name);
+        if (v == NULL) {
+            PyTuple_SET_ITEM(gone, g++, name);
+        }
+        else {
+            PyTuple_SET_ITEM(present, p, name);
+            Py_INCREF(v);
+            PyTuple_SET_ITEM(vals, p++, v);
+        }
+    }
+    if (want_node) {
+        aux = PyTuple_Pack(4, present, empty_tuple, gone, Py_None);
+        if (aux == NULL) {
+            goto fail;
+        }
+        f->node = make_node(kind, (PyObject *)e->type, n - absent, aux);
+        Py_DECREF(aux);
+        if (f->node == NULL) {
+            goto fail;
+        }
+    }
+    Py_DECREF(gone);
+    Py_DECREF(children);
+    f->children = vals;
+    f->names = present;
+    return 1;
+fail:
+    Py_XDECREF(present);
+    Py_XDECREF(vals);
+    Py_XDECREF(gone);
+    Py_DECREF(children);
+    return -1;
+}
+
+#define SMALL_DICT 32
+
+/* a < b for two exact str or two exact int keys: never runs user code */
+static inline int
+key_lt(PyObject *a, PyObject *b, int str)
+{
+    if (str) {
+        return PyUnicode_Compare(a, b) < 0;
+    }
+    return PyObject_RichCompareBool(a, b, Py_LT);
+}
+
+/* A dict whose keys are all exact str or all exact int, with at most
+ * SMALL_DICT entries: one pass over it and an insertion sort. The result is
+ * what the general path gives, since nothing here can run user code.
+ * Returns 1 done, 0 not such a dict, -1 error. */
+static int
+classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
+{
+    PyObject *ks[SMALL_DICT], *vs[SMALL_DICT], *ins[SMALL_DICT];
+    Py_ssize_t n = PyDict_GET_SIZE(obj), pos = 0, i = 0;
+    PyObject *k, *v;
+    if (n > SMALL_DICT) {
+        return 0;
+    }
+    int str = 1, num = 1;
+    while (PyDict_Next(obj, &pos, &k, &v)) {
+        str &= PyUnicode_CheckExact(k);
+        num &= PyLong_CheckExact(k);
+        ks[i] = ins[i] = k;
+        vs[i] = v;
+        i++;
+    }
+    if (!(str || num) || i != n) {
+        return 0;
+    }
+    int permuted = 0;
+    for (Py_ssize_t a = 1; a < n; a++) {
+        PyObject *kk = ks[a], *vv = vs[a];
+        Py_ssize_t b = a;
+        while (b > 0 && key_lt(kk, ks[b - 1], str)) {
+            ks[b] = ks[b - 1];
+            vs[b] = vs[b - 1];
+            b--;
+        }
+        if (b != a) {
+            permuted = 1;
+            ks[b] = kk;
+            vs[b] = vv;
+        }
+    }
+    PyObject *tkeys = NULL, *values = NULL, *order = NULL;
+    f->node = NULL;
+    if (c->last_dict_node != NULL) {
+        /* the same keys as the last dict: its node and keys serve again */
+        PyObject *lk = PyTuple_GET_ITEM(c->last_dict_node, 3);
+        if (PyTuple_GET_SIZE(lk) == n) {
+            for (i = 0; i < n && PyTuple_GET_ITEM(lk, i) == ks[i]; i++) {
+            }
+            if (i == n) {
+                Py_INCREF(lk);
+                tkeys = lk;
+                Py_INCREF(c->last_dict_node);
+                f->node = c->last_dict_node;
+            }
+        }
+    }
+    if (tkeys == NULL) {
+        tkeys = PyTuple_New(n);
+        if (tkeys == NULL) {
+            goto fail;
+        }
+        for (i = 0; i < n; i++) {
+            Py_INCREF(ks[i]);
+            PyTuple_SET_ITEM(tkeys, i, ks[i]);
+        }
+    }
+    f->direct_n = 0;
+    if (c->is_leaf == NULL && c->mode != 2 && n > 0) {
+        for (i = 0; i < n && known_leaf(c, Py_TYPE(vs[i])); i++) {
+        }
+        int held = i == n ? stack_holds(s, obj) : 1;
+        if (held < 0) {
+            goto fail;
+        }
+        if (!held) {
+            memcpy(f->direct, vs, n * sizeof(PyObject *));
+            f->direct_n = n;
+        }
+    }
+    if (f->direct_n) {
+        Py_INCREF(empty_tuple);
+        values = empty_tuple;
+    }
+    else {
+        values = PyTuple_New(n);
+        if (values == NULL) {
+            goto fail;
+        }
+        for (i = 0; i < n; i++) {
+            Py_INCREF(vs[i]);
+            PyTuple_SET_ITEM(values, i, vs[i]);
+        }
+    }
+    if (c->mode) {
+        if (permuted) {
+            order = PyTuple_New(n);
+            if (order == NULL) {
+                goto fail;
+            }
+            for (i = 0; i < n; i++) {
+                Py_INCREF(ins[i]);
+                PyTuple_SET_ITEM(order, i, ins[i]);
+            }
+        }
+        if (f->node == NULL) {
+            f->node = make_node(K_DICT, Py_None, n, tkeys);
+            if (f->node == NULL) {
+                goto fail;
+            }
+            Py_INCREF(f->node);
+            Py_XSETREF(c->last_dict_node, f->node);
+        }
+    }
+    f->order = order;
+    f->order_known = 1;
+    f->children = values;
+    f->names = tkeys;
+    f->keymode = KM_MAP;
+    f->live = 0;
+    f->dict_kind = 1;
+    return 1;
+fail:
+    Py_XDECREF(f->node);
+    f->node = NULL;
+    Py_XDECREF(tkeys);
+    Py_XDECREF(values);
+    Py_XDECREF(order);
+    return -1;
+}
+
+static int
+classify_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
+{
+    int r = classify_small_dict(c, s, obj, f);
+    if (r != 0) {
+        return r;
+    }
+    if (stack_freeze(s) < 0) {
+        return -1;
+    }
+    PyObject *keys = PyDict_Keys(obj);
+    if (keys == NULL) {
+        return -1;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (n > 1) {
+        /* sorted(keys); keys that are not mutually orderable keep insertion order */
+        PyObject *sorted = PyList_GetSlice(keys, 0, n);
+        if (sorted == NULL) {
+            Py_DECREF(keys);
+            return -1;
+        }
+        if (PyList_Sort(sorted) < 0) {
+            Py_DECREF(sorted);
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+                Py_DECREF(keys);
+                return -1;
+            }
+            PyErr_Clear();
+        }
+        else {
+            Py_SETREF(keys, sorted);
+        }
+    }
+    n = PyList_GET_SIZE(keys);
+    PyObject *values = PyList_New(n);
+    if (values == NULL) {
+        Py_DECREF(keys);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PyList_GET_ITEM(keys, i);
+        PyObject *v = PyDict_GetItemWithError(obj, k);
+        if (v == NULL) {
+            if (!PyErr_Occurred()) {
+                PyObject *tup = PyTuple_Pack(1, k);
+                if (tup != NULL) {
+                    PyErr_SetObject(PyExc_KeyError, tup);
+                    Py_DECREF(tup);
+                }
+            }
+            Py_DECREF(keys);
+            Py_DECREF(values);
+            return -1;
+        }
+        Py_INCREF(v);
+        PyList_SET_ITEM(values, i, v);
+    }
+    PyObject *tkeys = PyList_AsTuple(keys);
+    Py_DECREF(keys);
+    if (tkeys == NULL) {
+        Py_DECREF(values);
+        return -1;
+    }
+    f->node = NULL;
+    if (c->mode) {
+        f->node = make_node(K_DICT, Py_None, n, tkeys);
+        if (f->node == NULL) {
+            Py_DECREF(tkeys);
+            Py_DECREF(values);
+            return -1;
+        }
+    }
+    f->children = values;
+    f->names = tkeys;
+    f->keymode = KM_MAP;
+    f->live = 0;
+    f->dict_kind = 1;
+    return 1;
+}
+
+/* Returns 0 for a leaf, 1 for a container (f filled), -1 on error. */
+static int
+classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
+{
+    PyTypeObject *t = Py_TYPE(obj);
+    int want_node = c->mode != 0;
+    if (c->rules != NULL) {
+        if (stack_freeze(s) < 0) {
+            return -1;
+        }
+        PyObject *rule = PyDict_GetItemWithError(c->rules, (PyObject *)t);
+        if (rule == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+        if (rule != NULL) {
+            Py_INCREF(rule);
+            PyObject *fn = PyObject_GetAttr(rule, s_flatten);
+            PyObject *res = fn ? PyObject_CallOneArg(fn, obj) : NULL;
+            Py_XDECREF(fn);
+            if (res == NULL) {
+                Py_DECREF(rule);
+                return -1;
+            }
+            PyObject *children, *aux, *keys;
+            int km;
+            int r = user_result(c, s, res, t, py_rule_result, &children, &aux, &keys, &km);
+            Py_DECREF(res);
+            if (r < 0) {
+                Py_DECREF(rule);
+                return -1;
+            }
+            f->node = NULL;
+            if (want_node) {
+                PyObject *a = PyTuple_Pack(3, rule, aux, keys);
+                if (a != NULL) {
+                    f->node = make_node(K_RULE, (PyObject *)t, PyTuple_GET_SIZE(children), a);
+                    Py_DECREF(a);
+                }
+                if (f->node == NULL) {
+                    Py_DECREF(rule);
+                    Py_DECREF(children);
+                    Py_DECREF(aux);
+                    Py_DECREF(keys);
+                    return -1;
+                }
+            }
+            Py_DECREF(rule);
+            Py_DECREF(aux);
+            f->children = children;
+            f->names = keys == Py_None ? NULL : keys;
+            if (keys == Py_None) {
+                Py_DECREF(keys);
+            }
+            f->keymode = km;
+            f->live = 0;
+            f->dict_kind = 0;
+            return 1;
+        }
+    }
+    if (t == &PyTuple_Type) {
+        f->node = want_node ? seq_node(c, K_TUPLE, PyTuple_GET_SIZE(obj)) : NULL;
+        if (want_node && f->node == NULL) {
+            return -1;
+        }
+        Py_INCREF(obj);
+        f->children = obj;
+        f->names = NULL;
+        f->keymode = KM_SEQ;
+        f->live = 0;
+        f->dict_kind = 0;
+        return 1;
+    }
+    if (t == &PyList_Type) {
+        f->node = want_node ? seq_node(c, K_LIST, PyList_GET_SIZE(obj)) : NULL;
+        if (want_node && f->node == NULL) {
+            return -1;
+        }
+        if (c->is_leaf != NULL) {
+            f->children = PyList_AsTuple(obj);
+            if (f->children == NULL) {
+                Py_XDECREF(f->node);
+                return -1;
+            }
+            f->live = 0;
+        }
+        else {
+            Py_INCREF(obj);
+            f->children = obj;
+            f->live = 1;
+        }
+        f->names = NULL;
+        f->keymode = KM_SEQ;
+        f->dict_kind = 0;
+        return 1;
+    }
+    if (t == &PyDict_Type) {
+        return classify_dict(c, s, obj, f);
+    }
+    if (obj == Py_None) {
+        f->node = want_node ? (Py_INCREF(NONE_NODE), NONE_NODE) : NULL;
+        Py_INCREF(empty_tuple);
+        f->children = empty_tuple;
+        f->names = NULL;
+        f->keymode = KM_SEQ;
+        f->live = 0;
+        f->dict_kind = 0;
+        return 1;
+    }
+    TypeEntry *e = tc_find(&c->types, t);
+    if ((e == NULL || e->plan != PLAN_LEAF) && stack_freeze(s) < 0) {
+        return -1;
+    }
+    if (e != NULL && e->plan != PLAN_LEAF && (e->version == 0 || type_version(t) != e->version)) {
+        /* the class changed since: decide again */
+        Py_CLEAR(e->info);
+        Py_CLEAR(e->node);
+        if (plan_for(e) < 0) {
+            return -1;
+        }
+    }
+    if (e == NULL) {
+        for (int i = 0; i < 6; i++) {
+            if (t == atom_types[i] && c->atom_leaf[i]) {
+                return 0;
+            }
+        }
+        e = tc_add(&c->types, t);
+        if (e == NULL || plan_for(e) < 0) {
+            return -1;
+        }
+    }
+    switch (e->plan) {
+    case PLAN_LEAF:
+        c->last_leaf = t;
+        return 0;
+    case PLAN_TUPLE_LEAF:
+        return 0;
+    case PLAN_NAMEDTUPLE: {
+        PyObject *fields = e->info;
+        if (PyTuple_GET_SIZE(fields) != PyTuple_GET_SIZE(obj)) {
+            return 0;
+        }
+        f->node = want_node ? make_node(K_NAMEDTUPLE, (PyObject *)t, PyTuple_GET_SIZE(obj), fields)
+                            : NULL;
+        if (want_node && f->node == NULL) {
+            return -1;
+        }
+        Py_INCREF(obj);
+        f->children = obj;
+        Py_INCREF(fields);
+        f->names = fields;
+        f->keymode = KM_ATTR;
+        f->live = 0;
+        f->dict_kind = 0;
+        return 1;
+    }
+    case PLAN_DATACLASS:
+    case PLAN_ATTRS: {
+        int r = record_fields(c, obj, e, e->plan == PLAN_DATACLASS ? K_DATACLASS : K_ATTRS, f,
+                              want_node);
+        if (r != 2) {
+            return r;
+        }
+        break;
+    }
+    case PLAN_CUSTOM: {
+        PyObject *res = PyObject_CallMethodNoArgs(obj, s_tree_flatten);
+        if (res == NULL) {
+            return -1;
+        }
+        PyObject *children, *aux, *keys;
+        int km;
+        int r = user_result(c, s, res, t, py_custom_result, &children, &aux, &keys, &km);
+        Py_DECREF(res);
+        if (r < 0) {
+            return -1;
+        }
+        f->node = NULL;
+        if (want_node) {
+            PyObject *a = PyTuple_Pack(2, aux, keys);
+            if (a != NULL) {
+                f->node = make_node(K_CUSTOM, (PyObject *)t, PyTuple_GET_SIZE(children), a);
+                Py_DECREF(a);
+            }
+            if (f->node == NULL) {
+                Py_DECREF(children);
+                Py_DECREF(aux);
+                Py_DECREF(keys);
+                return -1;
+            }
+        }
+        Py_DECREF(aux);
+        f->children = children;
+        f->names = keys == Py_None ? NULL : keys;
+        if (keys == Py_None) {
+            Py_DECREF(keys);
+        }
+        f->keymode = km;
+        f->live = 0;
+        f->dict_kind = 0;
+        return 1;
+    }
+    default:
+        break;
+    }
+    int r = classify_python(c, s, obj, f);
+    if (r == 0 && e->plan == PLAN_PYTHON && !PyTuple_Check(obj)) {
+        /* the pure engine remembers leaf types for the rest of the call */
+        e->plan = PLAN_LEAF;
+        Py_CLEAR(e->info);
+    }
+    return r;
+}
+
+/* The insertion order of a dict node, when it differs from its leaf order;
+ * new reference to it, or to None. */
+static PyObject *
+dict_order(PyObject *node, PyObject *obj, PyObject *names)
+{
+    if (PyDict_CheckExact(obj) && PyTuple_CheckExact(names) &&
+        PyDict_GET_SIZE(obj) == PyTuple_GET_SIZE(names)) {
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *k, *v;
+        int same = 1;
+        while (PyDict_Next(obj, &pos, &k, &v)) {
+            if (k != PyTuple_GET_ITEM(names, i++)) {
+                same = 0;
+                break;
+            }
+        }
+        if (same) {
+            Py_RETURN_NONE;
+        }
+    }
+    return PyObject_CallFunctionObjArgs(py_dict_order_differs, node, obj, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* flatten, leaves, flatten_with_path */
+
+static PyObject *
+walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
+{
+    Ctx c;
+    Stack s;
+    Vec nodes, keys;
+    PyObject *leaves = NULL, *orders = NULL, *paths = NULL, *obj = NULL, *result = NULL;
+    stack_init(&s);
+    vec_init(&nodes);
+    vec_init(&keys);
+    if (ctx_init(&c, is_leaf, rules, mode) < 0) {
+        return NULL;
+    }
+    leaves = PyList_New(0);
+    if (leaves == NULL) {
+        goto error;
+    }
+    if (mode == 2 && (paths = PyList_New(0)) == NULL) {
+        goto error;
+    }
+    Py_INCREF(tree);
+    obj = tree;
+    for (;;) {
+        int r;
+        Found f;
+        f.order = NULL;
+        f.order_known = 0;
+        f.direct_n = 0;
+        if (c.is_leaf != NULL) {
+            PyObject *v = PyObject_CallOneArg(c.is_leaf, obj);
+            if (v == NULL) {
+                goto error;
+            }
+            r = PyObject_IsTrue(v);
+            Py_DECREF(v);
+            if (r < 0) {
+                goto error;
+            }
+            r = r ? 0 : classify(&c, &s, obj, &f);
+        }
+        else if (known_leaf(&c, Py_TYPE(obj))) {
+            r = 0;
+        }
+        else {
+            r = classify(&c, &s, obj, &f);
+        }
+        if (r < 0) {
+            goto error;
+        }
+        if (r == 0) {
+            if (PyList_Append(leaves, obj) < 0) {
+                goto error;
+            }
+            if (mode) {
+                Py_INCREF(LEAF_NODE);
+                if (vec_push(&nodes, LEAF_NODE) < 0) {
+                    goto error;
+                }
+                if (mode == 2) {
+                    PyObject *p = PyTuple_New(keys.n);
+                    if (p == NULL) {
+                        goto error;
+                    }
+                    for (Py_ssize_t i = 0; i < keys.n; i++) {
+                        Py_INCREF(keys.v[i]);
+                        PyTuple_SET_ITEM(p, i, keys.v[i]);
+                    }
+                    if (PyList_Append(paths, p) < 0) {
+                        Py_DECREF(p);
+                        goto error;
+                    }
+                    Py_DECREF(p);
+                }
+            }
+        }
+        else {
+            if (mode) {
+                if (f.dict_kind) {
+                    PyObject *order = f.order;
+                    f.order = NULL;
+                    if (order == NULL) {
+                        order = f.order_known ? (Py_INCREF(Py_None), Py_None)
+                              : stack_freeze(&s) < 0 ? NULL
+                                                     : dict_order(f.node, obj, f.names);
+                    }
+                    if (order == NULL) {
+                        goto found_error;
+                    }
+                    if (order != Py_None) {
+                        if (orders == NULL && (orders = PyList_New(0)) == NULL) {
+                            Py_DECREF(order);
+                            goto found_error;
+                        }
+                        PyObject *pair = Py_BuildValue("(nN)", nodes.n, order);
+                        if (pair == NULL || PyList_Append(orders, pair) < 0) {
+                            Py_XDECREF(pair);
+                            goto found_error;
+                        }
+                        Py_DECREF(pair);
+                    }
+                    else {
+                        Py_DECREF(order);
+                    }
+                }
+                PyObject *node = f.node;
+                f.node = NULL;
+                if (vec_push(&nodes, node) < 0) {
+                    goto found_error;
+                }
+            }
+            Py_ssize_t nch = PyTuple_Check(f.children) ? PyTuple_GET_SIZE(f.children)
+                                                        : PyList_GET_SIZE(f.children);
+            if (nch) {
+                int held = stack_holds(&s, obj);
+                if (held < 0) {
+                    goto found_error;
+                }
+                if (held) {
+                    PyObject *st = stack_py(&s);
+                    if (st != NULL) {
+                        raise_returned(PyObject_CallFunctionObjArgs(py_cycle_error, st, obj, NULL));
+                        Py_DECREF(st);
+                    }
+                    goto found_error;
+                }
+                if (stack_push(&s, obj, f.children, f.names, f.keymode, f.live, 1) < 0) {
+                    Py_XDECREF(f.node);
+                    goto error;
+                }
+            }
+            else {
+                Py_DECREF(f.children);
+                Py_XDECREF(f.names);
+                for (Py_ssize_t i = 0; i < f.direct_n; i++) {
+                    if (PyList_Append(leaves, f.direct[i]) < 0) {
+                        Py_XDECREF(f.node);
+                        goto error;
+                    }
+                    if (mode) {
+                        Py_INCREF(LEAF_NODE);
+                        if (vec_push(&nodes, LEAF_NODE) < 0) {
+                            Py_XDECREF(f.node);
+                            goto error;
+                        }
+                    }
+                }
+            }
+            Py_XDECREF(f.node);
+            goto advance;
+        found_error:
+            Py_XDECREF(f.order);
+            Py_XDECREF(f.node);
+            Py_DECREF(f.children);
+            Py_XDECREF(f.names);
+            goto error;
+        }
+    advance:
+        Py_CLEAR(obj);
+        /* Move to the next value in pre-order. */
+        while (s.n) {
+            Frame *fr = &s.v[s.n - 1];
+            if (fr->pos < fr->n) {
+                if (frame_check(fr) < 0) {
+                    goto error;
+                }
+                if (mode != 2 && c.is_leaf == NULL) {
+                    /* children that are leaves by their type: no user code runs */
+                    while (fr->pos < fr->n) {
+                        PyObject *x = frame_item(fr, fr->pos);
+                        if (!known_leaf(&c, Py_TYPE(x))) {
+                            break;
+                        }
+                        fr->pos++;
+                        if (PyList_Append(leaves, x) < 0) {
+                            goto error;
+                        }
+                        if (mode) {
+                            Py_INCREF(LEAF_NODE);
+                            if (vec_push(&nodes, LEAF_NODE) < 0) {
+                                goto error;
+                            }
+                        }
+                    }
+                    if (fr->pos == fr->n) {
+                        continue;
+                    }
+                }
+                if (frame_check(fr) < 0) {
+                    goto error;
+                }
+                Py_ssize_t i = fr->pos++;
+                obj = frame_item(fr, i);
+                Py_INCREF(obj);
+                if (mode == 2) {
+                    PyObject *k = frame_key(fr, i);
+                    if (k == NULL) {
+                        goto error;
+                    }
+                    while (keys.n > s.n - 1) {
+                        Py_DECREF(keys.v[--keys.n]);
+                    }
+                    if (vec_push(&keys, k) < 0) {
+                        goto error;
+                    }
+                }
+                break;
+            }
+            stack_pop(&s);
+        }
+        if (obj == NULL) {
+            break;
+        }
+    }
+    if (!mode) {
+        result = leaves;
+        leaves = NULL;
+        goto done;
+    }
+    {
+        Py_ssize_t nleaves = PyList_GET_SIZE(leaves);
+        PyObject *tnodes = vec_to_tuple(&nodes);
+        if (tnodes == NULL) {
+            goto error;
+        }
+        PyObject *torders;
+        if (orders == NULL) {
+            Py_INCREF(empty_tuple);
+            torders = empty_tuple;
+        }
+        else if ((torders = PyList_AsTuple(orders)) == NULL) {
+            Py_DECREF(tnodes);
+            goto error;
+        }
+        PyObject *spec = make_spec(tnodes, torders, nleaves);
+        if (spec == NULL) {
+            goto error;
+        }
+        if (mode == 2) {
+            PyObject *pairs = PyList_New(nleaves);
+            if (pairs == NULL) {
+                Py_DECREF(spec);
+                goto error;
+            }
+            for (Py_ssize_t i = 0; i < nleaves; i++) {
+                PyObject *pr = PyTuple_Pack(2, PyList_GET_ITEM(paths, i), PyList_GET_ITEM(leaves, i));
+                if (pr == NULL) {
+                    Py_DECREF(pairs);
+                    Py_DECREF(spec);
+                    goto error;
+                }
+                PyList_SET_ITEM(pairs, i, pr);
+            }
+            result = PyTuple_Pack(2, pairs, spec);
+            Py_DECREF(pairs);
+            Py_DECREF(spec);
+        }
+        else {
+            result = PyTuple_Pack(2, leaves, spec);
+            Py_DECREF(spec);
+        }
+    }
+    goto done;
+error:
+    result = NULL;
+done:
+    Py_XDECREF(obj);
+    Py_XDECREF(leaves);
+    Py_XDECREF(orders);
+    Py_XDECREF(paths);
+    vec_clear(&nodes);
+    vec_clear(&keys);
+    stack_clear(&s);
+    ctx_clear(&c);
+    return result;
+}
+
+static int
+parse_walk_args(PyObject *const *args, Py_ssize_t nargs, const char *fname, PyObject **tree,
+                PyObject **is_leaf, PyObject **rules)
+{
+    if (nargs < 1 || nargs > 3) {
+        PyErr_Format(PyExc_TypeError, "%s(tree, is_leaf=None, rules=None) takes 1 to 3 arguments",
+                     fname);
+        return -1;
+    }
+    *tree = args[0];
+    *is_leaf = nargs > 1 ? args[1] : Py_None;
+    *rules = nargs > 2 ? args[2] : Py_None;
+    return 0;
+}
+
+static PyObject *
+sp_flatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *tree, *is_leaf, *rules;
+    if (parse_walk_args(args, nargs, "flatten", &tree, &is_leaf, &rules) < 0) {
+        return NULL;
+    }
+    return walk(tree, is_leaf, rules, 1);
+}
+
+static PyObject *
+sp_leaves(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *tree, *is_leaf, *rules;
+    if (parse_walk_args(args, nargs, "leaves", &tree, &is_leaf, &rules) < 0) {
+        return NULL;
+    }
+    return walk(tree, is_leaf, rules, 0);
+}
+
+static PyObject *
+sp_flatten_with_path(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *tree, *is_leaf, *rules;
+    if (parse_walk_args(args, nargs, "flatten_with_path", &tree, &is_leaf, &rules) < 0) {
+        return NULL;
+    }
+    return walk(tree, is_leaf, rules, 2);
+}
+
+/* ------------------------------------------------------------------------ */
+/* unflatten */
+
+static int
+spec_parts(PyObject *spec, PyObject **nodes, PyObject **orders, Py_ssize_t *num_leaves)
+{
+    if (!PyObject_TypeCheck(spec, TreeSpec_type)) {
+        PyErr_Format(PyExc_TypeError, "expected a TreeSpec, got %.200s", Py_TYPE(spec)->tp_name);
+        return -1;
+    }
+    *nodes = SLOT(spec, off_nodes);
+    *orders = SLOT(spec, off_orders);
+    PyObject *n = SLOT(spec, off_num_leaves);
+    if (*nodes == NULL || !PyTuple_Check(*nodes) || *orders == NULL || !PyTuple_Check(*orders) ||
+        n == NULL || !PyLong_Check(n)) {
+        PyErr_SetString(PyExc_ValueError, "malformed TreeSpec");
+        return -1;
+    }
+    *num_leaves = PyLong_AsSsize_t(n);
+    if (*num_leaves == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    return 0;
+}
+
+/* kind and arity of a node, checked; -1 on a malformed node */
+static int
+node_parts(PyObject *node, int *kind, Py_ssize_t *arity)
+{
+    if (node == LEAF_NODE) {
+        *kind = K_LEAF;
+        *arity = 0;
+        return 0;
+    }
+    if (!PyTuple_CheckExact(node) || PyTuple_GET_SIZE(node) != 4) {
+        goto bad;
+    }
+    PyObject *ko = PyTuple_GET_ITEM(node, 0);
+    PyObject *ao = PyTuple_GET_ITEM(node, 2);
+    /* small ints are shared objects: the kinds and most arities compare by identity */
+    if (ko == kind_obj[K_DICT] || ko == kind_obj[K_LIST] || ko == kind_obj[K_TUPLE]) {
+        *kind = ko == kind_obj[K_DICT] ? K_DICT : ko == kind_obj[K_LIST] ? K_LIST : K_TUPLE;
+        if (PyLong_CheckExact(ao)) {
+            *arity = PyLong_AsSsize_t(ao);
+            if (*arity >= 0) {
+                return 0;
+            }
+            PyErr_Clear();
+        }
+        goto bad;
+    }
+    long k = PyLong_AsLong(ko);
+    if (k < 0 || k >= K_COUNT) {
+        PyErr_Clear();
+        goto bad;
+    }
+    *kind = (int)k;
+    *arity = PyLong_AsSsize_t(PyTuple_GET_ITEM(node, 2));
+    if (*arity < 0 || (k == K_LEAF && *arity != 0)) {
+        PyErr_Clear();
+        goto bad;
+    }
+    return 0;
+bad:
+    PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: a node is not (kind, type, arity, aux)");
+    return -1;
+}
+
+static int
+is_plain_tuple_subtype(PyObject *t)
+{
+    if (!PyType_Check(t) || !PyType_IsSubtype((PyTypeObject *)t, &PyTuple_Type)) {
+        return 0;
+    }
+    PyTypeObject *b = (PyTypeObject *)t;
+    while (b != NULL && PyType_HasFeature(b, Py_TPFLAGS_HEAPTYPE)) {
+        b = b->tp_base;
+    }
+    return b == &PyTuple_Type;
+}
+
+/* object.__setattr__ on instances of t is plain generic setattr */
+static int
+generic_setattr_ok(PyObject *t)
+{
+    if (!PyType_Check(t)) {
+        return 0;
+    }
+    PyObject *mro = ((PyTypeObject *)t)->tp_mro;
+    if (mro == NULL || !PyTuple_Check(mro)) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *b = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        if (!PyType_HasFeature(b, Py_TPFLAGS_HEAPTYPE) && b->tp_setattro != PyObject_GenericSetAttr) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Build one node from children ch[0..arity) (in leaf order). New reference. */
+static PyObject *
+build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order)
+{
+    PyObject *t = PyTuple_GET_ITEM(node, 1);
+    PyObject *aux = PyTuple_GET_ITEM(node, 3);
+    switch (kind) {
+    case K_TUPLE: {
+        PyObject *r = PyTuple_New(arity);
+        if (r == NULL) {
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < arity; i++) {
+            Py_INCREF(ch[i]);
+            PyTuple_SET_ITEM(r, i, ch[i]);
+        }
+        return r;
+    }
+    case K_LIST: {
+        PyObject *r = PyList_New(arity);
+        if (r == NULL) {
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < arity; i++) {
+            Py_INCREF(ch[i]);
+            PyList_SET_ITEM(r, i, ch[i]);
+        }
+        return r;
+    }
+    case K_NONE:
+        if (arity == 0) {
+            Py_RETURN_NONE;
+        }
+        break;
+    case K_DICT:
+        if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == arity) {
+            PyObject *m = PyDict_New();
+            if (m == NULL) {
+                return NULL;
+            }
+            for (Py_ssize_t i = 0; i < arity; i++) {
+                if (PyDict_SetItem(m, PyTuple_GET_ITEM(aux, i), ch[i]) < 0) {
+                    Py_DECREF(m);
+                    return NULL;
+                }
+            }
+            if (order == NULL) {
+                return m;
+            }
+            PyObject *seq = PySequence_Fast(order, "a dict order must be a sequence");
+            PyObject *r = seq ? PyDict_New() : NULL;
+            if (r == NULL) {
+                Py_XDECREF(seq);
+                Py_DECREF(m);
+                return NULL;
+            }
+            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+                PyObject *k = PySequence_Fast_GET_ITEM(seq, i);
+                PyObject *v = PyObject_GetItem(m, k);
+                if (v == NULL || PyDict_SetItem(r, k, v) < 0) {
+                    Py_XDECREF(v);
+                    Py_DECREF(r);
+                    Py_DECREF(seq);
+                    Py_DECREF(m);
+                    return NULL;
+                }
+                Py_DECREF(v);
+            }
+            Py_DECREF(seq);
+            Py_DECREF(m);
+            return r;
+        }
+        break;
+    case K_NAMEDTUPLE:
+        if (is_plain_tuple_subtype(t)) {
+            PyObject *tup = PyTuple_New(arity);
+            if (tup == NULL) {
+                return NULL;
+            }
+            for (Py_ssize_t i = 0; i < arity; i++) {
+                Py_INCREF(ch[i]);
+                PyTuple_SET_ITEM(tup, i, ch[i]);
+            }
+            PyObject *args = PyTuple_Pack(1, tup);
+            Py_DECREF(tup);
+            if (args == NULL) {
+                return NULL;
+            }
+            PyObject *r = PyTuple_Type.tp_new((PyTypeObject *)t, args, NULL);
+            Py_DECREF(args);
+            return r;
+        }
+        break;
+    case K_DATACLASS:
+    case K_ATTRS:
+        if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == 4 &&
+            PyTuple_GET_ITEM(aux, 3) == Py_None && PyTuple_CheckExact(PyTuple_GET_ITEM(aux, 0)) &&
+            PyTuple_CheckExact(PyTuple_GET_ITEM(aux, 1)) && generic_setattr_ok(t)) {
+            PyObject *names = PyTuple_GET_ITEM(aux, 0);
+            PyObject *statics = PyTuple_GET_ITEM(aux, 1);
+            PyObject *newf = PyObject_GetAttr(t, s_new);
+            if (newf == NULL) {
+                return NULL;
+            }
+            PyObject *obj = PyObject_CallOneArg(newf, t);
+            Py_DECREF(newf);
+            if (obj == NULL) {
+                return NULL;
+            }
+            Py_ssize_t n = PyTuple_GET_SIZE(names);
+            if (n > arity) {
+                n = arity;
+            }
+            for (Py_ssize_t i = 0; i < n; i++) {
+                if (PyObject_GenericSetAttr(obj, PyTuple_GET_ITEM(names, i), ch[i]) < 0) {
+                    Py_DECREF(obj);
+                    return NULL;
+                }
+            }
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(statics); i++) {
+                PyObject *pr = PyTuple_GET_ITEM(statics, i);
+                if (!PyTuple_Check(pr) || PyTuple_GET_SIZE(pr) != 2) {
+                    Py_DECREF(obj);
+                    PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: bad static field");
+                    return NULL;
+                }
+                if (PyObject_GenericSetAttr(obj, PyTuple_GET_ITEM(pr, 0), PyTuple_GET_ITEM(pr, 1)) <
+                    0) {
+                    Py_DECREF(obj);
+                    return NULL;
+                }
+            }
+            return obj;
+        }
+        break;
+    case K_CUSTOM:
+        if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == 2 &&
+            PyTuple_GET_ITEM(aux, 1) == Py_None) {
+            PyObject *tup = PyTuple_New(arity);
+            if (tup == NULL) {
+                return NULL;
+            }
+            for (Py_ssize_t i = 0; i < arity; i++) {
+                Py_INCREF(ch[i]);
+                PyTuple_SET_ITEM(tup, i, ch[i]);
+            }
+            PyObject *r = PyObject_CallMethodObjArgs(t, s_tree_unflatten, PyTuple_GET_ITEM(aux, 0),
+                                                     tup, NULL);
+            Py_DECREF(tup);
+            return r;
+        }
+        break;
+    default:
+        break;
+    }
+    /* _pure.build(kind, t, aux, children, order) */
+    PyObject *lst = PyList_New(arity);
+    if (lst == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < arity; i++) {
+        Py_INCREF(ch[i]);
+        PyList_SET_ITEM(lst, i, ch[i]);
+    }
+    PyObject *r = PyObject_CallFunctionObjArgs(py_build, PyTuple_GET_ITEM(node, 0), t, aux, lst,
+                                               order ? order : Py_None, NULL);
+    Py_DECREF(lst);
+    return r;
+}
+
+static PyObject *
+sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "unflatten(spec, leaves) takes 2 arguments");
+        return NULL;
+    }
+    PyObject *spec = args[0], *leaves = args[1];
+    PyObject *nodes, *orders, *order_map = NULL, *result = NULL;
+    Py_ssize_t n;
+    if (spec_parts(spec, &nodes, &orders, &n) < 0) {
+        return NULL;
+    }
+    Py_INCREF(nodes);
+    if (PyList_CheckExact(leaves) || PyTuple_CheckExact(leaves)) {
+        Py_INCREF(leaves);
+    }
+    else if ((leaves = PySequence_List(leaves)) == NULL) {
+        Py_DECREF(nodes);
+        return NULL;
+    }
+    /* Read as the pure engine reads it: leaves[i], checked each time, since a
+     * callback (__tree_unflatten__, a rule) may change the caller's list. */
+    PyObject *seq = leaves;
+    int is_list = PyList_CheckExact(seq);
+    Py_ssize_t given = Py_SIZE(seq);
+    if (given != n) {
+        PyErr_Format(PyExc_ValueError, "unflatten: the spec has %zd %s, but %zd %s given", n,
+                     n == 1 ? "leaf" : "leaves", given, given == 1 ? "was" : "were");
+        Py_DECREF(seq);
+        Py_DECREF(nodes);
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(orders)) {
+        order_map = PyDict_New();
+        if (order_map == NULL) {
+            goto out;
+        }
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(orders); i++) {
+            PyObject *pr = PyTuple_GET_ITEM(orders, i);
+            if (!PyTuple_Check(pr) || PyTuple_GET_SIZE(pr) != 2 ||
+                PyDict_SetItem(order_map, PyTuple_GET_ITEM(pr, 0), PyTuple_GET_ITEM(pr, 1)) < 0) {
+                if (!PyErr_Occurred()) {
+                    PyErr_SetString(PyExc_ValueError, "malformed TreeSpec orders");
+                }
+                goto out;
+            }
+        }
+    }
+    {
+        Py_ssize_t nn = PyTuple_GET_SIZE(nodes);
+        PyObject **st = PyMem_Malloc((nn + 1) * sizeof(PyObject *));
+        PyObject **ch = PyMem_Malloc((nn + 1) * sizeof(PyObject *));
+        Py_ssize_t sp = 0, li = n;
+        if (st == NULL || ch == NULL) {
+            PyMem_Free(st);
+            PyMem_Free(ch);
+            PyErr_NoMemory();
+            goto out;
+        }
+        for (Py_ssize_t idx = nn - 1; idx >= 0; idx--) {
+            PyObject *node = PyTuple_GET_ITEM(nodes, idx);
+            int kind;
+            Py_ssize_t arity;
+            if (node_parts(node, &kind, &arity) < 0) {
+                goto fail;
+            }
+            if (kind == K_LEAF) {
+                if (li <= 0) {
+                    PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: too many leaf nodes");
+                    goto fail;
+                }
+                --li;
+                if (is_list && li >= PyList_GET_SIZE(seq)) {
+                    PyErr_SetString(PyExc_IndexError, "list index out of range");
+                    goto fail;
+                }
+                PyObject *x = is_list ? PyList_GET_ITEM(seq, li) : PyTuple_GET_ITEM(seq, li);
+                Py_INCREF(x);
+                st[sp++] = x;
+                continue;
+            }
+            if (arity > sp) {
+                PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: arity exceeds the nodes");
+                goto fail;
+            }
+            if (kind == K_TUPLE || kind == K_LIST) {
+                /* the children's references move from the stack into the new container */
+                PyObject *v = kind == K_TUPLE ? PyTuple_New(arity) : PyList_New(arity);
+                if (v == NULL) {
+                    goto fail;
+                }
+                PyObject **items = kind == K_TUPLE ? ((PyTupleObject *)v)->ob_item
+                                                   : ((PyListObject *)v)->ob_item;
+                for (Py_ssize_t i = 0; i < arity; i++) {
+                    items[i] = st[sp - 1 - i];
+                }
+                sp -= arity;
+                st[sp++] = v;
+                continue;
+            }
+            for (Py_ssize_t i = 0; i < arity; i++) {
+                ch[i] = st[sp - 1 - i];
+            }
+            PyObject *order = NULL;
+            if (order_map != NULL) {
+                PyObject *key = PyLong_FromSsize_t(idx);
+                if (key == NULL) {
+                    goto fail;
+                }
+                order = PyDict_GetItemWithError(order_map, key);
+                Py_DECREF(key);
+                if (order == NULL && PyErr_Occurred()) {
+                    goto fail;
+                }
+            }
+            PyObject *v = build(kind, node, ch, arity, order);
+            if (v == NULL) {
+                goto fail;
+            }
+            for (Py_ssize_t i = 0; i < arity; i++) {
+                Py_DECREF(st[--sp]);
+            }
+            st[sp++] = v;
+        }
+        if (sp != 1) {
+            PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: the nodes do not make one tree");
+            goto fail;
+        }
+        result = st[0];
+        sp = 0;
+    fail:
+        while (sp > 0) {
+            Py_DECREF(st[--sp]);
+        }
+        PyMem_Free(st);
+        PyMem_Free(ch);
+    }
+out:
+    Py_XDECREF(order_map);
+    Py_DECREF(seq);
+    Py_DECREF(nodes);
+    return result;
+}
+
+/* ------------------------------------------------------------------------ */
+/* flatten_up_to */
+
+typedef struct {
+    PyObject *label, *other;
+    Stack *s;
+} Up;
+
+/* Ask _pure._match; returns 1 with children etc. set, -1 on error. */
+static int
+match_python(Up *u, PyObject *node, PyObject *obj, PyObject **children, PyObject **names,
+             int *keymode)
+{
+    if (stack_freeze(u->s) < 0) {
+        return -1;
+    }
+    PyObject *st = stack_py(u->s);
+    if (st == NULL) {
+        return -1;
+    }
+    PyObject *res = PyObject_CallFunctionObjArgs(py_match, node, obj, st, u->label, u->other, NULL);
+    Py_DECREF(st);
+    if (res == NULL) {
+        return -1;
+    }
+    PyObject *ch = PyTuple_GET_ITEM(res, 0);
+    if (PyTuple_Check(ch) || PyList_Check(ch)) {
+        Py_INCREF(ch);
+    }
+    else if ((ch = PySequence_Tuple(ch)) == NULL) {
+        Py_DECREF(res);
+        return -1;
+    }
+    *children = ch;
+    *keymode = (int)PyLong_AsLong(PyTuple_GET_ITEM(res, 1));
+    *names = PyTuple_GET_ITEM(res, 2);
+    if (*names == Py_None) {
+        *names = NULL;
+    }
+    else {
+        Py_INCREF(*names);
+    }
+    Py_DECREF(res);
+    return 1;
+}
+
+static int
+mismatch(Up *u, PyObject *node, PyObject *obj)
+{
+    if (stack_freeze(u->s) < 0) {
+        return -1;
+    }
+    PyObject *st = stack_py(u->s);
+    if (st == NULL) {
+        return -1;
+    }
+    PyObject *exc = PyObject_CallFunctionObjArgs(py_mismatch, st, u->label, node, obj, u->other, NULL);
+    Py_DECREF(st);
+    return raise_returned(exc);
+}
+
+static TypeEntry *up_plan(Ctx *c, PyTypeObject *ot);
+
+/* Children of obj, which must match node; 1 with outputs set, -1 on error. */
+static int
+match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
+      PyObject **children, PyObject **names, int *keymode, int *live)
+{
+    PyTypeObject *ot = Py_TYPE(obj);
+    PyObject *t = PyTuple_GET_ITEM(node, 1);
+    PyObject *aux = PyTuple_GET_ITEM(node, 3);
+    *live = 0;
+    *names = NULL;
+    *keymode = KM_SEQ;
+    switch (kind) {
+    case K_TUPLE:
+        if (ot == &PyTuple_Type && PyTuple_GET_SIZE(obj) == arity) {
+            Py_INCREF(obj);
+            *children = obj;
+            return 1;
+        }
+        return mismatch(u, node, obj);
+    case K_LIST:
+        if (ot == &PyList_Type && PyList_GET_SIZE(obj) == arity) {
+            Py_INCREF(obj);
+            *children = obj;
+            *live = 1;
+            return 1;
+        }
+        return mismatch(u, node, obj);
+    case K_NONE:
+        if (obj == Py_None) {
+            Py_INCREF(empty_tuple);
+            *children = empty_tuple;
+            return 1;
+        }
+        return mismatch(u, node, obj);
+    case K_DICT:
+        if (ot == &PyDict_Type && PyTuple_CheckExact(aux) && PyDict_GET_SIZE(obj) == arity &&
+            PyTuple_GET_SIZE(aux) == arity) {
+            Py_ssize_t i = 0;
+            while (i < arity && PyUnicode_CheckExact(PyTuple_GET_ITEM(aux, i))) {
+                i++;
+            }
+            if (i < arity && stack_freeze(u->s) < 0) {
+                return -1; /* keys other than str: their __eq__ may run */
+            }
+            for (Py_ssize_t i = 0; i < arity; i++) {
+                int r = PyDict_Contains(obj, PyTuple_GET_ITEM(aux, i));
+                if (r < 0) {
+                    return -1;
+                }
+                if (!r) {
+                    return match_python(u, node, obj, children, names, keymode);
+                }
+            }
+            PyObject *values = PyList_New(arity);
+            if (values == NULL) {
+                return -1;
+            }
+            for (Py_ssize_t i = 0; i < arity; i++) {
+                PyObject *k = PyTuple_GET_ITEM(aux, i);
+                PyObject *v = PyDict_GetItemWithError(obj, k);
+                if (v == NULL) {
+                    if (!PyErr_Occurred()) {
+                        PyObject *tup = PyTuple_Pack(1, k);
+                        if (tup != NULL) {
+                            PyErr_SetObject(PyExc_KeyError, tup);
+                            Py_DECREF(tup);
+                        }
+                    }
+                    Py_DECREF(values);
+                    return -1;
+                }
+                Py_INCREF(v);
+                PyList_SET_ITEM(values, i, v);
+            }
+            *children = values;
+            Py_INCREF(aux);
+            *names = aux;
+            *keymode = KM_MAP;
+            return 1;
+        }
+        break;
+    case K_NAMEDTUPLE:
+        if ((PyObject *)ot == t) {
+            if (PyTuple_GET_SIZE(obj) != arity) {
+                break; /* the pure engine decides what this is */
+            }
+            Py_INCREF(obj);
+            *children = obj;
+            Py_INCREF(aux);
+            *names = aux;
+            *keymode = KM_ATTR;
+            return 1;
+        }
+        return mismatch(u, node, obj);
+    case K_DATACLASS:
+    case K_ATTRS:
+        if ((PyObject *)ot == t) {
+            TypeEntry *e = up_plan(c, ot);
+            if (e == NULL) {
+                return -1;
+            }
+            if (e->plan != (kind == K_DATACLASS ? PLAN_DATACLASS : PLAN_ATTRS)) {
+                break;
+            }
+            Found f;
+            int r = record_fields(c, obj, e, kind, &f, 1);
+            if (r < 0) {
+                return -1;
+            }
+            if (r == 2) {
+                break;
+            }
+            PyObject *mine = PyTuple_GET_ITEM(f.node, 3);
+            int eq = mine == aux ? 1 : PyObject_RichCompareBool(mine, aux, Py_EQ);
+            Py_DECREF(f.node);
+            if (eq <= 0) {
+                Py_DECREF(f.children);
+                Py_DECREF(f.names);
+                return eq < 0 ? -1 : mismatch(u, node, obj);
+            }
+            *children = f.children;
+            *names = f.names;
+            *keymode = KM_ATTR;
+            return 1;
+        }
+        return mismatch(u, node, obj);
+    case K_CUSTOM:
+    case K_RULE:
+        if ((PyObject *)ot == t) {
+            PyObject *res;
+            if (kind == K_CUSTOM) {
+                res = PyObject_CallMethodNoArgs(obj, s_tree_flatten);
+            }
+            else {
+                if (!PyTuple_CheckExact(aux) || PyTuple_GET_SIZE(aux) != 3) {
+                    break;
+                }
+                PyObject *fn = PyObject_GetAttr(PyTuple_GET_ITEM(aux, 0), s_flatten);
+                res = fn ? PyObject_CallOneArg(fn, obj) : NULL;
+                Py_XDECREF(fn);
+            }
+            if (res == NULL) {
+                return -1;
+            }
+            PyObject *ch, *uaux, *keys;
+            int km;
+            int r = user_result(c, u->s, res, ot, kind == K_CUSTOM ? py_custom_result : py_rule_result,
+                                &ch, &uaux, &keys, &km);
+            Py_DECREF(res);
+            if (r < 0) {
+                return -1;
+            }
+            int eq = 0;
+            if (PyTuple_GET_SIZE(ch) == arity) {
+                PyObject *mine = PyTuple_Pack(2, uaux, keys);
+                PyObject *theirs = kind == K_CUSTOM ? (Py_INCREF(aux), aux)
+                                                    : PyTuple_GetSlice(aux, 1, 3);
+                PyObject *cmp = (mine && theirs) ? PyObject_RichCompare(mine, theirs, Py_EQ) : NULL;
+                Py_XDECREF(mine);
+                Py_XDECREF(theirs);
+                eq = cmp ? PyObject_IsTrue(cmp) : -1;
+                Py_XDECREF(cmp);
+            }
+            Py_DECREF(uaux);
+            if (eq <= 0) {
+                Py_DECREF(ch);
+                Py_DECREF(keys);
+                return eq < 0 ? -1 : mismatch(u, node, obj);
+            }
+            *children = ch;
+            *names = keys == Py_None ? NULL : keys;
+            if (keys == Py_None) {
+                Py_DECREF(keys);
+            }
+            *keymode = km;
+            return 1;
+        }
+        return mismatch(u, node, obj);
+    default:
+        break;
+    }
+    return match_python(u, node, obj, children, names, keymode);
+}
+
+/* The plan for an exact type in flatten_up_to (made when first met). */
+static TypeEntry *
+up_plan(Ctx *c, PyTypeObject *ot)
+{
+    TypeEntry *e = tc_find(&c->types, ot);
+    if (e != NULL && (e->version == 0 || type_version(ot) != e->version)) {
+        Py_CLEAR(e->info);
+        Py_CLEAR(e->node);
+        if (plan_for(e) < 0) {
+            return NULL;
+        }
+    }
+    if (e == NULL && ((e = tc_add(&c->types, ot)) == NULL || plan_for(e) < 0)) {
+        return NULL;
+    }
+    return e;
+}
+
+/* A dataclass or attrs instance whose spec node has only leaves below it and
+ * every field set: append its field values to out. Returns 1 done, 0 when
+ * match() must decide, -1 on error (a mismatch included). */
+static int
+record_leaves(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
+              PyObject *out)
+{
+    TypeEntry *e = up_plan(c, Py_TYPE(obj));
+    if (e == NULL) {
+        return -1;
+    }
+    if (e->plan != (kind == K_DATACLASS ? PLAN_DATACLASS : PLAN_ATTRS) || e->has_static ||
+        e->info == NULL) {
+        return 0;
+    }
+    PyObject *aux = PyTuple_GET_ITEM(node, 3);
+    PyObject *names = PyTuple_GET_ITEM(e->info, 0);
+    if (PyTuple_GET_SIZE(names) != arity) {
+        return 0;
+    }
+    if (aux != e->info) {
+        int eq = PyObject_RichCompareBool(aux, e->info, Py_EQ);
+        if (eq <= 0) {
+            return eq;
+        }
+    }
+    PyObject *vals[32];
+    for (Py_ssize_t j = 0; j < arity; j++) {
+        vals[j] = PyObject_GetAttr(obj, PyTuple_GET_ITEM(names, j));
+        if (vals[j] == NULL) {
+            int absent = PyErr_ExceptionMatches(PyExc_AttributeError);
+            while (j > 0) {
+                Py_DECREF(vals[--j]);
+            }
+            if (!absent) {
+                return -1;
+            }
+            /* an unset field: its aux differs from the spec's */
+            PyErr_Clear();
+            return mismatch(u, node, obj);
+        }
+    }
+    int r = 1;
+    for (Py_ssize_t j = 0; j < arity; j++) {
+        if (r == 1 && PyList_Append(out, vals[j]) < 0) {
+            r = -1;
+        }
+        Py_DECREF(vals[j]);
+    }
+    return r;
+}
+
+/* nodes[i .. i + n) are all the shared leaf node */
+static inline int
+leaf_run(PyObject *nodes, Py_ssize_t i, Py_ssize_t n)
+{
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (PyTuple_GET_ITEM(nodes, i + j) != LEAF_NODE) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static PyObject *
+sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 2 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError,
+                        "flatten_up_to(spec, tree, label='the spec', other='the tree') takes 2 to 4 "
+                        "arguments");
+        return NULL;
+    }
+    PyObject *spec = args[0], *obj = args[1];
+    PyObject *nodes, *orders;
+    Py_ssize_t nleaves;
+    if (spec_parts(spec, &nodes, &orders, &nleaves) < 0) {
+        return NULL;
+    }
+    Stack s;
+    Ctx c;
+    Up u;
+    stack_init(&s);
+    memset(&c, 0, sizeof(c));
+    c.mode = 1;
+    u.s = &s;
+    u.label = nargs > 2 ? args[2] : NULL;
+    u.other = nargs > 3 ? args[3] : NULL;
+    PyObject *result = NULL;
+    if (u.label == NULL) {
+        u.label = PyUnicode_FromString("the spec");
+    }
+    else {
+        Py_INCREF(u.label);
+    }
+    if (u.other == NULL) {
+        u.other = PyUnicode_FromString("the tree");
+    }
+    else {
+        Py_INCREF(u.other);
+    }
+    PyObject *out = PyList_New(0);
+    Py_INCREF(nodes);
+    Py_INCREF(obj);
+    Py_ssize_t nn = PyTuple_GET_SIZE(nodes), i = 0;
+    if (u.label == NULL || u.other == NULL || out == NULL) {
+        goto error;
+    }
+    for (;;) {
+        if (i >= nn) {
+            PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: the nodes end early");
+            goto error;
+        }
+        PyObject *node = PyTuple_GET_ITEM(nodes, i++);
+        int kind;
+        Py_ssize_t arity;
+        if (node_parts(node, &kind, &arity) < 0) {
+            goto error;
+        }
+        if (kind == K_LEAF) {
+            if (PyList_Append(out, obj) < 0) {
+                goto error;
+            }
+        }
+        else {
+            PyObject *children, *names;
+            int keymode, live;
+            if (kind == K_DICT && arity <= 32 && i + arity <= nn && PyDict_CheckExact(obj) &&
+                PyDict_GET_SIZE(obj) == arity && leaf_run(nodes, i, arity)) {
+                /* a dict of leaves with str keys: one pass, nothing to visit */
+                PyObject *keys = PyTuple_GET_ITEM(node, 3), *vals[32];
+                Py_ssize_t j = 0;
+                if (PyTuple_CheckExact(keys) && PyTuple_GET_SIZE(keys) == arity) {
+                    for (; j < arity; j++) {
+                        PyObject *k = PyTuple_GET_ITEM(keys, j);
+                        if (!PyUnicode_CheckExact(k) ||
+                            (vals[j] = PyDict_GetItemWithError(obj, k)) == NULL) {
+                            break;
+                        }
+                    }
+                }
+                if (PyErr_Occurred()) {
+                    goto error;
+                }
+                if (j == arity) {
+                    for (j = 0; j < arity; j++) {
+                        if (PyList_Append(out, vals[j]) < 0) {
+                            goto error;
+                        }
+                    }
+                    i += arity;
+                    goto next;
+                }
+            }
+            if ((kind == K_DATACLASS || kind == K_ATTRS) && arity <= 32 && i + arity <= nn &&
+                (PyObject *)Py_TYPE(obj) == PyTuple_GET_ITEM(node, 1) && !PyDict_Check(obj) &&
+                leaf_run(nodes, i, arity)) {
+                /* a record of leaves, every field set: its values, nothing to visit */
+                if (stack_freeze(&s) < 0) {
+                    goto error;
+                }
+                int r = record_leaves(&u, &c, kind, arity, node, obj, out);
+                if (r < 0) {
+                    goto error;
+                }
+                if (r == 1) {
+                    i += arity;
+                    goto next;
+                }
+            }
+            if (kind != K_TUPLE && kind != K_LIST && kind != K_NONE && kind != K_DICT &&
+                kind != K_NAMEDTUPLE && stack_freeze(&s) < 0) {
+                goto error;
+            }
+            if (match(&u, &c, kind, arity, node, obj, &children, &names, &keymode, &live) < 0) {
+                goto error;
+            }
+            Py_ssize_t nch = PyTuple_Check(children) ? PyTuple_GET_SIZE(children)
+                                                      : PyList_GET_SIZE(children);
+            if (nch && i + nch <= nn && leaf_run(nodes, i, nch)) {
+                /* every child is a leaf of the spec: take them all, no frame */
+                for (Py_ssize_t j = 0; j < nch; j++) {
+                    PyObject *x = PyTuple_Check(children) ? PyTuple_GET_ITEM(children, j)
+                                                          : PyList_GET_ITEM(children, j);
+                    if (PyList_Append(out, x) < 0) {
+                        Py_DECREF(children);
+                        Py_XDECREF(names);
+                        goto error;
+                    }
+                }
+                i += nch;
+                Py_DECREF(children);
+                Py_XDECREF(names);
+            }
+            else if (nch) {
+                if (stack_push(&s, obj, children, names, keymode, live, 0) < 0) {
+                    goto error;
+                }
+            }
+            else {
+                Py_DECREF(children);
+                Py_XDECREF(names);
+            }
+        }
+    next:
+        Py_CLEAR(obj);
+        while (s.n) {
+            Frame *fr = &s.v[s.n - 1];
+            if (fr->pos < fr->n) {
+                if (frame_check(fr) < 0) {
+                    goto error;
+                }
+                /* leaves of the spec take any value: no user code runs */
+                while (fr->pos < fr->n && i < nn && PyTuple_GET_ITEM(nodes, i) == LEAF_NODE) {
+                    if (PyList_Append(out, frame_item(fr, fr->pos)) < 0) {
+                        goto error;
+                    }
+                    fr->pos++;
+                    i++;
+                }
+                if (fr->pos == fr->n) {
+                    continue;
+                }
+                if (frame_check(fr) < 0) {
+                    goto error;
+                }
+                obj = frame_item(fr, fr->pos++);
+                Py_INCREF(obj);
+                break;
+            }
+            stack_pop(&s);
+        }
+        if (obj == NULL) {
+            break;
+        }
+    }
+    result = out;
+    out = NULL;
+error:
+    Py_XDECREF(out);
+    Py_XDECREF(obj);
+    Py_DECREF(nodes);
+    Py_XDECREF(u.label);
+    Py_XDECREF(u.other);
+    stack_clear(&s);
+    ctx_clear(&c);
+    return result;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Module */
+
+static PyMethodDef methods[] = {
+    {"flatten", (PyCFunction)(void (*)(void))sp_flatten, METH_FASTCALL,
+     "flatten(tree, is_leaf=None, rules=None) -> (leaves, spec)"},
+    {"leaves", (PyCFunction)(void (*)(void))sp_leaves, METH_FASTCALL,
+     "leaves(tree, is_leaf=None, rules=None) -> leaves"},
+    {"flatten_with_path", (PyCFunction)(void (*)(void))sp_flatten_with_path, METH_FASTCALL,
+     "flatten_with_path(tree, is_leaf=None, rules=None) -> ([(path, leaf), ...], spec)"},
+    {"unflatten", (PyCFunction)(void (*)(void))sp_unflatten, METH_FASTCALL,
+     "unflatten(spec, leaves) -> tree"},
+    {"flatten_up_to", (PyCFunction)(void (*)(void))sp_flatten_up_to, METH_FASTCALL,
+     "flatten_up_to(spec, tree, label='the spec', other='the tree') -> leaves"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "pytree_kit._speedups",
+    "The C engine of pytree_kit: the same results as pytree_kit._pure, faster.", -1, methods,
+};
+
+static PyObject *
+get_attr(PyObject *mod, const char *name)
+{
+    return PyObject_GetAttrString(mod, name);
+}
+
+static Py_ssize_t
+slot_offset(PyObject *cls, const char *name)
+{
+    PyObject *d = PyObject_GetAttrString(cls, name);
+    if (d == NULL) {
+        return -1;
+    }
+    if (!PyObject_TypeCheck(d, &PyMemberDescr_Type)) {
+        Py_DECREF(d);
+        PyErr_Format(PyExc_ImportError, "TreeSpec.%s is not a slot", name);
+        return -1;
+    }
+    Py_ssize_t off = ((PyMemberDescrObject *)d)->d_member->offset;
+    Py_DECREF(d);
+    return off;
+}
+
+#define INTERN(var, text)                                     \
+    do {                                                      \
+        if ((var = PyUnicode_InternFromString(text)) == NULL) \
+            goto fail;                                        \
+    } while (0)
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    PyObject *m = NULL, *pure = NULL, *spec = NULL, *keys = NULL, *kinds = NULL, *dc = NULL;
+    m = PyModule_Create(&moduledef);
+    if (m == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddStringConstant(m, "NAME", "c") < 0) {
+        goto fail;
+    }
+    pure = PyImport_ImportModule("pytree_kit._pure");
+    spec = PyImport_ImportModule("pytree_kit._spec");
+    keys = PyImport_ImportModule("pytree_kit._keys");
+    kinds = PyImport_ImportModule("pytree_kit._kinds");
+    dc = PyImport_ImportModule("dataclasses");
+    if (!pure || !spec || !keys || !kinds || !dc) {
+        goto fail;
+    }
+    {
+        PyObject *col = PyImport_ImportModule("collections");
+        if (col == NULL) {
+            goto fail;
+        }
+        OrderedDict_t = get_attr(col, "OrderedDict");
+        defaultdict_t = get_attr(col, "defaultdict");
+        deque_t = get_attr(col, "deque");
+        Py_DECREF(col);
+        if (!OrderedDict_t || !defaultdict_t || !deque_t) {
+            goto fail;
+        }
+    }
+    for (int k = 0; k < K_COUNT; k++) {
+        if ((kind_obj[k] = PyLong_FromLong(k)) == NULL) {
+            goto fail;
+        }
+    }
+    if (!(LEAF_NODE = get_attr(kinds, "LEAF_NODE")) || !(NONE_NODE = get_attr(kinds, "NONE_NODE")) ||
+        !(py_classify = get_attr(pure, "classify")) ||
+        !(py_dict_order_differs = get_attr(pure, "dict_order_differs")) ||
+        !(py_record_fields = get_attr(pure, "_record_fields")) ||
+        !(py_custom_result = get_attr(pure, "_custom_result")) ||
+        !(py_rule_result = get_attr(pure, "_rule_result")) ||
+        !(py_cycle_error = get_attr(pure, "_cycle_error")) || !(py_match = get_attr(pure, "_match")) ||
+        !(py_mismatch = get_attr(pure, "_mismatch")) || !(py_build = get_attr(pure, "build")) ||
+        !(SequenceKey_t = get_attr(keys, "SequenceKey")) || !(DictKey_t = get_attr(keys, "DictKey")) ||
+        !(GetAttrKey_t = get_attr(keys, "GetAttrKey")) || !(FIELD_marker = get_attr(dc, "_FIELD"))) {
+        goto fail;
+    }
+    TreeSpec_type = (PyTypeObject *)get_attr(spec, "TreeSpec");
+    if (TreeSpec_type == NULL) {
+        goto fail;
+    }
+    if ((off_nodes = slot_offset((PyObject *)TreeSpec_type, "_nodes")) < 0 ||
+        (off_orders = slot_offset((PyObject *)TreeSpec_type, "_orders")) < 0 ||
+        (off_num_leaves = slot_offset((PyObject *)TreeSpec_type, "_num_leaves")) < 0 ||
+        (off_hash = slot_offset((PyObject *)TreeSpec_type, "_hash")) < 0) {
+        goto fail;
+    }
+    if (PyType_Ready(&StackView_Type) < 0) {
+        goto fail;
+    }
+    if ((empty_tuple = PyTuple_New(0)) == NULL) {
+        goto fail;
+    }
+    INTERN(s_tree_flatten, "__tree_flatten__");
+    INTERN(s_tree_unflatten, "__tree_unflatten__");
+    INTERN(s_fields, "_fields");
+    INTERN(s_n_sequence_fields, "n_sequence_fields");
+    INTERN(s_n_fields, "n_fields");
+    INTERN(s_dataclass_fields, "__dataclass_fields__");
+    INTERN(s_attrs_attrs, "__attrs_attrs__");
+    INTERN(s_field_type, "_field_type");
+    INTERN(s_name, "name");
+    INTERN(s_metadata, "metadata");
+    INTERN(s_get, "get");
+    INTERN(s_static, "static");
+    INTERN(s_new, "__new__");
+    INTERN(s_flatten, "flatten");
+    INTERN(s_unflatten, "unflatten");
+    Py_DECREF(pure);
+    Py_DECREF(spec);
+    Py_DECREF(keys);
+    Py_DECREF(kinds);
+    Py_DECREF(dc);
+    return m;
+fail:
+    Py_XDECREF(pure);
+    Py_XDECREF(spec);
+    Py_XDECREF(keys);
+    Py_XDECREF(kinds);
+    Py_XDECREF(dc);
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,21 @@
+"""Type stub for the C engine; it has the interface of pytree_kit._pure."""
+
+from typing import Any, Callable, Iterable, Optional
+
+from ._spec import TreeSpec
+
+NAME: str
+
+def flatten(
+    tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None, rules: Any = None, /
+) -> tuple[list[Any], TreeSpec]: ...
+def leaves(
+    tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None, rules: Any = None, /
+) -> list[Any]: ...
+def flatten_with_path(
+    tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None, rules: Any = None, /
+) -> tuple[list[tuple[tuple[Any, ...], Any]], TreeSpec]: ...
+def unflatten(spec: TreeSpec, leaves: Iterable[Any], /) -> Any: ...
+def flatten_up_to(
+    spec: TreeSpec, tree: Any, label: str = ..., other: str = ..., /
+) -> list[Any]: ...

@@ -1,0 +1,452 @@
+"""The C engine against the pure one (the executable specification).
+
+Every test here runs both engines directly, in one process, on the same
+input: the same leaves (by identity), equal specs with equal hashes and the
+same JSON, each engine unflattening the other's specs, and on bad input the
+same exception type with the same message. (The rest of the suite runs once
+per engine: see the README's test command.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import sys
+from collections import OrderedDict, defaultdict, deque, namedtuple
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pytree_kit as pk
+from pytree_kit import _pure
+
+from .trees import ALLOW, RULES, Leaf, Node, assert_same_tree, trees
+
+try:
+    from pytree_kit import _speedups
+except ImportError:  # pragma: no cover - exercised where the extension is not built
+    _speedups = None
+
+pytestmark = pytest.mark.skipif(_speedups is None, reason="the C engine is not built")
+
+PURE_ONLY = os.environ.get("PYTREE_KIT_PURE", "") not in ("", "0")
+
+
+def test_the_c_engine_is_built_and_active() -> None:
+    """On CPython the package build compiles the extension and uses it."""
+    assert _speedups is not None
+    assert pk.ENGINE == ("python" if PURE_ONLY else "c")
+
+
+def outcome(fn: Any, *args: Any) -> tuple:
+    """("ok", result) or ("raise", exception type, message)."""
+    try:
+        return ("ok", fn(*args))
+    except Exception as e:
+        return ("raise", type(e), str(e))
+
+
+def same_outcome(name: str, *args: Any) -> tuple:
+    """Run ``name`` on both engines; assert the same kind of result or error."""
+    a = outcome(getattr(_pure, name), *args)
+    b = outcome(getattr(_speedups, name), *args)
+    assert a[0] == b[0], f"{name}: pure {a}, C {b}"
+    if a[0] == "raise":
+        assert a[1:] == b[1:], f"{name}: pure raised {a[1:]}, C raised {b[1:]}"
+    return a, b
+
+
+def check_leaves_identical(x: list, y: list) -> None:
+    assert len(x) == len(y)
+    for i, (p, q) in enumerate(zip(x, y)):
+        assert p is q, f"leaf {i}: {p!r} is not {q!r}"
+
+
+def check_specs_equal(s1: pk.TreeSpec, s2: pk.TreeSpec) -> None:
+    assert s1._nodes == s2._nodes
+    assert s1._orders == s2._orders
+    assert s1.num_leaves == s2.num_leaves
+    assert s1 == s2 and not (s1 != s2)
+    assert hash(s1) == hash(s2)
+
+
+def check_engines_agree(tree: Any, is_leaf: Any = None, rules: Any = None) -> None:
+    a, b = same_outcome("flatten", tree, is_leaf, rules)
+    if a[0] == "raise":
+        for name in ("leaves", "flatten_with_path"):
+            same_outcome(name, tree, is_leaf, rules)
+        return
+    (l1, s1), (l2, s2) = a[1], b[1]
+    check_leaves_identical(l1, l2)
+    check_specs_equal(s1, s2)
+    check_leaves_identical(
+        _pure.leaves(tree, is_leaf, rules), _speedups.leaves(tree, is_leaf, rules)
+    )
+    p1, _ = _pure.flatten_with_path(tree, is_leaf, rules)
+    p2, s3 = _speedups.flatten_with_path(tree, is_leaf, rules)
+    assert [p for p, _ in p1] == [p for p, _ in p2]
+    check_leaves_identical([x for _, x in p1], [x for _, x in p2])
+    check_specs_equal(s1, s3)
+    assert s1.to_json() == s2.to_json() if _json_ok(s1) else True
+    # each engine rebuilds from the other's spec
+    t_pure = _pure.unflatten(s2, l2)
+    t_c = _speedups.unflatten(s1, l1)
+    assert_same_tree(t_pure, t_c)
+    assert_same_tree(tree, t_c) if is_leaf is None else None
+    # flatten_up_to on the unchanged structure
+    check_leaves_identical(_pure.flatten_up_to(s1, tree), _speedups.flatten_up_to(s2, tree))
+
+
+def _json_ok(spec: pk.TreeSpec) -> bool:
+    try:
+        spec.to_json()
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+@given(trees())
+def test_generated_trees(tree: Any) -> None:
+    check_engines_agree(tree, None, RULES)
+
+
+@given(trees(), st.integers(0, 3))
+def test_generated_trees_with_is_leaf(tree: Any, which: int) -> None:
+    is_leaf = [
+        lambda x: isinstance(x, list) and len(x) == 1,
+        lambda x: isinstance(x, tuple),
+        lambda x: x is None,
+        lambda x: isinstance(x, dict) and len(x) > 1,
+    ][which]
+    check_engines_agree(tree, is_leaf, RULES)
+
+
+@given(trees(), trees())
+def test_flatten_up_to_mismatches(a: Any, b: Any) -> None:
+    """Any two trees: both engines accept or reject b against a's spec alike."""
+    spec = _pure.flatten(a, None, RULES)[1]
+    x, y = same_outcome("flatten_up_to", spec, b)
+    if x[0] == "ok":
+        check_leaves_identical(x[1], y[1])
+    for label, other in [("the first tree", "rest[0]")]:
+        same_outcome("flatten_up_to", spec, b, label, other)
+
+
+@given(trees())
+def test_specs_cross_engines_through_pickle_and_json(tree: Any) -> None:
+    leaves, spec = _speedups.flatten(tree, None, RULES)
+    again = pickle.loads(pickle.dumps(spec)) if _picklable(spec) else spec
+    check_specs_equal(spec, again)
+    assert_same_tree(_pure.unflatten(again, leaves), _speedups.unflatten(again, leaves))
+    if _json_ok(spec):
+        back = pk.TreeSpec.from_json(spec.to_json(), allow=ALLOW, rules=RULES)
+        assert back == spec and hash(back) == hash(spec)
+        assert_same_tree(
+            _pure.unflatten(back, leaves), _speedups.unflatten(back, leaves), identical_leaves=False
+        )
+
+
+def _picklable(spec: pk.TreeSpec) -> bool:
+    try:
+        pickle.dumps(spec)
+    except Exception:
+        return False
+    return True
+
+
+@given(trees(), st.integers(-2, 2))
+def test_unflatten_wrong_counts(tree: Any, delta: int) -> None:
+    leaves, spec = _pure.flatten(tree, None, RULES)
+    given_leaves = ([*leaves, 0, 0])[: max(0, len(leaves) + delta)]
+    a, b = same_outcome("unflatten", spec, given_leaves)
+    if a[0] == "ok":
+        assert_same_tree(a[1], b[1])
+
+
+def test_unflatten_takes_any_iterable() -> None:
+    spec = _pure.flatten({"a": [0, 0], "b": (0,)}, None, None)[1]
+    for leaves in (iter("xyz"), "xyz", (c for c in "xyz"), range(3), deque("xyz")):
+        got = _speedups.unflatten(spec, leaves)
+        assert got == _pure.unflatten(spec, list(got["a"]) + list(got["b"]))
+    with pytest.raises(TypeError):
+        _speedups.unflatten(spec, 3)
+
+
+# -- hand-written bad input: same type, same message ----------------------
+
+
+class NoUnflatten:
+    def __tree_flatten__(self) -> Any:
+        return (1,), None
+
+
+class BadShape:
+    def __init__(self, res: Any) -> None:
+        self.res = res
+
+    def __tree_flatten__(self) -> Any:
+        return self.res
+
+    @classmethod
+    def __tree_unflatten__(cls, aux: Any, children: Any) -> Any:
+        return cls((children, aux))
+
+
+class Raises:
+    def __tree_flatten__(self) -> Any:
+        raise KeyError("boom")
+
+    @classmethod
+    def __tree_unflatten__(cls, aux: Any, children: Any) -> Any:
+        return cls()
+
+
+class BadHash:
+    def __hash__(self) -> int:
+        raise ValueError("no hash for you")
+
+
+class BadLt:
+    def __init__(self, v: int) -> None:
+        self.v = v
+
+    def __lt__(self, other: Any) -> bool:
+        raise RuntimeError("no order")
+
+    def __hash__(self) -> int:
+        return self.v
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, BadLt) and other.v == self.v
+
+
+@dataclasses.dataclass
+class StaticDC:
+    x: Any
+    s: Any = dataclasses.field(default=None, metadata={"static": True})
+
+
+def _cyclic() -> list:
+    a: list = [1, {"k": None}]
+    a[1]["k"] = a
+    return a
+
+
+def _deep_cycle() -> list:
+    root: list = []
+    cur = root
+    for _ in range(200):
+        nxt: list = [0]
+        cur.append(nxt)
+        cur = nxt
+    cur.append(root)
+    return root
+
+
+BAD_TREES = {
+    "no __tree_unflatten__": [NoUnflatten()],
+    "not a pair": {"a": BadShape([1, 2])},
+    "a 3-tuple": {"a": (BadShape((1, 2, 3)),)},
+    "children a set": [BadShape(({1}, None))],
+    "children a string": [BadShape(("ab", None))],
+    "unhashable aux": {"x": [BadShape(([1], []))]},
+    "aux whose hash raises": [BadShape(([1], BadHash()))],
+    "dict children, unhashable aux": [BadShape(({"a": 1}, {}))],
+    "flatten raises": {"r": Raises()},
+    "cycle": _cyclic(),
+    "cycle 200 deep": _deep_cycle(),
+    "unorderable keys": {BadLt(1): 1, BadLt(2): 2},
+    "mixed keys": {1: "a", "b": 2, None: 3},
+    "static unhashable": [StaticDC(1, [])],
+    "defaultdict unhashable factory": defaultdict(BadHash().__class__, a=1),
+    "defaultdict lambda": defaultdict(lambda: 0, b=1, a=2),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_TREES))
+def test_bad_trees(name: str) -> None:
+    tree = BAD_TREES[name]
+    for fn in ("flatten", "leaves", "flatten_with_path"):
+        same_outcome(fn, tree, None, None)
+
+
+def test_rules_errors_match() -> None:
+    class Thing:
+        pass
+
+    cases = [
+        pk.Rule(lambda o: None, lambda a, c: Thing()),
+        pk.Rule(lambda o: ((1,), []), lambda a, c: Thing()),
+        pk.Rule(lambda o: ({1, 2}, None), lambda a, c: Thing()),
+        pk.Rule(lambda o: 1 / 0, lambda a, c: Thing()),
+        pk.Rule(lambda o: ({"k": 1}, "aux"), lambda a, c: Thing()),
+    ]
+    for rule in cases:
+        for fn in ("flatten", "leaves", "flatten_with_path"):
+            same_outcome(fn, {"t": [Thing()]}, None, {Thing: rule})
+
+
+def test_is_leaf_errors_and_truthiness_match() -> None:
+    class Falsy:
+        def __bool__(self) -> bool:
+            raise ZeroDivisionError("no truth")
+
+    for is_leaf in (lambda x: 1 / 0, lambda x: Falsy(), lambda x: isinstance(x, int) or None):
+        for fn in ("flatten", "leaves", "flatten_with_path"):
+            same_outcome(fn, {"a": [1, (2, 3)]}, is_leaf, None)
+
+
+def test_mutation_during_flatten_is_safe() -> None:
+    """A callback that changes the tree while it is flattened: no crash, same result."""
+
+    def tree_and_hook() -> tuple:
+        inner = [1, 2, 3, 4]
+        tree = {"a": inner, "b": [5, inner]}
+
+        def is_leaf(x: Any) -> bool:
+            if x == 2:
+                inner.clear()
+                tree.clear()
+            return False
+
+        return tree, is_leaf
+
+    t1, h1 = tree_and_hook()
+    t2, h2 = tree_and_hook()
+    a = outcome(_pure.flatten, t1, h1, None)
+    b = outcome(_speedups.flatten, t2, h2, None)
+    assert a[0] == b[0] == "ok"
+    assert a[1][0] == b[1][0]
+    assert a[1][1] == b[1][1]
+
+    class Grows:
+        def __init__(self) -> None:
+            self.kids: list = [1]
+
+        def __tree_flatten__(self) -> Any:
+            self.kids.append(len(self.kids))
+            return self.kids, None
+
+        @classmethod
+        def __tree_unflatten__(cls, aux: Any, children: Any) -> Any:
+            return cls()
+
+    g1, g2 = Grows(), Grows()
+    assert _pure.flatten([g1, g1], None, None)[0] == _speedups.flatten([g2, g2], None, None)[0]
+
+
+def test_keys_whose_order_changes_during_sort() -> None:
+    class Evil:
+        def __init__(self, v: int, d: dict) -> None:
+            self.v, self.d = v, d
+
+        def __lt__(self, other: Any) -> bool:
+            self.d.clear()  # empties the dict while its keys are sorted
+            return self.v < other.v
+
+        def __hash__(self) -> int:
+            return self.v
+
+    def make() -> dict:
+        d: dict = {}
+        d[Evil(2, d)] = "b"
+        d[Evil(1, d)] = "a"
+        return d
+
+    for fn in ("flatten", "leaves", "flatten_with_path"):
+        a = outcome(getattr(_pure, fn), make(), None, None)
+        b = outcome(getattr(_speedups, fn), make(), None, None)
+        assert a[0] == b[0] and a[1:2] == b[1:2]
+
+
+def test_flatten_up_to_errors_match() -> None:
+    P = namedtuple("P", "x y")
+    spec_trees = [
+        {"a": [1, 2], "b": (3,)},
+        [P(1, 2), None],
+        OrderedDict(a=1, b=2),
+        deque([1, 2], maxlen=3),
+        defaultdict(list, k=1),
+        [StaticDC(1, "s")],
+        [Node(1, 2)],
+    ]
+    others = [
+        {"a": [1, 2, 3], "b": (3,)},
+        {"a": [1, 2]},
+        {"a": (1, 2), "b": (3,)},
+        [P(1, 2), 0],
+        [(1, 2), None],
+        OrderedDict(b=2, a=1),
+        deque([1, 2]),
+        defaultdict(dict, k=1),
+        [StaticDC(1, "t")],
+        [Node(1, 2, "other")],
+        [Node(1, 2)],
+        "leaf",
+        None,
+    ]
+    for t in spec_trees:
+        spec = _pure.flatten(t, None, None)[1]
+        for o in [*others, t]:
+            same_outcome("flatten_up_to", spec, o)
+            same_outcome("flatten_up_to", spec, o, "the first tree", "rest[1]")
+
+
+def test_rule_specs_match_by_flatten_up_to() -> None:
+    from .trees import Opaque
+
+    tree = {"o": Opaque([1, [2, 3]], 2)}
+    spec = _pure.flatten(tree, None, RULES)[1]
+    for o in (tree, {"o": Opaque([1, [2, 3]], 3)}, {"o": Opaque([1], 2)}, {"o": 5}):
+        same_outcome("flatten_up_to", spec, o)
+
+
+def test_depth_a_million() -> None:
+    """No C recursion on user data: a million levels, every operation."""
+    depth = 1_000_000
+    tree: Any = 0
+    for _ in range(depth):
+        tree = [tree]
+    leaves, spec = _speedups.flatten(tree, None, None)
+    assert leaves == [0] and spec.num_nodes == depth + 1
+    assert _speedups.leaves(tree, None, None) == [0]
+    assert _speedups.flatten_up_to(spec, tree) == [0]
+    back = _speedups.unflatten(spec, [1])
+    assert _speedups.leaves(back, None, None) == [1]
+    pairs, _ = _speedups.flatten_with_path(tree, None, None)
+    assert len(pairs[0][0]) == depth
+    del tree, back, pairs  # freeing a deep list is CPython's own (trashcan) business
+
+
+def test_leaf_refcounts_unchanged() -> None:
+    leaf = Leaf(1)
+    tree = {"a": [leaf, (leaf, None)], "b": Node(leaf, [leaf])}
+    before = sys.getrefcount(leaf)
+    for _ in range(1000):
+        leaves, spec = _speedups.flatten(tree, None, None)
+        _speedups.unflatten(spec, leaves)
+        _speedups.flatten_up_to(spec, tree)
+        _speedups.flatten_with_path(tree, None, None)
+        _speedups.leaves(tree, None, None)
+        del leaves, spec
+    assert sys.getrefcount(leaf) == before
+
+
+@settings(max_examples=50)
+@given(trees())
+def test_no_reference_cycles_made(tree: Any) -> None:
+    import gc
+
+    gc.collect()
+    gc.disable()
+    try:
+        leaves, spec = _speedups.flatten(tree, None, RULES)
+        _speedups.unflatten(spec, leaves)
+        _speedups.flatten_up_to(spec, tree)
+        del leaves, spec
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
