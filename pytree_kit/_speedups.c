@@ -45,14 +45,14 @@ static PyObject *kind_obj[K_COUNT];
 static PyObject *LEAF_NODE, *NONE_NODE;
 static PyTypeObject *TreeSpec_type;
 static Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash;
-static PyObject *py_classify, *py_dict_order_differs, *py_record_fields, *py_custom_result,
+static PyObject *py_classify, *py_dict_order_differs, *py_custom_result,
     *py_rule_result, *py_cycle_error, *py_match, *py_mismatch, *py_build;
 static PyObject *SequenceKey_t, *DictKey_t, *GetAttrKey_t;
 static PyObject *FIELD_marker;
 static PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
 static PyObject *s_tree_flatten, *s_tree_unflatten, *s_fields, *s_n_sequence_fields,
     *s_n_fields, *s_dataclass_fields, *s_attrs_attrs, *s_field_type, *s_name, *s_metadata,
-    *s_get, *s_static, *s_new, *s_flatten, *s_unflatten;
+    *s_get, *s_static, *s_new, *s_flatten;
 static PyObject *empty_tuple;
 
 /* ------------------------------------------------------------------------ */
@@ -190,10 +190,9 @@ enum {
 typedef struct {
     PyTypeObject *type; /* strong */
     int plan;
-    int has_static;
     unsigned int version;
-    PyObject *info; /* strong or NULL: namedtuple _fields; for a record with no static
-                       field, its aux when every field is set: (names, (), (), None) */
+    PyObject *info; /* strong or NULL: namedtuple _fields; a record's aux when every field
+                       is set, (names, (), (), None), or NULL if a field is static */
     PyObject *node; /* strong or NULL: this call's node for the info above */
 } TypeEntry;
 
@@ -256,48 +255,28 @@ tc_add(TypeCache *c, PyTypeObject *t)
     Py_INCREF(t);
     e->type = t;
     e->plan = PLAN_PYTHON;
-    e->has_static = 0;
     e->version = 0;
     e->info = NULL;
     e->node = NULL;
     return e;
 }
 
-/* ((name, static), ...) of a dataclass or attrs class, as _pure._fields_info.
- * Returns NULL with no error set when the pure engine should do it. */
-static PyObject *
-fields_info(PyTypeObject *t, int kind, int *has_static)
+/* The aux data of a dataclass or attrs instance with every field set,
+ * (names, (), (), None), from the class's fields (the value of its
+ * __dataclass_fields__ or __attrs_attrs__), read as _pure._fields_info reads
+ * them. *aux is NULL when a field is static: the pure engine handles those.
+ * Returns -1 (error set) when the pure engine should decide. */
+static int
+fields_aux(PyObject *fields, int kind, PyObject **aux)
 {
-    PyObject *fields = NULL, *seq = NULL, *out = NULL;
-    *has_static = 0;
-    int r = type_attr(t, kind == K_DATACLASS ? s_dataclass_fields : s_attrs_attrs, &fields);
-    if (r != 0 || fields == NULL) {
-        if (r < 0) {
-            return NULL;
-        }
-        PyErr_Clear();
-        return NULL;
+    PyObject *seq, *names = NULL;
+    *aux = NULL;
+    if (kind == K_DATACLASS ? !PyDict_CheckExact(fields) : !PyTuple_Check(fields)) {
+        PyErr_SetString(PyExc_TypeError, "fields of an unexpected type");
+        return -1;
     }
-    if (kind == K_DATACLASS) {
-        if (!PyDict_CheckExact(fields)) {
-            Py_DECREF(fields);
-            return NULL;
-        }
-        seq = PyDict_Values(fields);
-    }
-    else {
-        if (!PyTuple_Check(fields)) {
-            Py_DECREF(fields);
-            return NULL;
-        }
-        seq = PySequence_List(fields);
-    }
-    Py_DECREF(fields);
-    if (seq == NULL) {
-        return NULL;
-    }
-    out = PyList_New(0);
-    if (out == NULL) {
+    seq = kind == K_DATACLASS ? PyDict_Values(fields) : PySequence_List(fields);
+    if (seq == NULL || (names = PyList_New(0)) == NULL) {
         goto fail;
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(seq); i++) {
@@ -312,51 +291,41 @@ fields_info(PyTypeObject *t, int kind, int *has_static)
                 continue;
             }
         }
+        /* f.name, then bool((f.metadata or {}).get("static", False)) */
         PyObject *name = PyObject_GetAttr(f, s_name);
-        if (name == NULL) {
+        if (name == NULL || PyList_Append(names, name) < 0) {
+            Py_XDECREF(name);
             goto fail;
         }
+        Py_DECREF(name);
         PyObject *md = PyObject_GetAttr(f, s_metadata);
         if (md == NULL) {
-            Py_DECREF(name);
             goto fail;
         }
-        int is_static = 0;
-        int truth = PyObject_IsTrue(md);
-        if (truth > 0) {
+        int is_static = PyObject_IsTrue(md);
+        if (is_static > 0) {
             PyObject *v = PyObject_CallMethodObjArgs(md, s_get, s_static, Py_False, NULL);
-            if (v == NULL) {
-                truth = -1;
-            }
-            else {
-                is_static = PyObject_IsTrue(v);
-                Py_DECREF(v);
-                if (is_static < 0) {
-                    truth = -1;
-                }
-            }
+            is_static = v == NULL ? -1 : PyObject_IsTrue(v);
+            Py_XDECREF(v);
         }
         Py_DECREF(md);
-        if (truth < 0) {
-            Py_DECREF(name);
+        if (is_static < 0) {
             goto fail;
         }
-        PyObject *pair = Py_BuildValue("(NO)", name, is_static ? Py_True : Py_False);
-        if (pair == NULL || PyList_Append(out, pair) < 0) {
-            Py_XDECREF(pair);
-            goto fail;
+        if (is_static) {
+            Py_DECREF(seq);
+            Py_DECREF(names);
+            return 0;
         }
-        Py_DECREF(pair);
-        *has_static |= is_static;
     }
-    Py_DECREF(seq);
-    PyObject *tup = PyList_AsTuple(out);
-    Py_DECREF(out);
-    return tup;
+    Py_SETREF(names, PyList_AsTuple(names));
+    if (names != NULL) {
+        *aux = PyTuple_Pack(4, names, empty_tuple, empty_tuple, Py_None);
+    }
 fail:
     Py_XDECREF(seq);
-    Py_XDECREF(out);
-    return NULL;
+    Py_XDECREF(names);
+    return *aux == NULL ? -1 : 0;
 }
 
 /* Decide the plan for a type that is none of the exact builtin containers.
@@ -425,35 +394,14 @@ make_plan(TypeEntry *e)
             return r < 0 ? -1 : 0;
         }
         if (v != NULL) {
+            r = fields_aux(v, kind, &e->info);
             Py_DECREF(v);
-            PyObject *info = fields_info(t, kind, &e->has_static);
-            if (info == NULL) {
-                if (PyErr_Occurred()) {
-                    /* Let the pure engine raise it, in its own words. */
-                    PyErr_Clear();
-                }
-                goto done;
+            if (r < 0) {
+                PyErr_Clear(); /* the pure engine raises it, in its own words */
             }
-            e->plan = kind == K_DATACLASS ? PLAN_DATACLASS : PLAN_ATTRS;
-            if (!e->has_static) {
-                Py_ssize_t n = PyTuple_GET_SIZE(info);
-                PyObject *names = PyTuple_New(n);
-                if (names == NULL) {
-                    Py_DECREF(info);
-                    return -1;
-                }
-                for (Py_ssize_t i = 0; i < n; i++) {
-                    PyObject *name = PyTuple_GET_ITEM(PyTuple_GET_ITEM(info, i), 0);
-                    Py_INCREF(name);
-                    PyTuple_SET_ITEM(names, i, name);
-                }
-                Py_SETREF(info, PyTuple_Pack(4, names, empty_tuple, empty_tuple, Py_None));
-                Py_DECREF(names);
-                if (info == NULL) {
-                    return -1;
-                }
+            else {
+                e->plan = kind == K_DATACLASS ? PLAN_DATACLASS : PLAN_ATTRS;
             }
-            e->info = info;
             goto done;
         }
     }
@@ -475,7 +423,7 @@ done:
 typedef struct {
     PyTypeObject *type; /* not owned; compared, never dereferenced */
     unsigned int tver, mver;
-    int plan, has_static;
+    int plan;
     PyObject *info;
 } SavedPlan;
 
@@ -504,7 +452,6 @@ plan_for(TypeEntry *e)
     unsigned int tv = type_version(t), mv = meta_version(t);
     if (tv != 0 && mv != 0 && sp->type == t && sp->tver == tv && sp->mver == mv) {
         e->plan = sp->plan;
-        e->has_static = sp->has_static;
         e->version = tv;
         Py_XINCREF(sp->info);
         Py_XSETREF(e->info, sp->info);
@@ -522,11 +469,22 @@ plan_for(TypeEntry *e)
         sp->tver = tv;
         sp->mver = mv;
         sp->plan = e->plan;
-        sp->has_static = e->has_static;
         sp->info = e->info;
         Py_XDECREF(old);
     }
     return 0;
+}
+
+/* Decide an entry's plan again if its class changed since it was made. */
+static int
+entry_refresh(TypeEntry *e)
+{
+    if (e->version != 0 && type_version(e->type) == e->version) {
+        return 0;
+    }
+    Py_CLEAR(e->info);
+    Py_CLEAR(e->node);
+    return plan_for(e);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -983,6 +941,36 @@ vec_to_tuple(Vec *a)
     return t;
 }
 
+/* A new tuple (or list) of ch[0 .. n). */
+static PyObject *
+seq_of(int list, PyObject **ch, Py_ssize_t n)
+{
+    PyObject *r = list ? PyList_New(n) : PyTuple_New(n);
+    if (r == NULL) {
+        return NULL;
+    }
+    PyObject **items = list ? ((PyListObject *)r)->ob_item : ((PyTupleObject *)r)->ob_item;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(ch[i]);
+        items[i] = ch[i];
+    }
+    return r;
+}
+
+/* One leaf, x: into the leaves, and its node into the nodes when a spec is built. */
+static inline int
+emit_leaf(PyObject *leaves, Vec *nodes, int mode, PyObject *x)
+{
+    if (PyList_Append(leaves, x) < 0) {
+        return -1;
+    }
+    if (mode) {
+        Py_INCREF(LEAF_NODE);
+        return vec_push(nodes, LEAF_NODE);
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Classification: what _pure.classify returns, or a leaf. */
 
@@ -1203,12 +1191,50 @@ user_result(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *helper,
     return 0;
 }
 
+/* The node and children of what a rule (rule != NULL) or __tree_flatten__
+ * returned, res: a RULE node (rule, aux, keys) or a CUSTOM node (aux, keys). */
+static int
+user_node(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *rule, Found *f)
+{
+    PyObject *children, *aux, *keys;
+    int km;
+    if (user_result(c, s, res, t, rule ? py_rule_result : py_custom_result, &children, &aux,
+                    &keys, &km) < 0) {
+        return -1;
+    }
+    f->node = NULL;
+    if (c->mode) {
+        PyObject *a = rule ? PyTuple_Pack(3, rule, aux, keys) : PyTuple_Pack(2, aux, keys);
+        if (a != NULL) {
+            f->node = make_node(rule ? K_RULE : K_CUSTOM, (PyObject *)t,
+                                PyTuple_GET_SIZE(children), a);
+            Py_DECREF(a);
+        }
+        if (f->node == NULL) {
+            Py_DECREF(children);
+            Py_DECREF(aux);
+            Py_DECREF(keys);
+            return -1;
+        }
+    }
+    Py_DECREF(aux);
+    f->children = children;
+    f->names = keys == Py_None ? NULL : keys;
+    if (keys == Py_None) {
+        Py_DECREF(keys);
+    }
+    f->keymode = km;
+    f->live = 0;
+    f->dict_kind = 0;
+    return 1;
+}
+
 /* _pure._record_fields for the common case: no static field, not a dict.
  * Returns 1 with f set, or 2 when the pure engine should do it. */
 static int
 record_fields(Ctx *c, PyObject *obj, TypeEntry *e, int kind, Found *f, int want_node)
 {
-    if (e->has_static || e->info == NULL || PyDict_Check(obj)) {
+    if (e->info == NULL || PyDict_Check(obj)) {
         return 2;
     }
     PyObject *full = e->info; /* (names, (), (), None) */
@@ -1292,6 +1318,34 @@ fail:
     Py_XDECREF(gone);
     Py_DECREF(children);
     return -1;
+}
+
+/* [obj[k] for k in keys[0 .. n)] for an exact dict: a new list, or NULL with
+ * the KeyError obj[k] raises. */
+static PyObject *
+dict_values(PyObject *obj, PyObject **keys, Py_ssize_t n)
+{
+    PyObject *values = PyList_New(n);
+    if (values == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyDict_GetItemWithError(obj, keys[i]);
+        if (v == NULL) {
+            if (!PyErr_Occurred()) {
+                PyObject *tup = PyTuple_Pack(1, keys[i]);
+                if (tup != NULL) {
+                    PyErr_SetObject(PyExc_KeyError, tup);
+                    Py_DECREF(tup);
+                }
+            }
+            Py_DECREF(values);
+            return NULL;
+        }
+        Py_INCREF(v);
+        PyList_SET_ITEM(values, i, v);
+    }
+    return values;
 }
 
 #define SMALL_DICT 32
@@ -1470,28 +1524,10 @@ classify_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
         }
     }
     n = PyList_GET_SIZE(keys);
-    PyObject *values = PyList_New(n);
+    PyObject *values = dict_values(obj, ((PyListObject *)keys)->ob_item, n);
     if (values == NULL) {
         Py_DECREF(keys);
         return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *k = PyList_GET_ITEM(keys, i);
-        PyObject *v = PyDict_GetItemWithError(obj, k);
-        if (v == NULL) {
-            if (!PyErr_Occurred()) {
-                PyObject *tup = PyTuple_Pack(1, k);
-                if (tup != NULL) {
-                    PyErr_SetObject(PyExc_KeyError, tup);
-                    Py_DECREF(tup);
-                }
-            }
-            Py_DECREF(keys);
-            Py_DECREF(values);
-            return -1;
-        }
-        Py_INCREF(v);
-        PyList_SET_ITEM(values, i, v);
     }
     PyObject *tkeys = PyList_AsTuple(keys);
     Py_DECREF(keys);
@@ -1535,44 +1571,10 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
             PyObject *fn = PyObject_GetAttr(rule, s_flatten);
             PyObject *res = fn ? PyObject_CallOneArg(fn, obj) : NULL;
             Py_XDECREF(fn);
-            if (res == NULL) {
-                Py_DECREF(rule);
-                return -1;
-            }
-            PyObject *children, *aux, *keys;
-            int km;
-            int r = user_result(c, s, res, t, py_rule_result, &children, &aux, &keys, &km);
-            Py_DECREF(res);
-            if (r < 0) {
-                Py_DECREF(rule);
-                return -1;
-            }
-            f->node = NULL;
-            if (want_node) {
-                PyObject *a = PyTuple_Pack(3, rule, aux, keys);
-                if (a != NULL) {
-                    f->node = make_node(K_RULE, (PyObject *)t, PyTuple_GET_SIZE(children), a);
-                    Py_DECREF(a);
-                }
-                if (f->node == NULL) {
-                    Py_DECREF(rule);
-                    Py_DECREF(children);
-                    Py_DECREF(aux);
-                    Py_DECREF(keys);
-                    return -1;
-                }
-            }
+            int r = res ? user_node(c, s, res, t, rule, f) : -1;
+            Py_XDECREF(res);
             Py_DECREF(rule);
-            Py_DECREF(aux);
-            f->children = children;
-            f->names = keys == Py_None ? NULL : keys;
-            if (keys == Py_None) {
-                Py_DECREF(keys);
-            }
-            f->keymode = km;
-            f->live = 0;
-            f->dict_kind = 0;
-            return 1;
+            return r;
         }
     }
     if (t == &PyTuple_Type) {
@@ -1628,13 +1630,8 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
     if ((e == NULL || e->plan != PLAN_LEAF) && stack_freeze(s) < 0) {
         return -1;
     }
-    if (e != NULL && e->plan != PLAN_LEAF && (e->version == 0 || type_version(t) != e->version)) {
-        /* the class changed since: decide again */
-        Py_CLEAR(e->info);
-        Py_CLEAR(e->node);
-        if (plan_for(e) < 0) {
-            return -1;
-        }
+    if (e != NULL && e->plan != PLAN_LEAF && entry_refresh(e) < 0) {
+        return -1;
     }
     if (e == NULL) {
         for (int i = 0; i < 6; i++) {
@@ -1683,40 +1680,9 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
     }
     case PLAN_CUSTOM: {
         PyObject *res = PyObject_CallMethodNoArgs(obj, s_tree_flatten);
-        if (res == NULL) {
-            return -1;
-        }
-        PyObject *children, *aux, *keys;
-        int km;
-        int r = user_result(c, s, res, t, py_custom_result, &children, &aux, &keys, &km);
-        Py_DECREF(res);
-        if (r < 0) {
-            return -1;
-        }
-        f->node = NULL;
-        if (want_node) {
-            PyObject *a = PyTuple_Pack(2, aux, keys);
-            if (a != NULL) {
-                f->node = make_node(K_CUSTOM, (PyObject *)t, PyTuple_GET_SIZE(children), a);
-                Py_DECREF(a);
-            }
-            if (f->node == NULL) {
-                Py_DECREF(children);
-                Py_DECREF(aux);
-                Py_DECREF(keys);
-                return -1;
-            }
-        }
-        Py_DECREF(aux);
-        f->children = children;
-        f->names = keys == Py_None ? NULL : keys;
-        if (keys == Py_None) {
-            Py_DECREF(keys);
-        }
-        f->keymode = km;
-        f->live = 0;
-        f->dict_kind = 0;
-        return 1;
+        int r = res ? user_node(c, s, res, t, NULL, f) : -1;
+        Py_XDECREF(res);
+        return r;
     }
     default:
         break;
@@ -1806,29 +1772,16 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
             goto error;
         }
         if (r == 0) {
-            if (PyList_Append(leaves, obj) < 0) {
+            if (emit_leaf(leaves, &nodes, mode, obj) < 0) {
                 goto error;
             }
-            if (mode) {
-                Py_INCREF(LEAF_NODE);
-                if (vec_push(&nodes, LEAF_NODE) < 0) {
+            if (mode == 2) {
+                PyObject *p = seq_of(0, keys.v, keys.n);
+                if (p == NULL || PyList_Append(paths, p) < 0) {
+                    Py_XDECREF(p);
                     goto error;
                 }
-                if (mode == 2) {
-                    PyObject *p = PyTuple_New(keys.n);
-                    if (p == NULL) {
-                        goto error;
-                    }
-                    for (Py_ssize_t i = 0; i < keys.n; i++) {
-                        Py_INCREF(keys.v[i]);
-                        PyTuple_SET_ITEM(p, i, keys.v[i]);
-                    }
-                    if (PyList_Append(paths, p) < 0) {
-                        Py_DECREF(p);
-                        goto error;
-                    }
-                    Py_DECREF(p);
-                }
+                Py_DECREF(p);
             }
         }
         else {
@@ -1890,16 +1843,9 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
                 Py_DECREF(f.children);
                 Py_XDECREF(f.names);
                 for (Py_ssize_t i = 0; i < f.direct_n; i++) {
-                    if (PyList_Append(leaves, f.direct[i]) < 0) {
+                    if (emit_leaf(leaves, &nodes, mode, f.direct[i]) < 0) {
                         Py_XDECREF(f.node);
                         goto error;
-                    }
-                    if (mode) {
-                        Py_INCREF(LEAF_NODE);
-                        if (vec_push(&nodes, LEAF_NODE) < 0) {
-                            Py_XDECREF(f.node);
-                            goto error;
-                        }
                     }
                 }
             }
@@ -1929,14 +1875,8 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
                             break;
                         }
                         fr->pos++;
-                        if (PyList_Append(leaves, x) < 0) {
+                        if (emit_leaf(leaves, &nodes, mode, x) < 0) {
                             goto error;
-                        }
-                        if (mode) {
-                            Py_INCREF(LEAF_NODE);
-                            if (vec_push(&nodes, LEAF_NODE) < 0) {
-                                goto error;
-                            }
                         }
                     }
                     if (fr->pos == fr->n) {
@@ -2032,49 +1972,34 @@ done:
     return result;
 }
 
-static int
-parse_walk_args(PyObject *const *args, Py_ssize_t nargs, const char *fname, PyObject **tree,
-                PyObject **is_leaf, PyObject **rules)
+/* fname(tree, is_leaf=None, rules=None): walk in the given mode */
+static PyObject *
+walk_call(PyObject *const *args, Py_ssize_t nargs, const char *fname, int mode)
 {
     if (nargs < 1 || nargs > 3) {
         PyErr_Format(PyExc_TypeError, "%s(tree, is_leaf=None, rules=None) takes 1 to 3 arguments",
                      fname);
-        return -1;
+        return NULL;
     }
-    *tree = args[0];
-    *is_leaf = nargs > 1 ? args[1] : Py_None;
-    *rules = nargs > 2 ? args[2] : Py_None;
-    return 0;
+    return walk(args[0], nargs > 1 ? args[1] : Py_None, nargs > 2 ? args[2] : Py_None, mode);
 }
 
 static PyObject *
 sp_flatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *tree, *is_leaf, *rules;
-    if (parse_walk_args(args, nargs, "flatten", &tree, &is_leaf, &rules) < 0) {
-        return NULL;
-    }
-    return walk(tree, is_leaf, rules, 1);
+    return walk_call(args, nargs, "flatten", 1);
 }
 
 static PyObject *
 sp_leaves(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *tree, *is_leaf, *rules;
-    if (parse_walk_args(args, nargs, "leaves", &tree, &is_leaf, &rules) < 0) {
-        return NULL;
-    }
-    return walk(tree, is_leaf, rules, 0);
+    return walk_call(args, nargs, "leaves", 0);
 }
 
 static PyObject *
 sp_flatten_with_path(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *tree, *is_leaf, *rules;
-    if (parse_walk_args(args, nargs, "flatten_with_path", &tree, &is_leaf, &rules) < 0) {
-        return NULL;
-    }
-    return walk(tree, is_leaf, rules, 2);
+    return walk_call(args, nargs, "flatten_with_path", 2);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -2184,29 +2109,8 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
 {
     PyObject *t = PyTuple_GET_ITEM(node, 1);
     PyObject *aux = PyTuple_GET_ITEM(node, 3);
+    /* tuples and lists are built by sp_unflatten itself */
     switch (kind) {
-    case K_TUPLE: {
-        PyObject *r = PyTuple_New(arity);
-        if (r == NULL) {
-            return NULL;
-        }
-        for (Py_ssize_t i = 0; i < arity; i++) {
-            Py_INCREF(ch[i]);
-            PyTuple_SET_ITEM(r, i, ch[i]);
-        }
-        return r;
-    }
-    case K_LIST: {
-        PyObject *r = PyList_New(arity);
-        if (r == NULL) {
-            return NULL;
-        }
-        for (Py_ssize_t i = 0; i < arity; i++) {
-            Py_INCREF(ch[i]);
-            PyList_SET_ITEM(r, i, ch[i]);
-        }
-        return r;
-    }
     case K_NONE:
         if (arity == 0) {
             Py_RETURN_NONE;
@@ -2253,13 +2157,9 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
         break;
     case K_NAMEDTUPLE:
         if (is_plain_tuple_subtype(t)) {
-            PyObject *tup = PyTuple_New(arity);
+            PyObject *tup = seq_of(0, ch, arity);
             if (tup == NULL) {
                 return NULL;
-            }
-            for (Py_ssize_t i = 0; i < arity; i++) {
-                Py_INCREF(ch[i]);
-                PyTuple_SET_ITEM(tup, i, ch[i]);
             }
             PyObject *args = PyTuple_Pack(1, tup);
             Py_DECREF(tup);
@@ -2316,13 +2216,9 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
     case K_CUSTOM:
         if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == 2 &&
             PyTuple_GET_ITEM(aux, 1) == Py_None) {
-            PyObject *tup = PyTuple_New(arity);
+            PyObject *tup = seq_of(0, ch, arity);
             if (tup == NULL) {
                 return NULL;
-            }
-            for (Py_ssize_t i = 0; i < arity; i++) {
-                Py_INCREF(ch[i]);
-                PyTuple_SET_ITEM(tup, i, ch[i]);
             }
             PyObject *r = PyObject_CallMethodObjArgs(t, s_tree_unflatten, PyTuple_GET_ITEM(aux, 0),
                                                      tup, NULL);
@@ -2334,13 +2230,9 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
         break;
     }
     /* _pure.build(kind, t, aux, children, order) */
-    PyObject *lst = PyList_New(arity);
+    PyObject *lst = seq_of(1, ch, arity);
     if (lst == NULL) {
         return NULL;
-    }
-    for (Py_ssize_t i = 0; i < arity; i++) {
-        Py_INCREF(ch[i]);
-        PyList_SET_ITEM(lst, i, ch[i]);
     }
     PyObject *r = PyObject_CallFunctionObjArgs(py_build, PyTuple_GET_ITEM(node, 0), t, aux, lst,
                                                order ? order : Py_None, NULL);
@@ -2609,26 +2501,9 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
                     return match_python(u, node, obj, children, names, keymode);
                 }
             }
-            PyObject *values = PyList_New(arity);
+            PyObject *values = dict_values(obj, ((PyTupleObject *)aux)->ob_item, arity);
             if (values == NULL) {
                 return -1;
-            }
-            for (Py_ssize_t i = 0; i < arity; i++) {
-                PyObject *k = PyTuple_GET_ITEM(aux, i);
-                PyObject *v = PyDict_GetItemWithError(obj, k);
-                if (v == NULL) {
-                    if (!PyErr_Occurred()) {
-                        PyObject *tup = PyTuple_Pack(1, k);
-                        if (tup != NULL) {
-                            PyErr_SetObject(PyExc_KeyError, tup);
-                            Py_DECREF(tup);
-                        }
-                    }
-                    Py_DECREF(values);
-                    return -1;
-                }
-                Py_INCREF(v);
-                PyList_SET_ITEM(values, i, v);
             }
             *children = values;
             Py_INCREF(aux);
@@ -2745,12 +2620,8 @@ static TypeEntry *
 up_plan(Ctx *c, PyTypeObject *ot)
 {
     TypeEntry *e = tc_find(&c->types, ot);
-    if (e != NULL && (e->version == 0 || type_version(ot) != e->version)) {
-        Py_CLEAR(e->info);
-        Py_CLEAR(e->node);
-        if (plan_for(e) < 0) {
-            return NULL;
-        }
+    if (e != NULL && entry_refresh(e) < 0) {
+        return NULL;
     }
     if (e == NULL && ((e = tc_add(&c->types, ot)) == NULL || plan_for(e) < 0)) {
         return NULL;
@@ -2769,8 +2640,7 @@ record_leaves(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObjec
     if (e == NULL) {
         return -1;
     }
-    if (e->plan != (kind == K_DATACLASS ? PLAN_DATACLASS : PLAN_ATTRS) || e->has_static ||
-        e->info == NULL) {
+    if (e->plan != (kind == K_DATACLASS ? PLAN_DATACLASS : PLAN_ATTRS) || e->info == NULL) {
         return 0;
     }
     PyObject *aux = PyTuple_GET_ITEM(node, 3);
@@ -3098,7 +2968,6 @@ PyInit__speedups(void)
     if (!(LEAF_NODE = get_attr(kinds, "LEAF_NODE")) || !(NONE_NODE = get_attr(kinds, "NONE_NODE")) ||
         !(py_classify = get_attr(pure, "classify")) ||
         !(py_dict_order_differs = get_attr(pure, "dict_order_differs")) ||
-        !(py_record_fields = get_attr(pure, "_record_fields")) ||
         !(py_custom_result = get_attr(pure, "_custom_result")) ||
         !(py_rule_result = get_attr(pure, "_rule_result")) ||
         !(py_cycle_error = get_attr(pure, "_cycle_error")) || !(py_match = get_attr(pure, "_match")) ||
@@ -3137,7 +3006,6 @@ PyInit__speedups(void)
     INTERN(s_static, "static");
     INTERN(s_new, "__new__");
     INTERN(s_flatten, "flatten");
-    INTERN(s_unflatten, "unflatten");
     Py_DECREF(pure);
     Py_DECREF(spec);
     Py_DECREF(keys);
