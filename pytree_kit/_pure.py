@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict, defaultdict, deque
+from itertools import islice
 from typing import Any
 
 from ._keys import DictKey, GetAttrKey, SequenceKey, where
@@ -181,9 +182,15 @@ def _rule_result(res: Any, stack: list, t: Any) -> tuple:
     return _user_children(res, stack, f"the rule for {_qualname(t)}")
 
 
+def _items(obj: tuple) -> tuple:
+    """The items a tuple subclass stores, whatever its __iter__, __len__ or
+    __getitem__ say (a namedtuple or structseq is rebuilt from exactly these)."""
+    return tuple.__getitem__(obj, slice(None))
+
+
 def _structseq_node(obj: Any, t: Any) -> tuple:
-    n = len(obj)
-    children = tuple(obj)
+    children = _items(obj)
+    n = len(children)
     hidden: tuple = ()
     if t.n_fields > t.n_sequence_fields:
         hidden = tuple(obj.__reduce__()[1][1].items())
@@ -194,7 +201,7 @@ def _structseq_node(obj: Any, t: Any) -> tuple:
 
 def _is_namedtuple(obj: Any, t: Any) -> bool:
     fields = getattr(t, "_fields", None)
-    return type(fields) is tuple and len(fields) == len(obj)
+    return type(fields) is tuple and len(fields) == tuple.__len__(obj)
 
 
 def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
@@ -245,7 +252,8 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
         if hasattr(t, "n_sequence_fields") and hasattr(t, "n_fields"):
             return _structseq_node(obj, t)
         if _is_namedtuple(obj, t):
-            return (NAMEDTUPLE, t, len(obj), t._fields), obj, _ATTR, t._fields
+            children = _items(obj)
+            return (NAMEDTUPLE, t, len(children), t._fields), children, _ATTR, t._fields
         return None
     if hasattr(t, "__dataclass_fields__"):
         return _record_fields(obj, t, DATACLASS, stack, cache)
@@ -417,10 +425,26 @@ def build(kind: int, t: Any, aux: Any, children: list, order: Any) -> Any:
     raise ValueError(f"unknown node kind {kind!r}")  # pragma: no cover - specs are validated
 
 
+def _read_leaves(leaves: Any, n: int) -> Any:
+    """The leaves as a list or tuple. A sized iterable is read whole, so the
+    error can count it; an iterator only up to one leaf more than the spec
+    needs, so an endless one is an error, not a hang."""
+    if type(leaves) is list or type(leaves) is tuple:
+        return leaves
+    if hasattr(type(leaves), "__len__"):
+        return list(leaves)
+    got = list(islice(leaves, n + 1))
+    if len(got) > n:
+        raise ValueError(
+            f"unflatten: the spec has {n} {'leaf' if n == 1 else 'leaves'}, "
+            f"but more than {n} were given"
+        )
+    return got
+
+
 def unflatten(spec: TreeSpec, leaves: Any) -> Any:
-    if type(leaves) is not list and type(leaves) is not tuple:
-        leaves = list(leaves)
     n = spec._num_leaves
+    leaves = _read_leaves(leaves, n)
     if len(leaves) != n:
         given = len(leaves)
         raise ValueError(
@@ -554,8 +578,8 @@ def _match(node: tuple, obj: Any, stack: list, label: str, other: str) -> tuple:
         if obj is None:
             return (), _SEQ, None
     elif kind == NAMEDTUPLE:
-        if ot is t:
-            return obj, _ATTR, aux
+        if ot is t and tuple.__len__(obj) == arity:
+            return _items(obj), _ATTR, aux
     elif kind == DATACLASS or kind == ATTRS:
         if ot is t:
             mine, children, keymode, names = _record_fields(obj, t, kind, stack, {})

@@ -52,7 +52,7 @@ static PyObject *FIELD_marker;
 static PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
 static PyObject *s_tree_flatten, *s_tree_unflatten, *s_fields, *s_n_sequence_fields,
     *s_n_fields, *s_dataclass_fields, *s_attrs_attrs, *s_field_type, *s_name, *s_metadata,
-    *s_get, *s_static, *s_new, *s_flatten;
+    *s_get, *s_static, *s_new, *s_flatten, *s_len;
 static PyObject *empty_tuple;
 
 /* ------------------------------------------------------------------------ */
@@ -2240,6 +2240,53 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
     return r;
 }
 
+
+/* The leaves as a new reference to a list or tuple, read as _pure._read_leaves
+ * reads them: a sized iterable whole, an iterator up to one leaf past n. */
+static PyObject *
+read_leaves(PyObject *leaves, Py_ssize_t n)
+{
+    if (PyList_CheckExact(leaves) || PyTuple_CheckExact(leaves)) {
+        Py_INCREF(leaves);
+        return leaves;
+    }
+    PyObject *len = PyObject_GetAttr((PyObject *)Py_TYPE(leaves), s_len);
+    if (len != NULL) {
+        Py_DECREF(len);
+        return PySequence_List(leaves);
+    }
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        return NULL;
+    }
+    PyErr_Clear();
+    PyObject *it = PyObject_GetIter(leaves);
+    if (it == NULL) {
+        return NULL;
+    }
+    PyObject *got = PyList_New(0);
+    while (got != NULL && PyList_GET_SIZE(got) <= n) {
+        PyObject *x = PyIter_Next(it);
+        if (x == NULL) {
+            if (PyErr_Occurred()) {
+                Py_CLEAR(got);
+            }
+            break;
+        }
+        int r = PyList_Append(got, x);
+        Py_DECREF(x);
+        if (r < 0) {
+            Py_CLEAR(got);
+        }
+    }
+    Py_DECREF(it);
+    if (got != NULL && PyList_GET_SIZE(got) > n) {
+        PyErr_Format(PyExc_ValueError, "unflatten: the spec has %zd %s, but more than %zd were given",
+                     n, n == 1 ? "leaf" : "leaves", n);
+        Py_CLEAR(got);
+    }
+    return got;
+}
+
 static PyObject *
 sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2254,10 +2301,7 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_INCREF(nodes);
-    if (PyList_CheckExact(leaves) || PyTuple_CheckExact(leaves)) {
-        Py_INCREF(leaves);
-    }
-    else if ((leaves = PySequence_List(leaves)) == NULL) {
+    if ((leaves = read_leaves(leaves, n)) == NULL) {
         Py_DECREF(nodes);
         return NULL;
     }
@@ -2498,7 +2542,7 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
                     return -1;
                 }
                 if (!r) {
-                    return match_python(u, node, obj, children, names, keymode);
+                    return mismatch(u, node, obj); /* as the pure engine: no lookup again */
                 }
             }
             PyObject *values = dict_values(obj, ((PyTupleObject *)aux)->ob_item, arity);
@@ -3005,6 +3049,7 @@ PyInit__speedups(void)
     INTERN(s_get, "get");
     INTERN(s_static, "static");
     INTERN(s_new, "__new__");
+    INTERN(s_len, "__len__");
     INTERN(s_flatten, "flatten");
     Py_DECREF(pure);
     Py_DECREF(spec);

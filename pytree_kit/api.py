@@ -53,7 +53,9 @@ def unflatten(spec: TreeSpec, leaves: Iterable[Any]) -> Any:
     """Build a tree of ``spec``'s structure from leaves (any iterable).
 
     The same as ``spec.unflatten(leaves)``. Raises ValueError giving both
-    counts when there are too few or too many leaves.
+    counts when there are too few or too many leaves. A list, tuple or other
+    sized iterable is read whole; an iterator is read up to one leaf past
+    the spec's count, so an endless one is an error, not a hang.
 
     Examples:
         >>> import pytree_kit as pk

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import pytree_kit as pk
 from pytree_kit import _pure
 
+from . import hostile
 from .trees import ALLOW, RULES, Leaf, Node, assert_same_tree, trees
 
 try:
@@ -451,3 +452,56 @@ def test_no_reference_cycles_made(tree: Any) -> None:
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+# -- hostile input, fuzzed (tests/hostile.py; scripts/fuzz_engines.py runs 100,000) --
+
+
+@given(st.integers(0, 2**63))
+def test_hostile_cases_agree(seed: int) -> None:
+    """A tree of hostile objects: the same results, or the same exception and message."""
+    assert hostile.run_case(_pure, seed) == hostile.run_case(_speedups, seed)
+
+
+def test_hostile_seed_sweep() -> None:
+    """A fixed range of seeds, so CI always covers the same few hundred cases."""
+    for seed in range(400):
+        assert hostile.run_case(_pure, seed) == hostile.run_case(_speedups, seed), seed
+
+
+def test_hostile_cases_cover_every_outcome() -> None:
+    """The generator reaches success and each kind of error, and every step."""
+    firsts = set()
+    steps = set()
+    for seed in range(400):
+        record = hostile.run_case(_pure, seed)
+        first = record[0][1]
+        firsts.add("ok" if first[0] == "ok" else first[1])
+        steps.add(len(record))
+    assert {"ok", "Boom", "TypeError", "ValueError"} <= firsts
+    assert {4, 6} <= steps
+
+
+def test_the_fuzz_catches_an_engine_that_differs() -> None:
+    """The comparison can fail: an engine whose leaves() reverses is caught."""
+
+    class Mutant:
+        flatten = staticmethod(_pure.flatten)
+        flatten_with_path = staticmethod(_pure.flatten_with_path)
+        unflatten = staticmethod(_pure.unflatten)
+        flatten_up_to = staticmethod(_pure.flatten_up_to)
+
+        @staticmethod
+        def leaves(tree: Any, is_leaf: Any, rules: Any) -> list:
+            return _pure.leaves(tree, is_leaf, rules)[::-1]
+
+    assert any(hostile.run_case(_pure, s) != hostile.run_case(Mutant, s) for s in range(50))
+
+
+def test_endless_leaves_are_an_error_not_a_hang() -> None:
+    import itertools
+
+    spec = _pure.flatten([1, (2, 3)], None, None)[1]
+    for leaves in (itertools.count(), iter(range(10**9)), (i for i in itertools.repeat(0))):
+        a, b = same_outcome("unflatten", spec, leaves)
+        assert a[0] == "raise" and a[2].endswith("but more than 3 were given")

@@ -4,6 +4,7 @@ a hang, and user exceptions passed through unchanged."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from collections import OrderedDict, defaultdict, deque
 from typing import Any
@@ -45,10 +46,26 @@ def test_unflatten_with_the_wrong_number_of_leaves_gives_both_counts(tree, given
     assert str(e.value) == message
 
 
-def test_unflatten_consumes_a_generator_and_counts_it():
+def test_unflatten_counts_a_sized_iterable():
     spec = pk.structure([1, 2])
     with pytest.raises(ValueError, match="but 5 were given"):
-        pk.unflatten(spec, (i for i in range(5)))
+        pk.unflatten(spec, range(5))
+    with pytest.raises(ValueError, match="but 1 was given"):
+        pk.unflatten(spec, {"only": 1})
+
+
+def test_unflatten_reads_an_iterator_one_leaf_past_the_spec_and_no_further():
+    spec = pk.structure([1, 2])
+    gen = iter(range(5))
+    with pytest.raises(ValueError) as e:
+        pk.unflatten(spec, gen)
+    assert str(e.value) == "unflatten: the spec has 2 leaves, but more than 2 were given"
+    assert next(gen) == 3  # three were read: two leaves and the one too many
+    with pytest.raises(ValueError, match="but more than 2 were given"):
+        pk.unflatten(spec, itertools.count())  # endless: an error, not a hang
+    with pytest.raises(ValueError, match="but 1 was given"):
+        pk.unflatten(spec, iter([0]))
+    assert pk.unflatten(spec, (i for i in "ab")) == ["a", "b"]
 
 
 def test_unflatten_needs_a_spec():
