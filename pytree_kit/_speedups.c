@@ -2797,7 +2797,7 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
         }
         else {
-            PyObject *children, *names;
+            PyObject *children = NULL, *names = NULL;
             int keymode, live;
             if (kind == K_DICT && arity <= 32 && i + arity <= nn && PyDict_CheckExact(obj) &&
                 PyDict_GET_SIZE(obj) == arity && leaf_run(nodes, i, arity)) {
