@@ -24,6 +24,7 @@ import collections
 import enum
 import json
 import math
+import sys
 from typing import Any, Iterable
 
 from ._kinds import (
@@ -45,6 +46,7 @@ from ._kinds import (
     TUPLE,
     Rule,
 )
+from ._pure import _fields_info
 from ._spec import TreeSpec
 
 FORMAT = "pytree_kit.TreeSpec"
@@ -56,6 +58,7 @@ _KIND_BY_NAME = {name: kind for kind, name in enumerate(KIND_NAMES)}
 # gives equal specs (a NaN only equals itself by identity).
 _NAN = float("nan")
 _FLOATS = {"nan": _NAN, "inf": float("inf"), "-inf": float("-inf")}
+_NAN_COMPLEX: dict = {}  # repr -> the one complex with a NaN part of that repr
 
 # Builtin types that are not attributes of the builtins module.
 _BUILTIN_EXTRA = {
@@ -213,7 +216,7 @@ def decode(value: Any, table: dict) -> Any:
             re, im = (decode(v, table) for v in body)
             if type(re) is float or type(re) is int:
                 if type(im) is float or type(im) is int:
-                    return complex(re, im)
+                    return _complex(re, im)
         if tag == "ref":
             return _resolve(body, table)
     if t is dict and len(value) == 2 and "enum" in value:
@@ -229,6 +232,22 @@ def decode(value: Any, table: dict) -> Any:
                 except ValueError:
                     pass
     raise _Bad(f"not a valid aux value: {_short(value)}")
+
+
+def _complex(re: Any, im: Any) -> complex:
+    value = complex(re, im)
+    if value == value:
+        return value
+    # A complex with a NaN part equals only itself, like a NaN: one object per
+    # value, so that decoding a document twice gives equal specs. Bounded, as a
+    # hostile stream could send any number of them (the rest stay distinct).
+    text = repr(value)
+    found = _NAN_COMPLEX.get(text)
+    if found is None:
+        found = value
+        if len(_NAN_COMPLEX) < 4096:
+            _NAN_COMPLEX[text] = value
+    return found
 
 
 def _short(value: Any) -> str:
@@ -288,8 +307,6 @@ def _record_node(kind: int, cls: Any, node: dict, i: int, table: dict) -> tuple:
         raise _Bad(
             f"node {i}: {ref(cls)} is not a{' dataclass' if kind == DATACLASS else 'n attrs class'}"
         )
-    from ._pure import _fields_info
-
     info = _fields_info(cls, {})
     want = {n for n, _ in info}
     static_names = {n for n, s in info if s}
@@ -338,6 +355,8 @@ def _node_from_json(node: Any, i: int, table: dict, rules: Any) -> tuple[tuple, 
         maxlen = _int(node, "maxlen", i, optional=True)
         if maxlen is not None and arity > maxlen:
             raise _Bad(f"node {i}: a deque of maxlen {maxlen} cannot hold {arity} children")
+        if maxlen is not None and maxlen > sys.maxsize:
+            raise _Bad(f"node {i}: 'maxlen' is larger than any deque can have ({sys.maxsize})")
         return (kind, None, arity, maxlen), None
     cls = _resolve(node.get("class"), table)
     if kind == NAMEDTUPLE:
@@ -390,7 +409,7 @@ def spec_from_json(text: Any, *, allow: Iterable[Any] = (), rules: Any = None) -
         raise TypeError(f"TreeSpec.from_json expects str or bytes, got {type(text).__name__}")
     table = _resolver(allow, rules)
     try:
-        doc = json.loads(text, object_pairs_hook=_unique_members)
+        doc = json.loads(text, object_pairs_hook=_unique_members, parse_constant=_no_constant)
         return _spec_from_doc(doc, table, rules)
     except json.JSONDecodeError as e:
         raise ValueError(f"TreeSpec.from_json: not valid JSON ({e})") from None
@@ -402,6 +421,13 @@ def spec_from_json(text: Any, *, allow: Iterable[Any] = (), rules: Any = None) -
         raise ValueError(
             f"TreeSpec.from_json: malformed document ({type(e).__name__}: {e})"
         ) from None
+
+
+def _no_constant(name: str) -> Any:
+    # NaN, Infinity and -Infinity are not JSON; to_json writes {"float": "nan"}.
+    # (A NaN read as a number would also be a NaN other than _NAN: the spec
+    # would differ from the one its own to_json reads back to.)
+    raise _Bad(f'{name} is not JSON; a non-finite float is written as {{"float": ...}}')
 
 
 def _unique_members(pairs: list) -> dict:
