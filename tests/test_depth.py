@@ -1,8 +1,16 @@
-"""Depth 100,000 flattens, unflattens and maps at the default recursion limit:
-every traversal is iterative (the peers stop near 1,000)."""
+"""Deep trees at the default recursion limit: every traversal is iterative
+(the peers stop near 1,000).
+
+Every kind at depth 100,000 (``PYTREE_KIT_TEST_DEPTH`` sets another depth:
+``scripts/long_runs.sh`` runs them at 1,000,000), and every operation on a
+chain of a million lists. The suite runs once per engine, so both engines
+are covered.
+"""
 
 from __future__ import annotations
 
+import copy
+import os
 import pickle
 import sys
 from collections import OrderedDict
@@ -12,7 +20,8 @@ import pytest
 import pytree_kit as pk
 from tests.trees import DC, Node, Point
 
-DEPTH = 100_000
+DEPTH = int(os.environ.get("PYTREE_KIT_TEST_DEPTH", "100000"))
+MILLION = 1_000_000
 
 
 def chain(kind: str, depth: int = DEPTH):
@@ -119,3 +128,67 @@ def test_wide_tree():
     leaves, spec = pk.flatten(tree)
     assert leaves[:4] == [0, 0, 1, 1] and len(leaves) == 200_000
     assert spec.unflatten(leaves) == tree
+
+
+# -- a million levels, every operation --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def million() -> tuple:
+    """A chain of a million one-element lists, its spec, and one level less."""
+    tree: object = "bottom"
+    for _ in range(MILLION):
+        tree = [tree]
+    return tree, pk.structure(tree)
+
+
+def test_million_flatten_leaves_structure(million):
+    tree, spec = million
+    leaves, spec2 = pk.flatten(tree)
+    assert leaves == ["bottom"] and spec2 == spec and hash(spec2) == hash(spec)
+    assert spec.num_nodes == MILLION + 1 and spec.num_leaves == 1
+    assert pk.leaves(tree) == ["bottom"]
+    assert pk.leaves(tree, is_leaf=lambda x: type(x) is list and type(x[0]) is str) == [["bottom"]]
+    assert spec.flatten_up_to(tree) == ["bottom"]
+
+
+def test_million_unflatten_and_tree_map(million):
+    tree, spec = million
+    rebuilt = spec.unflatten(["top"])
+    assert bottom(rebuilt) == "top"
+    assert bottom(pk.tree_map(str.upper, tree)) == "BOTTOM"
+    assert bottom(pk.tree_map(lambda a, b: a + b, tree, rebuilt)) == "bottomtop"
+
+
+def test_million_paths(million):
+    tree, spec = million
+    ((path, leaf),), spec2 = pk.flatten_with_path(tree)
+    assert leaf == "bottom" and len(path) == MILLION and spec2 == spec
+    assert pk.keystr(path) == "[0]" * MILLION
+    assert bottom(pk.tree_map_with_path(lambda p, x: len(p), tree)) == MILLION
+
+
+def test_million_spec_json_pickle_repr_children(million):
+    _, spec = million
+    assert pk.TreeSpec.from_json(spec.to_json()) == spec
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    assert copy.deepcopy(spec) == spec
+    assert repr(spec) == "TreeSpec(" + "[" * MILLION + "*" + "]" * MILLION + ")"
+    (child,) = spec.children()
+    assert child.num_nodes == MILLION and child != spec
+
+
+def test_million_mismatch_and_cycle(million):
+    tree, spec = million
+    other = tree[0]  # a million minus one levels
+    with pytest.raises(ValueError, match=r"^tree(\[0\]){999999}: structure mismatch: the spec"):
+        spec.flatten_up_to(other)
+    deepest = tree
+    while type(deepest[0]) is list:
+        deepest = deepest[0]
+    deepest.append(tree)  # the bottom list now holds the root: a cycle
+    try:
+        with pytest.raises(ValueError, match="cycle: this container is the one at tree, which"):
+            pk.leaves(tree)
+    finally:
+        deepest.pop()
