@@ -21,6 +21,7 @@ import collections
 import faulthandler
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -54,21 +55,34 @@ def main(argv: Any = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=100_000, help="number of seeds (100,000)")
     ap.add_argument("--seed", type=int, default=0, help="first seed (0)")
-    ap.add_argument("--progress", default=None, help="file that holds the seed being run")
+    ap.add_argument(
+        "--progress",
+        default=os.path.join(tempfile.gettempdir(), "fuzz_engines.progress"),
+        help="file that holds the seed being run (for a crash or a hang)",
+    )
     ap.add_argument("--max-failures", type=int, default=20, help="stop after this many")
+    ap.add_argument(
+        "--case-timeout",
+        type=float,
+        default=120.0,
+        help="seconds one case may take; past it, the stacks are printed and the run "
+        "exits 1 (a hang is a failure; --progress names the seed)",
+    )
     args = ap.parse_args(argv)
 
     from pytree_kit import _speedups  # the fuzz is pointless without it: fail loudly
 
     faulthandler.enable()
-    progress = os.open(args.progress, os.O_WRONLY | os.O_CREAT, 0o644) if args.progress else None
+    progress = os.open(args.progress, os.O_WRONLY | os.O_CREAT, 0o644)
+    print(f"fuzz_engines: the seed being run is kept in {args.progress}", flush=True)
     start = time.perf_counter()
     failures = 0
     outcomes: collections.Counter = collections.Counter()
     for seed in range(args.seed, args.seed + args.cases):
-        if progress is not None:
-            os.pwrite(progress, f"{seed:<20d}\n".encode(), 0)
+        os.pwrite(progress, f"{seed:<20d}\n".encode(), 0)
+        faulthandler.dump_traceback_later(args.case_timeout, exit=True)
         a, b = compare(seed, _speedups)
+        faulthandler.cancel_dump_traceback_later()
         if a != b:
             failures += 1
             print(f"DIFFERENT seed={seed}: {_first_difference(a, b)}", flush=True)
