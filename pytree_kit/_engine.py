@@ -1,19 +1,42 @@
 """Chooses the engine: the C extension when importable, else the pure one.
 
 ``PYTREE_KIT_PURE=1`` in the environment forces the pure engine.
+
+On a free-threaded CPython (PEP 703) running without the GIL, the pure engine
+is chosen too: the C engine relies on the GIL (its per-type cache and its
+reads of the caller's lists are not guarded by locks), so CPython would turn
+the GIL back on for the whole process when it is imported. ``PYTREE_KIT_PURE=0``
+asks for the C engine anyway, and with it the GIL. See docs/reliability.md.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+import sys
+from typing import Any, Callable, Optional
 
 from . import _pure, _spec
 
+
+def wants_c(setting: Optional[str], gil_enabled: Optional[Callable[[], bool]]) -> bool:
+    """Whether to use the C engine, given ``PYTREE_KIT_PURE`` (None when unset)
+    and ``sys._is_gil_enabled`` (None before Python 3.13).
+
+    Examples:
+        >>> wants_c(None, None), wants_c("1", None), wants_c("0", None)
+        (True, False, True)
+        >>> wants_c(None, lambda: False), wants_c("0", lambda: False)
+        (False, True)
+    """
+    if setting not in (None, "", "0"):
+        return False
+    if setting == "0":
+        return True
+    return gil_enabled is None or gil_enabled()
+
+
 impl: Any = _pure
-if os.environ.get("PYTREE_KIT_PURE", "") not in ("", "0"):
-    impl = _pure
-else:
+if wants_c(os.environ.get("PYTREE_KIT_PURE"), getattr(sys, "_is_gil_enabled", None)):
     try:
         from . import _speedups
     except ImportError:  # not built (no compiler, or not CPython)

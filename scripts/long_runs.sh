@@ -38,7 +38,7 @@ for run in "${runs[@]}"; do
     json) "$python" scripts/fuzz_json.py --docs 10000 ;;
     leaks) "$python" scripts/leaks.py --calls 1000000 --engine both ;;
     depth) PYTREE_KIT_TEST_DEPTH=1000000 both_engines --timeout 3600 tests/test_depth.py ;;
-    threads) PYTREE_KIT_THREAD_ROUNDS=10000 both_engines --timeout 3600 tests/test_threads.py ;;
+    threads) PYTREE_KIT_THREAD_ROUNDS=3000 both_engines --timeout 3600 tests/test_threads.py ;;
     hypothesis) HYPOTHESIS_PROFILE=long "$python" -m pytest -q -p no:cacheprovider tests/test_engines.py ;;
     *)
         echo "long_runs: unknown run '$run'" >&2
