@@ -1222,6 +1222,25 @@ def _unimported_module() -> str:
     raise RuntimeError("no unimported standard module left for the self-test")
 
 
+def then(action: Callable[[], Any]) -> Callable:
+    """A from_json that does ``action`` first (for checking the detectors)."""
+
+    def from_json(text: Any, **kw: Any) -> Any:
+        action()
+        return TreeSpec.from_json(text, **kw)
+
+    return from_json
+
+
+def raises(exc: BaseException) -> Callable:
+    """A from_json that raises ``exc`` (for checking the detectors)."""
+
+    def from_json(text: Any, **kw: Any) -> Any:
+        raise exc
+
+    return from_json
+
+
 def self_test() -> list:
     """Problems with the detectors (empty when each one fires where it must and
     stays quiet where it must)."""
@@ -1237,19 +1256,6 @@ def self_test() -> list:
             real_import_module
         ):
             problems.append(f"{name}: the import hooks were not restored")
-
-    def then(action: Callable[[], Any]) -> Callable:
-        def from_json(text: Any, **kw: Any) -> Any:
-            action()
-            return TreeSpec.from_json(text, **kw)
-
-        return from_json
-
-    def raises(exc: BaseException) -> Callable:
-        def from_json(text: Any, **kw: Any) -> Any:
-            raise exc
-
-        return from_json
 
     def fake_module() -> None:
         sys.modules["_fuzz_json_fake"] = types.ModuleType("_fuzz_json_fake")

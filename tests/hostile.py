@@ -130,46 +130,49 @@ class Aux:
 # -- containers with an overridden protocol -----------------------------------
 
 
-class ListSub(list):
+class _Overrides:
+    """The sequence protocol of a list or tuple subclass, disagreeing with its
+    storage as ``mode`` says: ``odd_iter`` (what __iter__ gives instead) and
+    ``len_extra`` (what __len__ adds) are set by each subclass."""
+
+    mode = "iter"
+    len_extra = 0
+
+    def odd_iter(self) -> Any:
+        raise NotImplementedError
+
+    def __iter__(self) -> Any:
+        if self.mode == "iter-raises":
+            raise Boom("iter")
+        return self.odd_iter() if self.mode == "iter" else super().__iter__()  # type: ignore[misc]
+
+    def __len__(self) -> int:
+        if self.mode == "len-raises":
+            raise Boom("len")
+        return super().__len__() + (self.len_extra if self.mode == "len" else 0)  # type: ignore[misc]
+
+    def __getitem__(self, i: Any) -> Any:
+        if self.mode == "getitem":
+            return "from __getitem__"
+        return super().__getitem__(i)  # type: ignore[misc]
+
+
+class ListSub(_Overrides, list):
     """A list whose __iter__, __len__ and __getitem__ disagree with its storage."""
 
-    mode = "iter"
+    len_extra = 3
 
-    def __iter__(self) -> Any:
-        if self.mode == "iter-raises":
-            raise Boom("iter")
-        return iter([*list.__iter__(self), "extra"]) if self.mode == "iter" else list.__iter__(self)
-
-    def __len__(self) -> int:
-        if self.mode == "len-raises":
-            raise Boom("len")
-        return list.__len__(self) + (3 if self.mode == "len" else 0)
-
-    def __getitem__(self, i: Any) -> Any:
-        if self.mode == "getitem":
-            return "from __getitem__"
-        return list.__getitem__(self, i)
+    def odd_iter(self) -> Any:
+        return iter([*list.__iter__(self), "extra"])
 
 
-class TupleSub(tuple):
+class TupleSub(_Overrides, tuple):
     """A tuple whose __iter__, __len__ and __getitem__ disagree with its storage."""
 
-    mode = "iter"
+    len_extra = 1
 
-    def __iter__(self) -> Any:
-        if self.mode == "iter-raises":
-            raise Boom("iter")
-        return iter(("extra",) * 2) if self.mode == "iter" else tuple.__iter__(self)
-
-    def __len__(self) -> int:
-        if self.mode == "len-raises":
-            raise Boom("len")
-        return tuple.__len__(self) + (1 if self.mode == "len" else 0)
-
-    def __getitem__(self, i: Any) -> Any:
-        if self.mode == "getitem":
-            return "from __getitem__"
-        return tuple.__getitem__(self, i)
+    def odd_iter(self) -> Any:
+        return iter(("extra",) * 2)
 
 
 class DictSub(dict):
@@ -208,39 +211,34 @@ def _sub(cls: type, items: Any, mode: str) -> Any:
 NT = namedtuple("NT", "a b")
 
 
-class NTOverrides(NT):
+class NTOverrides(_Overrides, NT):
     """A namedtuple subclass overriding the sequence protocol."""
 
-    mode = "iter"
+    len_extra = 3  # a length of 5 for its 2 fields
 
-    def __iter__(self) -> Any:
-        if self.mode == "iter-raises":
-            raise Boom("iter")
-        return iter(("x", "y", "z")) if self.mode == "iter" else tuple.__iter__(self)
-
-    def __len__(self) -> int:
-        if self.mode == "len-raises":
-            raise Boom("len")
-        return 5 if self.mode == "len" else tuple.__len__(self)
-
-    def __getitem__(self, i: Any) -> Any:
-        if self.mode == "getitem":
-            return "from __getitem__"
-        return tuple.__getitem__(self, i)
+    def odd_iter(self) -> Any:
+        return iter(("x", "y", "z"))
 
 
 # -- protocol classes and rules -----------------------------------------------
 
 
-class Proto:
-    """A protocol class whose __tree_flatten__ does what ``mode`` says."""
+class _Answers:
+    """Children, aux and a ``mode`` saying what flattening it answers (_answer)."""
 
     def __init__(self, kids: Any, aux: Any, mode: str, ctx: Ctx, after: int = 1) -> None:
         self.kids, self.aux, self.mode, self.ctx, self.after = kids, aux, mode, ctx, after
         self.calls = Counter()
 
-    def __tree_flatten__(self) -> Any:
+    def answer(self) -> Any:
         return _answer(self.kids, self.aux, self.mode, self.ctx, self.calls.tick(), self.after)
+
+
+class Proto(_Answers):
+    """A protocol class whose __tree_flatten__ does what ``mode`` says."""
+
+    def __tree_flatten__(self) -> Any:
+        return self.answer()
 
     @classmethod
     def __tree_unflatten__(cls, aux: Any, children: Any) -> Any:
@@ -266,16 +264,12 @@ class ProtoFlattenAttr:
         return cls()
 
 
-class Opaque:
+class Opaque(_Answers):
     """Flattened by a rule, which does what ``mode`` says."""
-
-    def __init__(self, kids: Any, aux: Any, mode: str, ctx: Ctx, after: int = 1) -> None:
-        self.kids, self.aux, self.mode, self.ctx, self.after = kids, aux, mode, ctx, after
-        self.calls = Counter()
 
 
 def _rule_flatten(o: Opaque) -> Any:
-    return _answer(o.kids, o.aux, o.mode, o.ctx, o.calls.tick(), o.after)
+    return o.answer()
 
 
 def _rule_unflatten(aux: Any, children: Any) -> Any:

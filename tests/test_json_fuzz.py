@@ -146,21 +146,6 @@ def test_one_document_from_the_command_line(capsys: pytest.CaptureFixture) -> No
 # the detectors detect
 
 
-def _then(action: Callable[[], Any]) -> Callable:
-    def from_json(text: Any, **kw: Any) -> Any:
-        action()
-        return TreeSpec.from_json(text, **kw)
-
-    return from_json
-
-
-def _raises(exc: BaseException) -> Callable:
-    def from_json(text: Any, **kw: Any) -> Any:
-        raise exc
-
-    return from_json
-
-
 def _hooks_are_real() -> bool:
     return builtins.__import__ is _REAL_IMPORT and importlib.import_module is _REAL_IMPORT_MODULE
 
@@ -190,7 +175,7 @@ def _fake_module() -> None:
 )
 def test_import_recorder_flags_imports(action: Callable, word: str) -> None:
     try:
-        result = fz.check_document(GOOD, from_json=_then(action))
+        result = fz.check_document(GOOD, from_json=fz.then(action))
     finally:
         sys.modules.pop("_fuzz_json_fake_module", None)
     assert result.outcome == "failure"
@@ -200,7 +185,7 @@ def test_import_recorder_flags_imports(action: Callable, word: str) -> None:
 
 def test_import_recorder_flags_a_real_import() -> None:
     name = fz._unimported_module()
-    result = fz.check_document(GOOD, from_json=_then(lambda: importlib.import_module(name)))
+    result = fz.check_document(GOOD, from_json=fz.then(lambda: importlib.import_module(name)))
     assert name in sys.modules  # it did import
     assert result.outcome == "failure"
     text = " ".join(result.problems)
@@ -226,7 +211,7 @@ def test_import_recorder_lets_pytree_kit_reach_its_own_loaded_submodules() -> No
     ids=lambda e: type(e).__name__,
 )
 def test_type_check_flags_other_exceptions(exc: BaseException) -> None:
-    result = fz.check_document(GOOD, from_json=_raises(exc))
+    result = fz.check_document(GOOD, from_json=fz.raises(exc))
     assert result.outcome == "failure"
     assert f"raised {type(exc).__name__}" in " ".join(result.problems)
     assert type(exc).__name__ in result.detail  # the traceback
@@ -235,7 +220,7 @@ def test_type_check_flags_other_exceptions(exc: BaseException) -> None:
 
 def test_type_check_accepts_value_error_and_subclasses() -> None:
     for exc in (ValueError("v"), UnicodeDecodeError("utf-8", b"", 0, 1, "x")):
-        assert fz.check_document(GOOD, from_json=_raises(exc)).outcome == "rejected"
+        assert fz.check_document(GOOD, from_json=fz.raises(exc)).outcome == "rejected"
 
 
 def test_a_result_that_is_not_a_spec_is_a_failure() -> None:
@@ -261,7 +246,7 @@ def test_engines_that_disagree_are_a_failure() -> None:
     lying = (pure, lambda spec, leaves: pure(spec, leaves[::-1]))
     result = fz.check_document(GOOD, engines=lying)
     assert result.outcome == "failure" and "engines build different trees" in result.problems[0]
-    raising = (pure, _raises(TypeError("x")))
+    raising = (pure, fz.raises(TypeError("x")))
     result = fz.check_document(GOOD, engines=raising)
     assert result.outcome == "failure" and "engines differ" in result.problems[0]
     fine = (pure, pure)

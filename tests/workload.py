@@ -316,24 +316,23 @@ def direct_api(engine: Any) -> Api:
     def flatten_up_to(spec: pk.TreeSpec, tree: Any) -> Any:
         return engine.flatten_up_to(spec, tree)
 
+    def rest_leaves(spec: pk.TreeSpec, rest: tuple) -> list:
+        return [
+            engine.flatten_up_to(spec, r, "the first tree", f"rest[{i}]")
+            for i, r in enumerate(rest)
+        ]
+
     def tree_map(
         fn: Callable[..., Any], tree: Any, *rest: Any, is_leaf: Any = None, rules: Any = None
     ) -> Any:
         xs, spec = engine.flatten(tree, is_leaf, check_rules(rules))
-        others = [
-            engine.flatten_up_to(spec, r, "the first tree", f"rest[{i}]")
-            for i, r in enumerate(rest)
-        ]
-        return engine.unflatten(spec, list(map(fn, xs, *others)))
+        return engine.unflatten(spec, list(map(fn, xs, *rest_leaves(spec, rest))))
 
     def tree_map_with_path(
         fn: Callable[..., Any], tree: Any, *rest: Any, is_leaf: Any = None, rules: Any = None
     ) -> Any:
         pairs, spec = engine.flatten_with_path(tree, is_leaf, check_rules(rules))
-        others = [
-            engine.flatten_up_to(spec, r, "the first tree", f"rest[{i}]")
-            for i, r in enumerate(rest)
-        ]
+        others = rest_leaves(spec, rest)
         paths = [p for p, _ in pairs]
         xs = [x for _, x in pairs]
         return engine.unflatten(spec, list(map(fn, paths, xs, *others)))
