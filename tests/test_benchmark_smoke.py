@@ -124,24 +124,37 @@ def test_charts_are_pngs(quick_run: tuple[str, Path]) -> None:
         assert data.startswith(PNG_MAGIC), name
 
 
-def test_pinning_benchmark_smoke(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+def _run_quick(script: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """Run benchmarks/SCRIPT --quick --out OUT; it must exit 0."""
     proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "pinning.py"),
-            "--quick",
-            "--out",
-            str(tmp_path),
-        ],
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", *extra, "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def test_pinning_benchmark_smoke(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    proc = _run_quick("pinning.py", tmp_path)
     if torch.cuda.is_available():
         report = (tmp_path / "pinning.md").read_text()
         for way in ("coalesced", "per tensor", "torch DataLoader pinning"):
             assert way in report
     else:
         assert "no CUDA device here, so nothing was measured" in proc.stdout
+
+
+def test_distributed_benchmark_smoke(tmp_path: Path) -> None:
+    """benchmarks/distributed.py --quick starts two gloo ranks and writes its report."""
+    pytest.importorskip("torch")
+    _run_quick("distributed.py", tmp_path, "--timeout", "240")
+    sections = _sections((tmp_path / "distributed.md").read_text())
+    target = [line for line in sections["Targets"].splitlines() if "1,000 all_reduce" in line]
+    assert len(target) == 1 and re.search(r"\| [\d,.]+x \| (yes|MISSED) \|$", target[0]), target
+    times = sections["Times"]
+    for label in ("10 x float32[8]", "1,000 x float32[8]", "1,000 x 3 dtypes"):
+        assert f"| {label} |" in times, label
+    assert "torch" in sections["Machine"]
