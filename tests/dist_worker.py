@@ -397,7 +397,17 @@ def scenario_collectives() -> dict[str, Callable[[], str]]:
 
     def mismatch_structure() -> str:
         tree = {"a": torch.ones(2)} if rank == 0 else {"a": torch.ones(2), "b": torch.ones(1)}
-        return expect_value_error(lambda: pkt.all_reduce_tree(tree), "different structures")
+        return expect_value_error(
+            lambda: pkt.all_reduce_tree(tree),
+            "different structures: leaf 1 is nothing on rank 0 but tree['b'] on rank 1",
+        )
+
+    def mismatch_container() -> str:
+        tree = {"a": [torch.ones(2)] if rank == 0 else (torch.ones(2),)}
+        return expect_value_error(
+            lambda: pkt.all_reduce_tree(tree),
+            "rank 0 has TreeSpec({'a': [*]}), rank 1 has TreeSpec({'a': (*,)})",
+        )
 
     def mismatch_shape() -> str:
         tree = {"a": [torch.ones(2), torch.ones(3 + rank)]}
@@ -432,6 +442,7 @@ def scenario_collectives() -> dict[str, Callable[[], str]]:
         "broadcast": broadcast,
         "all_gather": gather_all,
         "mismatch-structure": mismatch_structure,
+        "mismatch-container": mismatch_container,
         "mismatch-shape": mismatch_shape,
         "mismatch-dtype": mismatch_dtype,
     }

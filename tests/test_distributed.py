@@ -73,7 +73,7 @@ def test_ddp_two_ranks(mode: str) -> None:
 
 
 def test_collectives_two_ranks() -> None:
-    report = _expect_all_ok(run_ranks("collectives"), 11)
+    report = _expect_all_ok(run_ranks("collectives"), 12)
     details = {c["case"]: c["detail"] for c in report}
     assert details["all_reduce-sum"] == "3 collectives for 68 leaves"
 

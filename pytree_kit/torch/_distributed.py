@@ -373,11 +373,19 @@ def _check_same(packed: _Packed, group: Any) -> None:
 
 def _first_difference(descriptions: list) -> str:
     spec0, paths0, tensors0 = descriptions[0]
-    for r, (spec, _paths, tensors) in enumerate(descriptions[1:], start=1):
+    for r, (spec, paths, tensors) in enumerate(descriptions[1:], start=1):
         if spec != spec0:
+            for i in range(max(len(paths0), len(paths))):
+                a = paths0[i] if i < len(paths0) else "nothing"
+                b = paths[i] if i < len(paths) else "nothing"
+                if a != b:
+                    return (
+                        f"the ranks hold trees of different structures: leaf {i} is "
+                        f"{a} on rank 0 but {b} on rank {r}"
+                    )
             return (
                 "the ranks hold trees of different structures: "
-                f"rank 0 has {spec0}, rank {r} has {spec}"
+                f"rank 0 has {_short(spec0)}, rank {r} has {_short(spec)}"
             )
         for p in paths0:
             a, b = tensors0.get(p), tensors.get(p)
@@ -386,6 +394,10 @@ def _first_difference(descriptions: list) -> str:
             show = [_show_leaf(x) for x in (a, b)]
             return f"{p} differs between ranks: rank 0 has {show[0]}, rank {r} has {show[1]}"
     return "the ranks hold different trees"
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _show_leaf(meta: Optional[tuple]) -> str:
