@@ -147,21 +147,21 @@ class DistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
         dtype = getattr(self.mixed_precision, "param_dtype", None)
         if not self.device_ids and dtype is None:
             return inputs, kwargs
-        leaves, spec = api.flatten((inputs, kwargs), rules=self._pk_rules)
+        moved: tuple[tuple, dict] = (inputs, kwargs)
         if self.device_ids:
             from ._data import to_device
 
             device = torch.device(self.device_type, self.device_ids[0])
-            leaves = api.leaves(to_device(leaves, device, non_blocking=True))
+            moved = to_device(moved, device, non_blocking=True, rules=self._pk_rules)
         if dtype is not None:
-            leaves = [
-                x.to(dtype)
-                if isinstance(x, torch.Tensor) and torch.is_floating_point(x) and x.dtype != dtype
-                else x
-                for x in leaves
-            ]
-        moved_inputs, moved_kwargs = spec.unflatten(leaves)
-        return moved_inputs, moved_kwargs
+
+            def cast(x: Any) -> Any:
+                if isinstance(x, torch.Tensor) and torch.is_floating_point(x):
+                    return x if x.dtype == dtype else x.to(dtype)
+                return x
+
+            moved = api.tree_map(cast, moved, rules=self._pk_rules)
+        return moved
 
 
 def _check_after_backward(ddp: DistributedDataParallel, tensors: tuple) -> None:
