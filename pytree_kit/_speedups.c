@@ -198,6 +198,32 @@ typedef struct {
 
 #define TC_INLINE 8
 
+/* Double the capacity of an array that starts in its inline storage and moves
+ * to the heap on its first growth. On failure: MemoryError set, -1 returned,
+ * the array unchanged. */
+static int
+grow_array(void **v, void *inline_v, Py_ssize_t n, Py_ssize_t *cap, size_t item)
+{
+    Py_ssize_t new_cap = *cap * 2;
+    void *p;
+    if (*v == inline_v) {
+        p = PyMem_Malloc(new_cap * item);
+        if (p != NULL) {
+            memcpy(p, inline_v, n * item);
+        }
+    }
+    else {
+        p = PyMem_Realloc(*v, new_cap * item);
+    }
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *v = p;
+    *cap = new_cap;
+    return 0;
+}
+
 typedef struct {
     TypeEntry *v; /* NULL until the first entry; then inline or on the heap */
     Py_ssize_t n, cap;
@@ -238,18 +264,11 @@ tc_add(TypeCache *c, PyTypeObject *t)
         c->cap = TC_INLINE;
     }
     if (c->n == c->cap) {
-        Py_ssize_t cap = c->cap * 2;
-        TypeEntry *v = PyMem_Malloc(cap * sizeof(TypeEntry));
-        if (v == NULL) {
-            PyErr_NoMemory();
+        void *v = c->v;
+        if (grow_array(&v, c->inline_v, c->n, &c->cap, sizeof(TypeEntry)) < 0) {
             return NULL;
         }
-        memcpy(v, c->v, c->n * sizeof(TypeEntry));
-        if (c->v != c->inline_v) {
-            PyMem_Free(c->v);
-        }
         c->v = v;
-        c->cap = cap;
     }
     TypeEntry *e = &c->v[c->n++];
     Py_INCREF(t);
@@ -687,20 +706,13 @@ stack_push(Stack *s, PyObject *obj, PyObject *children, PyObject *names, int key
            int track)
 {
     if (s->n == s->cap) {
-        Py_ssize_t cap = s->cap * 2;
-        Frame *v = s->v == s->inline_v ? PyMem_Malloc(cap * sizeof(Frame))
-                                       : PyMem_Realloc(s->v, cap * sizeof(Frame));
-        if (v == NULL) {
+        void *v = s->v;
+        if (grow_array(&v, s->inline_v, s->n, &s->cap, sizeof(Frame)) < 0) {
             Py_DECREF(children);
             Py_XDECREF(names);
-            PyErr_NoMemory();
             return -1;
         }
-        if (s->v == s->inline_v) {
-            memcpy(v, s->inline_v, s->n * sizeof(Frame));
-        }
         s->v = v;
-        s->cap = cap;
     }
     if (track) {
         if (s->set == NULL && s->n >= SET_FROM_DEPTH) {
@@ -895,19 +907,12 @@ vec_push(Vec *a, PyObject *o)
 {
     /* steals o */
     if (a->n == a->cap) {
-        Py_ssize_t cap = a->cap * 2;
-        PyObject **v = a->v == a->inline_v ? PyMem_Malloc(cap * sizeof(PyObject *))
-                                           : PyMem_Realloc(a->v, cap * sizeof(PyObject *));
-        if (v == NULL) {
+        void *v = a->v;
+        if (grow_array(&v, a->inline_v, a->n, &a->cap, sizeof(PyObject *)) < 0) {
             Py_DECREF(o);
-            PyErr_NoMemory();
             return -1;
         }
-        if (a->v == a->inline_v) {
-            memcpy(v, a->inline_v, a->n * sizeof(PyObject *));
-        }
         a->v = v;
-        a->cap = cap;
     }
     a->v[a->n++] = o;
     return 0;
