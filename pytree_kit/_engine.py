@@ -43,6 +43,9 @@ if wants_c(os.environ.get("PYTREE_KIT_PURE"), getattr(sys, "_is_gil_enabled", No
         impl = _pure
     else:
         impl = _speedups
+        from . import _dynamo
+
+        _dynamo.install()
 
 ENGINE: str = impl.NAME
 _spec._impl = impl

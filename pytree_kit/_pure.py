@@ -88,12 +88,17 @@ def _leaf_order(obj: dict) -> list:
         return keys
 
 
-def _fields_info(t: Any, cache: dict) -> tuple:
-    """((name, static), ...) for a dataclass or attrs class, memoised per call."""
+def _fields_info(t: Any, cache: dict, obj: Any = None) -> tuple:
+    """((name, static), ...) for a dataclass or attrs class, memoised per call.
+
+    ``obj``, an instance of ``t``, is what ``dataclasses.fields`` is asked when
+    given: torch.compile's tracer (dynamo) follows ``fields(instance)`` but not
+    ``fields(cls)``, and this engine is what it traces (see ``_dynamo``).
+    """
     info = cache.get(t)
     if info is None:
         if hasattr(t, "__dataclass_fields__"):
-            fields: Any = dataclasses.fields(t)
+            fields: Any = dataclasses.fields(t if obj is None else obj)
         else:
             fields = t.__attrs_attrs__
         info = tuple((f.name, bool((f.metadata or {}).get("static", False))) for f in fields)
@@ -116,7 +121,7 @@ def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tup
     children = []
     static = []
     absent = []
-    for name, is_static in _fields_info(t, cache):
+    for name, is_static in _fields_info(t, cache, obj):
         try:
             value = getattr(obj, name)
         except AttributeError:
@@ -136,7 +141,8 @@ def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tup
         present = dict(zip(names, children))
         present.update(static)
         for k in dict_keys:
-            if k not in present or dict.__getitem__(obj, k) is not present[k]:
+            # id() rather than `is`: torch.compile's tracer follows id() on tuples.
+            if k not in present or id(dict.__getitem__(obj, k)) != id(present[k]):
                 raise TypeError(
                     f"{where(_path(stack))}: {_qualname(t)} is a dict whose entry {k!r} "
                     "is not the value of its field of that name, so it cannot be rebuilt"

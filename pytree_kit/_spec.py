@@ -67,11 +67,13 @@ class TreeSpec:
 
     @classmethod
     def _make(cls, nodes: tuple, orders: tuple, num_leaves: int) -> TreeSpec:
+        # object.__setattr__ goes around TreeSpec.__setattr__; torch.compile's
+        # tracer (dynamo) follows it (not slot setters), so compiled code can build specs.
         self = object.__new__(cls)
-        _set_nodes(self, nodes)
-        _set_orders(self, orders)
-        _set_num_leaves(self, num_leaves)
-        _set_hash(self, None)
+        object.__setattr__(self, "_nodes", nodes)
+        object.__setattr__(self, "_orders", orders)
+        object.__setattr__(self, "_num_leaves", num_leaves)
+        object.__setattr__(self, "_hash", None)
         return self
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -97,7 +99,7 @@ class TreeSpec:
         h = self._hash
         if h is None:
             h = hash((TreeSpec, self._nodes))
-            _set_hash(self, h)
+            object.__setattr__(self, "_hash", h)
         return h
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -230,13 +232,6 @@ class TreeSpec:
 
     def __repr__(self) -> str:
         return f"TreeSpec({_render(self._nodes, dict(self._orders))})"
-
-
-# The slot descriptors' setters: the only way to write a TreeSpec's fields.
-_set_nodes = TreeSpec.__dict__["_nodes"].__set__
-_set_orders = TreeSpec.__dict__["_orders"].__set__
-_set_num_leaves = TreeSpec.__dict__["_num_leaves"].__set__
-_set_hash = TreeSpec.__dict__["_hash"].__set__
 
 
 def _from_state(nodes: tuple, orders: tuple) -> TreeSpec:

@@ -1,0 +1,115 @@
+"""torch.compile support for the C engine, with no cost when torch is not compiling.
+
+torch.compile's tracer (dynamo) reads Python bytecode and cannot look inside
+a C function, so a compiled function that calls ``pk.flatten`` would stop at
+``_speedups.flatten``. Dynamo can be told to trace a Python function in a C
+function's place (``torch.compiler.substitute_in_graph``); the pure engine,
+which gives the same results by definition, is that function. Eager calls
+still go straight to C.
+
+Registering needs ``torch._dynamo``, which takes seconds to import, so it is
+never imported here. If it is already imported, the substitutes are
+registered at once; otherwise a one-shot import hook registers them just
+after ``torch._dynamo`` finishes importing (which torch.compile and
+torch.export do before they trace anything), and then removes itself. The
+hook looks at one module name per import and loads nothing. Nothing here
+changes what any function returns.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+import warnings
+from typing import Any
+
+_DYNAMO = "torch._dynamo"
+_NAMES = ("flatten", "leaves", "flatten_with_path", "unflatten", "flatten_up_to")
+_lock = threading.Lock()
+_registered = False
+
+
+def register() -> bool:
+    """Register the pure engine as dynamo's stand-in for each C function.
+
+    Idempotent; returns whether the substitutes are registered (False when
+    this torch has no ``torch.compiler.substitute_in_graph``).
+    """
+    global _registered
+    with _lock:
+        if _registered:
+            return True
+        from . import _pure, _speedups
+
+        try:
+            from torch.compiler import substitute_in_graph
+        except ImportError:  # torch older than 2.5
+            return False
+        try:
+            for name in _NAMES:
+                substitute_in_graph(getattr(_speedups, name), skip_signature_check=True)(
+                    getattr(_pure, name)
+                )
+        except Exception as e:  # never break torch's own import over this
+            warnings.warn(
+                f"pytree_kit: torch.compile cannot trace the C engine ({e}); "
+                "set PYTREE_KIT_PURE=1 to compile code that calls pytree_kit",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return False
+        _registered = True
+        return True
+
+
+class _Loader:
+    """Runs the real loader of ``torch._dynamo``, then :func:`register`."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        # Put the real loader back where importlib recorded this one.
+        module.__loader__ = self._loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self._loader
+        register()
+
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...
+        return getattr(self._loader, name)
+
+
+class _Finder:
+    """A meta-path finder that answers for ``torch._dynamo`` only, once."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != _DYNAMO:
+            return None
+        uninstall()
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Loader(spec.loader)  # type: ignore[assignment]
+        return spec
+
+
+_finder = _Finder()
+
+
+def uninstall() -> None:
+    """Remove the import hook (it also removes itself when it fires)."""
+    with _lock:
+        while _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+
+
+def install() -> None:
+    """Register now if ``torch._dynamo`` is imported, else when it is."""
+    if _DYNAMO in sys.modules:
+        register()
+    elif _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
