@@ -13,17 +13,26 @@ from ._distributed import (
     all_reduce_tree,
     broadcast_tree,
 )
+from ._flatspec import FlatSpec
+from ._tracing import TracedModel, TracingAdapter, export, load, save, trace
 
 __all__ = [
     "DistributedDataParallel",
+    "FlatSpec",
     "PinnedLoader",
     "PinnedPool",
+    "TracedModel",
+    "TracingAdapter",
     "TreeWork",
     "all_gather_tree",
     "all_reduce_tree",
     "broadcast_tree",
     "collate",
     "default_pool",
+    "export",
+    "load",
     "pin_memory",
+    "save",
     "to_device",
+    "trace",
 ]

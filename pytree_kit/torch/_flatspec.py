@@ -1,0 +1,380 @@
+"""FlatSpec: how one tree maps to a flat tuple of tensors, and back.
+
+A tracer sees only a flat tuple of tensors. A FlatSpec holds everything else
+about the tree: its :class:`~pytree_kit.TreeSpec`, which leaves are tensors,
+and the value of every other leaf (a *constant*: a number, a string, a dtype...).
+Flattening checks a tree against all of it, so a call that a traced program
+would silently get wrong is an error that names the path instead.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from typing import Any, Iterable, Mapping, Optional
+
+import torch
+
+from .. import _json, api
+from .._engine import impl as _impl
+from .._keys import SequenceKey, keystr
+from .._kinds import Rule, check_rules
+from .._spec import TreeSpec
+
+__all__ = ["FlatSpec"]
+
+Rules = Optional[Mapping[type, Rule]]
+
+# Leaves a traced program can take as constants, compared by type and value.
+_PLAIN = (bool, int, float, complex, str, bytes)
+_TORCH = (torch.dtype, torch.device, torch.Size)
+_CONSTANTS = (
+    "int, float, bool, complex, str, bytes, an Enum, torch.dtype, torch.device or torch.Size"
+)
+
+_FORMAT = "pytree_kit.torch.FlatSpec"
+_VERSION = 1
+
+
+def is_constant(value: Any) -> bool:
+    """Whether a leaf that is not a tensor can be baked into a trace."""
+    return isinstance(value, _PLAIN + _TORCH) or isinstance(value, enum.Enum)
+
+
+def same_constant(a: Any, b: Any) -> bool:
+    """``a`` and ``b`` are the same constant: the same type and equal (NaN equals NaN)."""
+    if type(a) is not type(b):
+        return False
+    if a is b or a == b:
+        return True
+    if isinstance(a, (float, complex)):
+        return _nan_equal(a, b)
+    return False
+
+
+def _nan_equal(a: Any, b: Any) -> bool:
+    parts_a = (a.real, a.imag) if isinstance(a, complex) else (a,)
+    parts_b = (b.real, b.imag) if isinstance(b, complex) else (b,)
+    return all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in zip(parts_a, parts_b))
+
+
+class FlatSpec:
+    """The map between a tree and the flat tuple of its tensors.
+
+    ``tree`` is the TreeSpec of the whole tree; ``constants`` pairs the index of
+    every leaf that is not a tensor with its value; ``paths`` names every leaf
+    the way error messages do. :meth:`flatten` checks a tree against all of
+    this and returns its tensors; :meth:`unflatten` puts tensors and constants
+    back into a tree. Immutable, hashable and JSON-serialisable. An
+    input spec's tree is ``(args, kwargs)``, and its paths read ``args[0]``,
+    ``kwargs['mask']``; an output spec's paths read ``output.logits``.
+
+    Examples:
+        >>> import torch
+        >>> from pytree_kit.torch import FlatSpec
+        >>> tensors, spec = FlatSpec.of({"x": torch.ones(2), "n": 3}, root="batch")
+        >>> spec
+        FlatSpec({'x': <tensor 0>, 'n': 3})
+        >>> spec.unflatten([torch.zeros(1)])
+        {'x': tensor([0.]), 'n': 3}
+        >>> spec.flatten({"x": torch.zeros(1), "n": 4})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: batch['n']: this program was traced with the constant 3 here, ... passes 4 ...
+    """
+
+    __slots__ = ("_constants", "_paths", "_root", "_template", "_tensor_at", "_tree")
+    _tree: TreeSpec
+    _constants: tuple
+    _paths: tuple
+    _root: str
+    _template: tuple
+    _tensor_at: tuple
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("FlatSpec is not built directly: use FlatSpec.of(tree) or from_json")
+
+    @classmethod
+    def _make(cls, tree: TreeSpec, constants: tuple, paths: tuple, root: str) -> FlatSpec:
+        self = object.__new__(cls)
+        known = dict(constants)
+        template = tuple(known.get(i) for i in range(tree.num_leaves))
+        tensor_at = tuple(i for i in range(tree.num_leaves) if i not in known)
+        for name, value in (
+            ("_tree", tree),
+            ("_constants", constants),
+            ("_paths", paths),
+            ("_root", root),
+            ("_template", template),
+            ("_tensor_at", tensor_at),
+        ):
+            object.__setattr__(self, name, value)
+        return self
+
+    @classmethod
+    def of(
+        cls, tree: Any, *, root: str = "tree", rules: Rules = None
+    ) -> tuple[tuple[torch.Tensor, ...], FlatSpec]:
+        """The tensors of ``tree``, in order, and its FlatSpec.
+
+        Every leaf must be a tensor or a constant; anything else raises
+        TypeError naming its path. ``root`` is the name paths start with
+        (``"inputs"`` names the two children of an ``(args, kwargs)`` pair
+        ``args`` and ``kwargs``).
+        """
+        pairs, spec = api.flatten_with_path(tree, rules=rules)
+        paths = tuple(_render(root, p) for p, _ in pairs)
+        tensors = []
+        constants = []
+        for i, (_, leaf) in enumerate(pairs):
+            if isinstance(leaf, torch.Tensor):
+                tensors.append(leaf)
+            elif is_constant(leaf):
+                constants.append((i, leaf))
+            else:
+                raise TypeError(
+                    f"{paths[i]}: a leaf of type {type(leaf).__qualname__} is neither a tensor "
+                    f"nor a constant a trace can bake in ({_CONSTANTS}); make it a tensor, or "
+                    "keep it out of the traced call"
+                )
+        return tuple(tensors), cls._make(spec, tuple(constants), paths, root)
+
+    # -- properties ----------------------------------------------------------
+
+    @property
+    def tree(self) -> TreeSpec:
+        """The TreeSpec of the whole tree, constants included as leaves."""
+        return self._tree
+
+    @property
+    def constants(self) -> dict[str, Any]:
+        """Every constant leaf, by path."""
+        return {self._paths[i]: v for i, v in self._constants}
+
+    @property
+    def tensor_paths(self) -> tuple[str, ...]:
+        """The path of each tensor, in flat order."""
+        return tuple(self._paths[i] for i in self._tensor_at)
+
+    @property
+    def num_tensors(self) -> int:
+        """How many tensors the flat tuple has."""
+        return len(self._tensor_at)
+
+    # -- operations ----------------------------------------------------------
+
+    def flatten(self, tree: Any) -> tuple[torch.Tensor, ...]:
+        """The tensors of ``tree``, which must have this structure and these constants.
+
+        Raises ValueError naming the first path whose structure or constant
+        differs, and TypeError where a tensor is expected and something else
+        is given.
+        """
+        try:
+            leaves = _impl.flatten_up_to(self._tree, tree, "the traced program", "this call")
+        except ValueError as e:
+            raise ValueError(self._rename(str(e))) from None
+        for i, value in self._constants:
+            given = leaves[i]
+            if not same_constant(value, given):
+                raise ValueError(
+                    f"{self._paths[i]}: this program was traced with the constant {value!r} "
+                    f"here, and bakes it in; this call passes {_show(given)} (pass the value "
+                    "as a tensor, or trace again)"
+                )
+        out = []
+        for i in self._tensor_at:
+            leaf = leaves[i]
+            if not isinstance(leaf, torch.Tensor):
+                raise TypeError(
+                    f"{self._paths[i]}: this program takes a tensor here; this call passes "
+                    f"{_show(leaf)}"
+                )
+            out.append(leaf)
+        return tuple(out)
+
+    def unflatten(self, tensors: Iterable[Any]) -> Any:
+        """Build the tree from its tensors (in flat order) and the constants."""
+        tensors = tuple(tensors)
+        if len(tensors) != len(self._tensor_at):
+            raise ValueError(
+                f"{self._root}: expected {len(self._tensor_at)} tensors, got {len(tensors)}"
+            )
+        leaves = list(self._template)
+        for i, t in zip(self._tensor_at, tensors):
+            leaves[i] = t
+        return self._tree.unflatten(leaves)
+
+    def _rename(self, message: str) -> str:
+        """An engine message that names ``tree[...]``, naming this spec's root instead."""
+        if not message.startswith("tree"):
+            return message
+        rest = message[4:]
+        if self._root == "inputs":
+            for index, name in (("[0]", "args"), ("[1]", "kwargs")):
+                if rest.startswith(index):
+                    return name + rest[len(index) :]
+            return "(args, kwargs)" + rest
+        return self._root + rest
+
+    # -- value semantics -----------------------------------------------------
+
+    def _key(self) -> tuple:
+        return (self._tree, tuple((i, type(v), _hashable(v)) for i, v in self._constants))
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not FlatSpec:
+            return NotImplemented
+        return (
+            self._tree == other._tree
+            and len(self._constants) == len(other._constants)
+            and all(
+                i == j and same_constant(a, b)
+                for (i, a), (j, b) in zip(self._constants, other._constants)
+            )
+        )
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("FlatSpec is immutable")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FlatSpec._make, (self._tree, self._constants, self._paths, self._root))
+
+    def __repr__(self) -> str:
+        numbered = iter(range(len(self._tensor_at)))
+        marks: list[Any] = list(self._template)
+        for i in self._tensor_at:
+            marks[i] = _Mark(next(numbered))
+        return f"FlatSpec({self._tree.unflatten(marks)!r})"
+
+    # -- JSON ----------------------------------------------------------------
+
+    def to_json(self) -> str:
+        """A JSON document: the TreeSpec's, the constants and the paths.
+
+        Examples:
+            >>> import torch
+            >>> from pytree_kit.torch import FlatSpec
+            >>> _, spec = FlatSpec.of([torch.ones(1), 2.5, torch.float16])
+            >>> FlatSpec.from_json(spec.to_json()) == spec
+            True
+        """
+        doc = {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "root": self._root,
+            "tree": json.loads(self._tree.to_json()),
+            "constants": [[i, _encode(v)] for i, v in self._constants],
+            "paths": list(self._paths),
+        }
+        return json.dumps(doc)
+
+    @classmethod
+    def from_json(
+        cls, text: str | bytes, *, allow: Iterable[Any] = (), rules: Rules = None
+    ) -> FlatSpec:
+        """Read what :meth:`to_json` wrote. Classes resolve as in
+        :meth:`TreeSpec.from_json <pytree_kit.TreeSpec.from_json>`: only those in
+        ``allow`` (and ``rules``), never by importing. Raises ValueError on
+        anything else."""
+        rules = check_rules(rules)
+        try:
+            doc = json.loads(text)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"FlatSpec.from_json: not valid JSON ({e})") from None
+        if type(doc) is not dict or doc.get("format") != _FORMAT:
+            raise ValueError(f"FlatSpec.from_json: not a {_FORMAT} document")
+        if doc.get("version") != _VERSION:
+            raise ValueError(
+                f"FlatSpec.from_json: version {doc.get('version')!r} is not supported "
+                f"(this pytree_kit reads version {_VERSION})"
+            )
+        tree = TreeSpec.from_json(json.dumps(doc.get("tree")), allow=allow, rules=rules)
+        root, paths, raw = doc.get("root"), doc.get("paths"), doc.get("constants")
+        n = tree.num_leaves
+        if type(root) is not str or type(paths) is not list or type(raw) is not list:
+            raise ValueError("FlatSpec.from_json: root, paths or constants missing")
+        if len(paths) != n or not all(type(p) is str for p in paths):
+            raise ValueError(f"FlatSpec.from_json: paths must be {n} strings")
+        table = _json._resolver(allow, rules)
+        constants: list[tuple[int, Any]] = []
+        for item in raw:
+            if type(item) is not list or len(item) != 2 or type(item[0]) is not int:
+                raise ValueError(f"FlatSpec.from_json: a constant must be [index, value]: {item!r}")
+            i = item[0]
+            if not 0 <= i < n or (constants and i <= constants[-1][0]):
+                raise ValueError(f"FlatSpec.from_json: constant index {i} out of order or range")
+            try:
+                value = _decode(item[1], table)
+            except _json._Bad as e:
+                raise ValueError(f"FlatSpec.from_json: {paths[i]}: {e}") from None
+            if not is_constant(value):
+                raise ValueError(f"FlatSpec.from_json: {paths[i]}: not a constant: {item[1]!r}")
+            constants.append((i, value))
+        return cls._make(tree, tuple(constants), tuple(paths), root)
+
+
+class _Mark:
+    """A tensor's place in a FlatSpec's repr."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __repr__(self) -> str:
+        return f"<tensor {self.n}>"
+
+
+def _render(root: str, path: tuple) -> str:
+    if root == "inputs" and path and type(path[0]) is SequenceKey and path[0].idx in (0, 1):
+        return ("args", "kwargs")[path[0].idx] + keystr(path[1:])
+    return root + keystr(path)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    if is_constant(value):
+        return repr(value)
+    return f"a {type(value).__qualname__}"
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    if isinstance(value, complex) and (math.isnan(value.real) or math.isnan(value.imag)):
+        return "complex-nan"
+    return value
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, torch.dtype):
+        return {"torch.dtype": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.device):
+        return {"torch.device": str(value)}
+    if isinstance(value, torch.Size):
+        return {"torch.Size": list(value)}
+    return _json.encode(value)
+
+
+def _decode(value: Any, table: dict) -> Any:
+    if type(value) is dict and len(value) == 1:
+        ((tag, body),) = value.items()
+        if tag == "torch.dtype" and type(body) is str:
+            found = getattr(torch, body, None)
+            if isinstance(found, torch.dtype):
+                return found
+            raise _json._Bad(f"unknown dtype {body!r}")
+        if tag == "torch.device" and type(body) is str:
+            try:
+                return torch.device(body)
+            except (RuntimeError, ValueError) as e:
+                raise _json._Bad(f"bad device {body!r} ({e})") from None
+        if tag == "torch.Size" and type(body) is list and all(type(d) is int for d in body):
+            return torch.Size(body)
+    return _json.decode(value, table)
