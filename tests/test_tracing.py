@@ -181,11 +181,11 @@ def test_adapter_exposes_flat_inputs_and_specs():
         id(batch.boxes[0]),
         id(batch.boxes[1]),
     ]
-    assert adapter.input_spec.constants == {"args[0].num_classes": 2}
+    assert adapter.input_spec.constants == {"batch.num_classes": 2}
     assert adapter.input_spec.tensor_paths == (
-        "args[0].images",
-        "args[0].boxes[0]",
-        "args[0].boxes[1]",
+        "batch.images",
+        "batch.boxes[0]",
+        "batch.boxes[1]",
     )
     assert not hasattr(adapter, "output_spec")
     with pytest.raises(AttributeError, match="recorded by the first forward"):
@@ -201,7 +201,7 @@ def test_adapter_driven_by_hand_with_jit_trace():
     model, (args, kwargs), (args2, kwargs2), _ = CASES["namedtuple"]()
     adapter = TracingAdapter(model, args, kwargs)
     program = torch.jit.trace(adapter, adapter.flat_inputs)
-    flat = adapter.input_spec.flatten((args2, kwargs2))
+    flat = adapter.flatten_inputs(*args2, **kwargs2)
     out = adapter.output_spec.unflatten(program(*flat))
     torch.testing.assert_close(out, model(*args2))
 
@@ -235,7 +235,7 @@ def test_rules_for_a_class_we_cannot_edit(tmp_path):
     out = traced(Frame(torch.ones(2), 7))
     assert type(out) is Frame and out.stamp == 7
     torch.testing.assert_close(out.pixels, torch.full((2,), 2.0))
-    with pytest.raises(ValueError, match=r"args\[0\]: structure mismatch"):
+    with pytest.raises(ValueError, match=r"^frame: structure mismatch: .*aux=7.*aux=8"):
         traced(Frame(torch.ones(2), 8))  # the stamp is aux data: part of the structure
     path = tmp_path / "frame.pkt"
     pkt.save(traced, path)
@@ -243,6 +243,77 @@ def test_rules_for_a_class_we_cannot_edit(tmp_path):
         pkt.load(path)
     loaded = pkt.load(path, rules=rules)
     torch.testing.assert_close(loaded(Frame(torch.ones(2), 7)).pixels, out.pixels)
+
+
+def test_every_equivalent_call_form_is_accepted(built, tmp_path):
+    """Bound to the model's signature: positional or by name, and omitted
+    parameters whose default is None or a constant take it."""
+    model, ((batch,), _), _, allow, traced, exported = built["dataclass"]
+    pkt.save(traced, tmp_path / "d.pkt")
+    loaded = pkt.load(tmp_path / "d.pkt", allow=allow)
+    want = _call(model, ((batch,), {}))
+    for program in (traced, exported, loaded):
+        for args, kwargs in [((batch,), {}), ((batch, None), {}), ((), {"batch": batch})]:
+            assert_tree_close(_call(program, (args, kwargs)), want)
+        with pytest.raises(TypeError, match="multiple values for argument 'batch'"):
+            program(batch, batch=batch)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'masks'"):
+            program(batch, masks=None)
+
+
+def test_positional_only_varargs_and_defaults_the_model_keeps():
+    sentinel = object()
+
+    def f(x, /, *rest, scale=2, cfg=sentinel, **extra):
+        assert cfg is sentinel
+        return {"y": x * scale + sum(rest), "keys": tuple(sorted(extra))}
+
+    x, r = torch.ones(2), torch.full((2,), 3.0)
+    traced = pkt.trace(f, (x, r), {"flag": torch.zeros(1)})
+    assert traced.input_spec.tensor_paths == ("args[0]", "args[1]", "flag")
+    assert traced.input_spec.constants == {"scale": 2}
+    out = traced(torch.zeros(2), r, flag=torch.ones(1))
+    torch.testing.assert_close(out["y"], torch.full((2,), 3.0))
+    assert out["keys"] == ("flag",)
+    with pytest.raises(ValueError, match=r"^kwargs: structure mismatch: .*'cfg'"):
+        traced(x, r, cfg=sentinel, flag=torch.zeros(1))  # cfg is left to the model
+    with pytest.raises(ValueError, match=r"^args: structure mismatch: .*tuple of 2, .*tuple of 3"):
+        traced(x, r, r, flag=torch.zeros(1))
+
+
+def test_model_without_a_signature():
+    traced = pkt.trace(torch.sin, (torch.zeros(2),))
+    assert traced.arguments.to_json() is None
+    torch.testing.assert_close(traced(torch.ones(2)), torch.sin(torch.ones(2)))
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"a": 1}, "must be a list"),
+        ([{"name": "x", "kind": "bogus"}], "bad parameter"),
+        ([{"name": "1x", "kind": "keyword_only"}], "bad parameter"),
+        (
+            [{"name": "x", "kind": "keyword_only", "default": {"ref": "builtins:int"}}],
+            "bad default",
+        ),
+        (
+            [{"name": "x", "kind": "var_keyword"}, {"name": "y", "kind": "positional_only"}],
+            "bad parameters",
+        ),
+    ],
+)
+def test_saved_parameters_are_validated(built, tmp_path, doc, message):
+    traced = built["namedtuple"][4]
+    good = tmp_path / "good.pkt"
+    pkt.save(traced, good)
+    bad = tmp_path / "bad.pkt"
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(bad, "w") as dst:
+        manifest = json.loads(src.read("pytree_kit.json"))
+        dst.writestr("pytree_kit.json", json.dumps({**manifest, "arguments": doc}))
+        dst.writestr("program.pt", src.read("program.pt"))
+    with pytest.raises(ValueError, match=f"the parameters: .*{message}"):
+        pkt.load(bad, allow=[Pair])
 
 
 def test_single_non_tuple_argument_is_one_argument():
@@ -290,18 +361,16 @@ def test_constants_are_checked_at_every_call(built):
         with pytest.raises(ValueError) as info:
             program(changed, **kwargs)
         message = str(info.value)
-        assert message.startswith(
-            "args[0].num_classes: this program was traced with the constant 2"
-        )
+        assert message.startswith("batch.num_classes: this program was traced with the constant 2")
         assert "this call passes 3" in message
-        with pytest.raises(ValueError, match=r"args\[0\].num_classes: .* passes True"):
+        with pytest.raises(ValueError, match=r"batch.num_classes: .* passes True"):
             program(dataclasses.replace(batch, num_classes=True), **kwargs)
 
 
 def test_nan_constant_equals_nan():
     traced = pkt.trace(lambda x, s: x * 2, (torch.ones(1), float("nan")))
     torch.testing.assert_close(traced(torch.ones(1), float("nan")), torch.full((1,), 2.0))
-    with pytest.raises(ValueError, match=r"args\[1\]"):
+    with pytest.raises(ValueError, match=r"^s: this program was traced with the constant nan"):
         traced(torch.ones(1), 1.0)
 
 
@@ -319,27 +388,27 @@ def test_structure_mismatch_names_the_path(built):
     _, ((features,), kwargs), *_, traced, exported = built["dict_of_lists"]
     for program in (traced, exported):
         extra = {**features, "text": [torch.ones(3)]}
-        with pytest.raises(ValueError, match=r"^args\[0\]: structure mismatch: the traced "):
+        with pytest.raises(ValueError, match=r"^features: structure mismatch: the traced "):
             program(extra, **kwargs)
         shorter = {**features, "video": features["video"][:2]}
-        with pytest.raises(ValueError, match=r"^args\[0\]\['video'\]: structure mismatch"):
+        with pytest.raises(ValueError, match=r"^features\['video'\]: structure mismatch"):
             program(shorter, **kwargs)
-        with pytest.raises(ValueError, match=r"^args: structure mismatch: .*tuple of 1"):
+        with pytest.raises(TypeError, match=r"do not fit the model's signature \(features"):
             program(features, torch.ones(1), **kwargs)
-        with pytest.raises(ValueError, match=r"^kwargs: structure mismatch"):
+        with pytest.raises(ValueError, match=r"^scale: .*constant 0.5 .* passes 1.0"):
             program(features)
-        with pytest.raises(TypeError, match=r"^args\[0\]\['audio'\]\[1\]: .*takes a tensor here"):
+        with pytest.raises(TypeError, match=r"^features\['audio'\]\[1\]: .*takes a tensor here"):
             program({**features, "audio": [features["audio"][0], 1.5]}, **kwargs)
 
 
 def test_none_kwarg_is_part_of_the_structure(built):
     _, ((batch,), _kwargs), *_, traced, _ = built["dataclass"]
-    with pytest.raises(ValueError, match=r"^kwargs\['mask'\]: structure mismatch: .*None"):
+    with pytest.raises(ValueError, match=r"^mask: structure mismatch: .*None"):
         traced(batch, mask=torch.ones(2, 2))
 
 
 def test_leaf_that_is_neither_tensor_nor_constant():
-    with pytest.raises(TypeError, match=r"^args\[0\]\['cfg'\]: a leaf of type object is neither"):
+    with pytest.raises(TypeError, match=r"^d\['cfg'\]: a leaf of type object is neither"):
         TracingAdapter(lambda d: d, ({"cfg": object(), "x": torch.ones(1)},))
     adapter = TracingAdapter(lambda x: {"x": x, "obj": object()}, (torch.ones(1),))
     with pytest.raises(TypeError, match=r"^output\['obj'\]: a leaf of type object"):
@@ -371,7 +440,7 @@ def test_dynamic_shapes_in_flat_order():
     pair = Pair(torch.randn(7, 4), torch.randn(5, 4))
     torch.testing.assert_close(exported(pair), model(pair))
     with pytest.raises(
-        ValueError, match=r"has 1 entries; the inputs have 2 tensors: args\[0\].query"
+        ValueError, match=r"has 1 entries; the inputs have 2 tensors: pair.query, pair.key"
     ):
         pkt.export(model, *example, dynamic_shapes=({0: dim},))
 
@@ -405,7 +474,7 @@ def test_load_errors(built, tmp_path):
 
     not_zip = tmp_path / "not.pkt"
     not_zip.write_bytes(b"hello")
-    with pytest.raises(ValueError, match=r"not written by pytree_kit\.torch\.save"):
+    with pytest.raises(ValueError, match=r"not a file written by pytree_kit\.torch\.save"):
         pkt.load(not_zip)
 
     def rewrite(name, manifest=None, drop=None):
@@ -421,13 +490,13 @@ def test_load_errors(built, tmp_path):
                 dst.writestr(item, data)
         return path
 
-    with pytest.raises(ValueError, match=r"not written by pytree_kit\.torch\.save"):
+    with pytest.raises(ValueError, match=r"not a file written by pytree_kit\.torch\.save"):
         pkt.load(rewrite("a.pkt", drop="program.pt"))
     with pytest.raises(ValueError, match="manifest is not valid JSON"):
         pkt.load(rewrite("b.pkt", manifest=lambda m: b"{"))
-    with pytest.raises(ValueError, match=r"not written by pytree_kit\.torch\.save"):
+    with pytest.raises(ValueError, match=r"not a file written by pytree_kit\.torch\.save"):
         pkt.load(rewrite("c.pkt", manifest=lambda m: {**m, "format": "other"}))
-    with pytest.raises(ValueError, match="format version 99"):
+    with pytest.raises(ValueError, match="format version 99 is not supported"):
         pkt.load(rewrite("d.pkt", manifest=lambda m: {**m, "version": 99}))
     with pytest.raises(ValueError, match="unknown program kind 'onnx'"):
         pkt.load(rewrite("e.pkt", manifest=lambda m: {**m, "kind": "onnx"}))
@@ -491,7 +560,7 @@ def test_flatspec_equality_and_immutability():
     [
         (lambda d: "[", "not valid JSON"),
         (lambda d: {**d, "format": "x"}, "not a pytree_kit.torch.FlatSpec document"),
-        (lambda d: {**d, "version": 2}, "version 2 is not supported"),
+        (lambda d: {**d, "version": 2}, "format version 2 is not supported"),
         (lambda d: {**d, "paths": ["a"]}, "paths must be 2 strings"),
         (lambda d: {**d, "paths": None}, "root, paths or constants missing"),
         (lambda d: {**d, "constants": [[5, 1]]}, "constant index 5"),

@@ -12,13 +12,14 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 from typing import Any, Iterable, Mapping, Optional
 
 import torch
 
 from .. import _json, api
 from .._engine import impl as _impl
-from .._keys import SequenceKey, keystr
+from .._keys import DictKey, SequenceKey, keystr
 from .._kinds import Rule, check_rules
 from .._spec import TreeSpec
 
@@ -34,6 +35,8 @@ _CONSTANTS = (
 )
 
 _FORMAT = "pytree_kit.torch.FlatSpec"
+# An engine message's path into a keyword argument: tree[1]['name']...
+_KEYWORD = re.compile(r"\[1\]\['(\w+)'\]")
 _VERSION = 1
 
 
@@ -212,6 +215,9 @@ class FlatSpec:
             return message
         rest = message[4:]
         if self._root == "inputs":
+            named = _KEYWORD.match(rest)
+            if named and named.group(1).isidentifier():
+                return named.group(1) + rest[named.end() :]
             for index, name in (("[0]", "args"), ("[1]", "kwargs")):
                 if rest.startswith(index):
                     return name + rest[len(index) :]
@@ -268,7 +274,7 @@ class FlatSpec:
             "version": _VERSION,
             "root": self._root,
             "tree": json.loads(self._tree.to_json()),
-            "constants": [[i, _encode(v)] for i, v in self._constants],
+            "constants": [[i, encode_constant(v)] for i, v in self._constants],
             "paths": list(self._paths),
         }
         return json.dumps(doc)
@@ -286,13 +292,7 @@ class FlatSpec:
             doc = json.loads(text)
         except (TypeError, ValueError) as e:
             raise ValueError(f"FlatSpec.from_json: not valid JSON ({e})") from None
-        if type(doc) is not dict or doc.get("format") != _FORMAT:
-            raise ValueError(f"FlatSpec.from_json: not a {_FORMAT} document")
-        if doc.get("version") != _VERSION:
-            raise ValueError(
-                f"FlatSpec.from_json: version {doc.get('version')!r} is not supported "
-                f"(this pytree_kit reads version {_VERSION})"
-            )
+        check_header(doc, _FORMAT, _VERSION, "FlatSpec.from_json", f"not a {_FORMAT} document")
         tree = TreeSpec.from_json(json.dumps(doc.get("tree")), allow=allow, rules=rules)
         root, paths, raw = doc.get("root"), doc.get("paths"), doc.get("constants")
         n = tree.num_leaves
@@ -309,13 +309,24 @@ class FlatSpec:
             if not 0 <= i < n or (constants and i <= constants[-1][0]):
                 raise ValueError(f"FlatSpec.from_json: constant index {i} out of order or range")
             try:
-                value = _decode(item[1], table)
+                value = decode_constant(item[1], table)
             except _json._Bad as e:
                 raise ValueError(f"FlatSpec.from_json: {paths[i]}: {e}") from None
             if not is_constant(value):
                 raise ValueError(f"FlatSpec.from_json: {paths[i]}: not a constant: {item[1]!r}")
             constants.append((i, value))
         return cls._make(tree, tuple(constants), tuple(paths), root)
+
+
+def check_header(doc: Any, fmt: str, version: int, who: str, not_ours: str) -> None:
+    """Raise ValueError unless ``doc`` is a dict of this format and version."""
+    if type(doc) is not dict or doc.get("format") != fmt:
+        raise ValueError(f"{who}: {not_ours}")
+    if doc.get("version") != version:
+        raise ValueError(
+            f"{who}: format version {doc.get('version')!r} is not supported "
+            f"(this pytree_kit reads version {version})"
+        )
 
 
 class _Mark:
@@ -331,9 +342,19 @@ class _Mark:
 
 
 def _render(root: str, path: tuple) -> str:
+    """A leaf's path as messages write it: ``batch.boxes[0]`` for a keyword
+    argument, ``args[0]`` for a positional one, ``output['x']`` for outputs."""
     if root == "inputs" and path and type(path[0]) is SequenceKey and path[0].idx in (0, 1):
-        return ("args", "kwargs")[path[0].idx] + keystr(path[1:])
+        if path[0].idx == 0:
+            return "args" + keystr(path[1:])
+        if len(path) > 1 and type(path[1]) is DictKey and _is_name(path[1].key):
+            return path[1].key + keystr(path[2:])
+        return "kwargs" + keystr(path[1:])
     return root + keystr(path)
+
+
+def _is_name(key: Any) -> bool:
+    return type(key) is str and key.isidentifier()
 
 
 def _show(value: Any) -> str:
@@ -352,7 +373,8 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-def _encode(value: Any) -> Any:
+def encode_constant(value: Any) -> Any:
+    """A JSON value for a constant (see :func:`is_constant`)."""
     if isinstance(value, torch.dtype):
         return {"torch.dtype": str(value).removeprefix("torch.")}
     if isinstance(value, torch.device):
@@ -362,7 +384,8 @@ def _encode(value: Any) -> Any:
     return _json.encode(value)
 
 
-def _decode(value: Any, table: dict) -> Any:
+def decode_constant(value: Any, table: dict) -> Any:
+    """The constant :func:`encode_constant` wrote; raises ``_json._Bad``."""
     if type(value) is dict and len(value) == 1:
         ((tag, body),) = value.items()
         if tag == "torch.dtype" and type(body) is str:

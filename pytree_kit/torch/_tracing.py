@@ -20,8 +20,10 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Union
 import torch
 from torch import nn
 
+from .. import _json
 from .._kinds import Rule, check_rules
-from ._flatspec import FlatSpec
+from ._arguments import Arguments
+from ._flatspec import FlatSpec, check_header
 
 __all__ = ["TracedModel", "TracingAdapter", "export", "load", "save", "trace"]
 
@@ -32,6 +34,7 @@ _FORMAT = "pytree_kit.torch.TracedModel"
 _VERSION = 1
 _MANIFEST = "pytree_kit.json"
 _PROGRAM = "program.pt"
+_NOT_OURS = "not a file written by pytree_kit.torch.save"
 
 
 class _Box:
@@ -142,7 +145,9 @@ class TracingAdapter(nn.Module):
             raise TypeError(f"model must be callable, got {type(model).__name__}")
         self.model = model
         self._rules = check_rules(rules)
-        tensors, spec = FlatSpec.of(_inputs(args, kwargs), root="inputs", rules=self._rules)
+        self.arguments = Arguments.of(model)
+        inputs = self.arguments.canonical(*_inputs(args, kwargs))
+        tensors, spec = FlatSpec.of(inputs, root="inputs", rules=self._rules)
         self.flat_inputs = _unalias(tensors)
         self.input_spec = spec
         self._box = _Box()
@@ -160,6 +165,11 @@ class TracingAdapter(nn.Module):
         if name == "output_spec":
             raise AttributeError(_NO_OUTPUT_SPEC)
         return super().__getattr__(name)
+
+    def flatten_inputs(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+        """The flat tensors of a call, checked against ``input_spec``: what to
+        pass to a program traced from this adapter."""
+        return self.input_spec.flatten(self.arguments.canonical(*_inputs(args, kwargs)))
 
     def forward(self, *flat_tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         args, kwargs = self.input_spec.unflatten(flat_tensors)
@@ -181,10 +191,12 @@ class TracingAdapter(nn.Module):
 class TracedModel(nn.Module):
     """A traced or exported program with the model's nested interface.
 
-    ``forward(*args, **kwargs)`` takes what the model took: it checks the
-    arguments against ``input_spec`` (structure and constants; ValueError or
-    TypeError naming the path), runs ``program`` on their tensors and rebuilds
-    the output with ``output_spec``. ``kind`` is ``"jit"`` (``program`` is a
+    ``forward(*args, **kwargs)`` takes what the model took, in any form the
+    model's signature accepts (``arguments`` binds it; omitted parameters
+    whose default is None or a constant take it). It checks the arguments
+    against ``input_spec`` (structure and constants; ValueError or TypeError
+    naming the path), runs ``program`` on their tensors and rebuilds the
+    output with ``output_spec``. ``kind`` is ``"jit"`` (``program`` is a
     ScriptModule) or ``"export"`` (``exported_program`` is the ExportedProgram
     and ``program`` its module).
     """
@@ -195,17 +207,19 @@ class TracedModel(nn.Module):
         input_spec: FlatSpec,
         output_spec: FlatSpec,
         *,
+        arguments: Optional[Arguments] = None,
         exported_program: Any = None,
     ) -> None:
         super().__init__()
         self.program = program
+        self.arguments = Arguments(None) if arguments is None else arguments
         self.input_spec = input_spec
         self.output_spec = output_spec
         self.exported_program = exported_program
         self.kind = "jit" if exported_program is None else "export"
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        flat = self.input_spec.flatten((args, kwargs))
+        flat = self.input_spec.flatten(self.arguments.canonical(args, kwargs))
         out = self.program(*flat)
         if isinstance(out, torch.Tensor):
             out = (out,)
@@ -247,7 +261,9 @@ def trace(
             raise TypeError(f"trace() takes the example as args and kwargs, not {name}=")
     adapter = TracingAdapter(model, args, kwargs, rules=rules)
     program = torch.jit.trace(adapter, adapter.flat_inputs, **trace_kwargs)
-    return TracedModel(program, adapter.input_spec, adapter.output_spec)
+    return TracedModel(
+        program, adapter.input_spec, adapter.output_spec, arguments=adapter.arguments
+    )
 
 
 def export(
@@ -299,7 +315,11 @@ def export(
         with torch.no_grad():
             adapter(*adapter.flat_inputs)
     return TracedModel(
-        exported.module(), adapter.input_spec, adapter.output_spec, exported_program=exported
+        exported.module(),
+        adapter.input_spec,
+        adapter.output_spec,
+        arguments=adapter.arguments,
+        exported_program=exported,
     )
 
 
@@ -322,6 +342,7 @@ def save(obj: TracedModel, path: PathLike) -> None:
         "kind": obj.kind,
         "input_spec": json.loads(obj.input_spec.to_json()),
         "output_spec": json.loads(obj.output_spec.to_json()),
+        "arguments": obj.arguments.to_json(),
     }
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
         archive.writestr(_MANIFEST, json.dumps(manifest, indent=1))
@@ -359,20 +380,14 @@ def load(
         with zipfile.ZipFile(path) as archive:
             names = set(archive.namelist())
             if _MANIFEST not in names or _PROGRAM not in names:
-                raise ValueError(f"load: {where} was not written by pytree_kit.torch.save")
+                raise ValueError(f"load: {where}: {_NOT_OURS}")
             manifest = json.loads(archive.read(_MANIFEST))
             program_bytes = archive.read(_PROGRAM)
     except zipfile.BadZipFile:
-        raise ValueError(f"load: {where} was not written by pytree_kit.torch.save") from None
+        raise ValueError(f"load: {where}: {_NOT_OURS}") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"load: {where}: the manifest is not valid JSON ({e})") from None
-    if type(manifest) is not dict or manifest.get("format") != _FORMAT:
-        raise ValueError(f"load: {where} was not written by pytree_kit.torch.save")
-    if manifest.get("version") != _VERSION:
-        raise ValueError(
-            f"load: {where} has format version {manifest.get('version')!r}; "
-            f"this pytree_kit reads version {_VERSION}"
-        )
+    check_header(manifest, _FORMAT, _VERSION, f"load: {where}", _NOT_OURS)
     kind = manifest.get("kind")
     if kind not in ("jit", "export"):
         raise ValueError(f"load: {where}: unknown program kind {kind!r}")
@@ -385,8 +400,16 @@ def load(
             )
         except ValueError as e:
             raise ValueError(f"load: {where}: the {name.replace('_', ' ')}: {e}") from None
+    try:
+        arguments = Arguments.from_json(
+            manifest.get("arguments"), _json._resolver(allowed, check_rules(rules))
+        )
+    except (ValueError, _json._Bad) as e:
+        raise ValueError(f"load: {where}: the parameters: {e}") from None
     buffer = io.BytesIO(program_bytes)
     if kind == "export":
         exported = torch.export.load(buffer)
-        return TracedModel(exported.module(), *specs, exported_program=exported)
-    return TracedModel(torch.jit.load(buffer), *specs)
+        return TracedModel(
+            exported.module(), *specs, arguments=arguments, exported_program=exported
+        )
+    return TracedModel(torch.jit.load(buffer), *specs, arguments=arguments)
