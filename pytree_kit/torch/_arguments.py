@@ -128,7 +128,11 @@ class Arguments:
             raise ValueError("the parameters must be a list")
         params = []
         for item in doc:
-            if type(item) is not dict or item.get("kind") not in _KINDS:
+            if (
+                type(item) is not dict
+                or item.get("kind") not in _KINDS
+                or type(item.get("name")) is not str
+            ):
                 raise ValueError(f"bad parameter {item!r}")
             default: Any = _P.empty
             if "default" in item:
@@ -138,7 +142,7 @@ class Arguments:
             elif item.get("has_default"):
                 default = _Unwritten()
             try:
-                params.append(_P(item.get("name"), _KINDS[item["kind"]], default=default))
+                params.append(_P(str(item.get("name")), _KINDS[item["kind"]], default=default))
             except (TypeError, ValueError) as e:
                 raise ValueError(f"bad parameter {item!r} ({e})") from None
         try:
