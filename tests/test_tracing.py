@@ -281,6 +281,18 @@ def test_positional_only_varargs_and_defaults_the_model_keeps():
         traced(x, r, r, flag=torch.zeros(1))
 
 
+def test_default_after_a_positional_only_default_the_model_keeps():
+    sentinel = object()
+
+    def g(x, cfg=sentinel, /, flag=None, scale=2):
+        return x * scale
+
+    traced = pkt.trace(g, (torch.ones(1),))
+    assert traced.input_spec.constants == {"scale": 2}
+    for kwargs in ({}, {"scale": 2}, {"flag": None, "scale": 2}):
+        torch.testing.assert_close(traced(torch.ones(1), **kwargs), torch.full((1,), 2.0))
+
+
 def test_model_without_a_signature():
     traced = pkt.trace(torch.sin, (torch.zeros(2),))
     assert traced.arguments.to_json() is None

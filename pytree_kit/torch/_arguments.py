@@ -90,7 +90,11 @@ class Arguments:
             kind = param.kind
             if name in given:
                 value = given[name]
-            elif param.default is not _P.empty and _fills_in(param.default) and not skipped:
+            elif (
+                param.default is not _P.empty
+                and _fills_in(param.default)
+                and not (skipped and kind is _P.POSITIONAL_ONLY)
+            ):
                 value = param.default
             else:
                 skipped = skipped or kind is _P.POSITIONAL_ONLY
