@@ -71,7 +71,7 @@ class FlatSpec:
     this and returns its tensors; :meth:`unflatten` puts tensors and constants
     back into a tree. Immutable, hashable and JSON-serialisable. An
     input spec's tree is ``(args, kwargs)``, and its paths read ``args[0]``,
-    ``kwargs['mask']``; an output spec's paths read ``output.logits``.
+    ``mask`` or ``batch.images``; an output spec's paths read ``output.logits``.
 
     Examples:
         >>> import torch
@@ -122,9 +122,10 @@ class FlatSpec:
         """The tensors of ``tree``, in order, and its FlatSpec.
 
         Every leaf must be a tensor or a constant; anything else raises
-        TypeError naming its path. ``root`` is the name paths start with
-        (``"inputs"`` names the two children of an ``(args, kwargs)`` pair
-        ``args`` and ``kwargs``).
+        TypeError naming its path. ``root`` is the name paths start with;
+        ``"inputs"`` is for an ``(args, kwargs)`` pair, whose paths read
+        ``args[0]`` for a positional argument and ``mask`` or
+        ``batch.images`` for a keyword argument.
         """
         pairs, spec = api.flatten_with_path(tree, rules=rules)
         paths = tuple(_render(root, p) for p, _ in pairs)
