@@ -48,6 +48,21 @@ def assert_tree_close(actual, expected):
             assert type(a) is type(b) and (a == b or (a != a and b != b))  # NaN is NaN
 
 
+def _rewrite(good, path, manifest=None, drop=None):
+    """A copy of the saved file ``good`` at ``path``, without the member ``drop``
+    and with its manifest replaced by ``manifest(manifest)`` (a dict, or bytes)."""
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(path, "w") as dst:
+        for item in src.namelist():
+            if item == drop:
+                continue
+            data = src.read(item)
+            if item == "pytree_kit.json" and manifest is not None:
+                data = manifest(json.loads(data))
+                data = data if isinstance(data, bytes) else json.dumps(data).encode()
+            dst.writestr(item, data)
+    return path
+
+
 def _call(model, inputs):
     args, kwargs = inputs
     with torch.no_grad():
@@ -319,11 +334,7 @@ def test_saved_parameters_are_validated(built, tmp_path, doc, message):
     traced = built["namedtuple"][4]
     good = tmp_path / "good.pkt"
     pkt.save(traced, good)
-    bad = tmp_path / "bad.pkt"
-    with zipfile.ZipFile(good) as src, zipfile.ZipFile(bad, "w") as dst:
-        manifest = json.loads(src.read("pytree_kit.json"))
-        dst.writestr("pytree_kit.json", json.dumps({**manifest, "arguments": doc}))
-        dst.writestr("program.pt", src.read("program.pt"))
+    bad = _rewrite(good, tmp_path / "bad.pkt", lambda m: {**m, "arguments": doc})
     with pytest.raises(ValueError, match=f"the parameters: .*{message}"):
         pkt.load(bad, allow=[Pair])
 
@@ -490,17 +501,7 @@ def test_load_errors(built, tmp_path):
         pkt.load(not_zip)
 
     def rewrite(name, manifest=None, drop=None):
-        path = tmp_path / name
-        with zipfile.ZipFile(good) as src, zipfile.ZipFile(path, "w") as dst:
-            for item in src.namelist():
-                if item == drop:
-                    continue
-                data = src.read(item)
-                if item == "pytree_kit.json" and manifest is not None:
-                    data = manifest(json.loads(data))
-                    data = data if isinstance(data, bytes) else json.dumps(data).encode()
-                dst.writestr(item, data)
-        return path
+        return _rewrite(good, tmp_path / name, manifest, drop)
 
     with pytest.raises(ValueError, match=r"not a file written by pytree_kit\.torch\.save"):
         pkt.load(rewrite("a.pkt", drop="program.pt"))

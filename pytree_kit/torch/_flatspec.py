@@ -217,7 +217,7 @@ class FlatSpec:
         rest = message[4:]
         if self._root == "inputs":
             named = _KEYWORD.match(rest)
-            if named and named.group(1).isidentifier():
+            if named and _is_name(named.group(1)):
                 return named.group(1) + rest[named.end() :]
             for index, name in (("[0]", "args"), ("[1]", "kwargs")):
                 if rest.startswith(index):
@@ -252,10 +252,9 @@ class FlatSpec:
         return (FlatSpec._make, (self._tree, self._constants, self._paths, self._root))
 
     def __repr__(self) -> str:
-        numbered = iter(range(len(self._tensor_at)))
         marks: list[Any] = list(self._template)
-        for i in self._tensor_at:
-            marks[i] = _Mark(next(numbered))
+        for n, i in enumerate(self._tensor_at):
+            marks[i] = _Mark(n)
         return f"FlatSpec({self._tree.unflatten(marks)!r})"
 
     # -- JSON ----------------------------------------------------------------
@@ -270,7 +269,11 @@ class FlatSpec:
             >>> FlatSpec.from_json(spec.to_json()) == spec
             True
         """
-        doc = {
+        return json.dumps(self.to_doc())
+
+    def to_doc(self) -> dict:
+        """:meth:`to_json`'s document as a dict, to embed in a larger document."""
+        return {
             "format": _FORMAT,
             "version": _VERSION,
             "root": self._root,
@@ -278,7 +281,6 @@ class FlatSpec:
             "constants": [[i, encode_constant(v)] for i, v in self._constants],
             "paths": list(self._paths),
         }
-        return json.dumps(doc)
 
     @classmethod
     def from_json(
@@ -288,11 +290,16 @@ class FlatSpec:
         :meth:`TreeSpec.from_json <pytree_kit.TreeSpec.from_json>`: only those in
         ``allow`` (and ``rules``), never by importing. Raises ValueError on
         anything else."""
-        rules = check_rules(rules)
         try:
             doc = json.loads(text)
         except (TypeError, ValueError) as e:
             raise ValueError(f"FlatSpec.from_json: not valid JSON ({e})") from None
+        return cls.from_doc(doc, allow=allow, rules=rules)
+
+    @classmethod
+    def from_doc(cls, doc: Any, *, allow: Iterable[Any] = (), rules: Rules = None) -> FlatSpec:
+        """:meth:`from_json` for a document already parsed (see :meth:`to_doc`)."""
+        rules = check_rules(rules)
         check_header(doc, _FORMAT, _VERSION, "FlatSpec.from_json", f"not a {_FORMAT} document")
         tree = TreeSpec.from_json(json.dumps(doc.get("tree")), allow=allow, rules=rules)
         root, paths, raw = doc.get("root"), doc.get("paths"), doc.get("constants")

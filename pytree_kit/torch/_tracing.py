@@ -220,10 +220,7 @@ class TracedModel(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         flat = self.input_spec.flatten(self.arguments.canonical(args, kwargs))
-        out = self.program(*flat)
-        if isinstance(out, torch.Tensor):
-            out = (out,)
-        return self.output_spec.unflatten(out)
+        return self.output_spec.unflatten(self.program(*flat))
 
     def extra_repr(self) -> str:
         return (
@@ -340,8 +337,8 @@ def save(obj: TracedModel, path: PathLike) -> None:
         "format": _FORMAT,
         "version": _VERSION,
         "kind": obj.kind,
-        "input_spec": json.loads(obj.input_spec.to_json()),
-        "output_spec": json.loads(obj.output_spec.to_json()),
+        "input_spec": obj.input_spec.to_doc(),
+        "output_spec": obj.output_spec.to_doc(),
         "arguments": obj.arguments.to_json(),
     }
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
@@ -395,9 +392,7 @@ def load(
     specs = []
     for name in ("input_spec", "output_spec"):
         try:
-            specs.append(
-                FlatSpec.from_json(json.dumps(manifest.get(name)), allow=allowed, rules=rules)
-            )
+            specs.append(FlatSpec.from_doc(manifest.get(name), allow=allowed, rules=rules))
         except ValueError as e:
             raise ValueError(f"load: {where}: the {name.replace('_', ' ')}: {e}") from None
     try:
