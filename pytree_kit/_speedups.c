@@ -52,7 +52,7 @@ static PyObject *FIELD_marker;
 static PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
 static PyObject *s_tree_flatten, *s_tree_unflatten, *s_fields, *s_n_sequence_fields,
     *s_n_fields, *s_dataclass_fields, *s_attrs_attrs, *s_field_type, *s_name, *s_metadata,
-    *s_get, *s_static, *s_new, *s_flatten, *s_len;
+    *s_get, *s_static, *s_new, *s_flatten, *s_len, *s_the_spec, *s_the_tree;
 static PyObject *empty_tuple;
 
 /* ------------------------------------------------------------------------ */
@@ -519,7 +519,7 @@ typedef struct {
     int live; /* children is the list being flattened itself, not a copy */
 } Frame;
 
-#define STACK_INLINE 16
+#define STACK_INLINE 64
 
 typedef struct {
     Frame *v; /* inline_v or the heap */
@@ -903,16 +903,23 @@ vec_init(Vec *a)
 }
 
 static int
+vec_grow(Vec *a)
+{
+    void *v = a->v;
+    if (grow_array(&v, a->inline_v, a->n, &a->cap, sizeof(PyObject *)) < 0) {
+        return -1;
+    }
+    a->v = v;
+    return 0;
+}
+
+static inline int
 vec_push(Vec *a, PyObject *o)
 {
     /* steals o */
-    if (a->n == a->cap) {
-        void *v = a->v;
-        if (grow_array(&v, a->inline_v, a->n, &a->cap, sizeof(PyObject *)) < 0) {
-            Py_DECREF(o);
-            return -1;
-        }
-        a->v = v;
+    if (a->n == a->cap && vec_grow(a) < 0) {
+        Py_DECREF(o);
+        return -1;
     }
     a->v[a->n++] = o;
     return 0;
@@ -962,11 +969,54 @@ seq_of(int list, PyObject **ch, Py_ssize_t n)
     return r;
 }
 
+/* Moves the references into a new list: a heap array becomes the list's own
+ * storage (lists free theirs with PyMem_Free), trimmed when mostly unused. */
+static PyObject *
+vec_to_list(Vec *a)
+{
+    PyObject *l;
+    if (a->v == a->inline_v) {
+        l = PyList_New(a->n);
+        if (l == NULL) {
+            return NULL;
+        }
+        if (a->n) {
+            memcpy(((PyListObject *)l)->ob_item, a->v, a->n * sizeof(PyObject *));
+        }
+    }
+    else {
+        l = PyList_New(0);
+        if (l == NULL) {
+            return NULL;
+        }
+        if (a->cap - a->n > a->n / 8) {
+            void *v = PyMem_Realloc(a->v, (a->n ? a->n : 1) * sizeof(PyObject *));
+            if (v != NULL) {
+                a->v = v;
+                a->cap = a->n ? a->n : 1;
+            }
+        }
+        ((PyListObject *)l)->ob_item = a->v;
+        ((PyListObject *)l)->allocated = a->cap;
+        Py_SET_SIZE(l, a->n);
+    }
+    vec_init(a);
+    return l;
+}
+
+/* Append a new reference to x. */
+static inline int
+emit(Vec *a, PyObject *x)
+{
+    Py_INCREF(x);
+    return vec_push(a, x);
+}
+
 /* One leaf, x: into the leaves, and its node into the nodes when a spec is built. */
 static inline int
-emit_leaf(PyObject *leaves, Vec *nodes, int mode, PyObject *x)
+emit_leaf(Vec *leaves, Vec *nodes, int mode, PyObject *x)
 {
-    if (PyList_Append(leaves, x) < 0) {
+    if (emit(leaves, x) < 0) {
         return -1;
     }
     if (mode) {
@@ -987,7 +1037,9 @@ typedef struct {
     int live;
     int dict_kind; /* DICT or DEFAULTDICT: the insertion order may be recorded */
     Py_ssize_t direct_n; /* > 0: no children to visit; these leaves follow the node */
-    PyObject *direct[32]; /* borrowed from the dict; nothing runs before they are taken */
+    PyObject *direct[32]; /* borrowed from the dict (nothing runs before they are taken),
+                             or strong when direct_owned (a record's fields) */
+    int direct_owned;
     int order_known; /* the dict's order was found already: order, or the same when NULL */
     PyObject *order; /* strong or NULL: the insertion order, when it differs */
 } Found;
@@ -1001,8 +1053,22 @@ typedef struct {
     int atom_leaf[6];
     PyTypeObject *last_leaf; /* the type of the last leaf classified by type */
     PyObject *last_dict_node; /* strong or NULL: reused for dicts with the same keys */
-    PyObject *seq_nodes[2][16]; /* strong or NULL: this call's tuple and list nodes by arity */
+    PyObject *seq_nodes[2][16]; /* strong where seq_made has the bit: this call's tuple and
+                                   list nodes by arity */
+    uint32_t seq_made;
 } Ctx;
+
+/* Drop the references f->direct holds, if it holds any. */
+static void
+release_direct(Found *f)
+{
+    if (f->direct_owned) {
+        for (Py_ssize_t i = 0; i < f->direct_n; i++) {
+            Py_DECREF(f->direct[i]);
+        }
+        f->direct_owned = 0;
+    }
+}
 
 /* The node of a tuple or list: equal nodes are shared within a call. */
 static PyObject *
@@ -1012,8 +1078,12 @@ seq_node(Ctx *c, int kind, Py_ssize_t n)
         return make_node(kind, Py_None, n, Py_None);
     }
     PyObject **slot = &c->seq_nodes[kind == K_LIST][n];
-    if (*slot == NULL && (*slot = make_node(kind, Py_None, n, Py_None)) == NULL) {
-        return NULL;
+    uint32_t bit = (uint32_t)1 << ((kind == K_LIST) * 16 + n);
+    if (!(c->seq_made & bit)) {
+        if ((*slot = make_node(kind, Py_None, n, Py_None)) == NULL) {
+            return NULL;
+        }
+        c->seq_made |= bit;
     }
     Py_INCREF(*slot);
     return *slot;
@@ -1026,7 +1096,14 @@ static PyTypeObject *const atom_types[6] = {
 static int
 ctx_init(Ctx *c, PyObject *is_leaf, PyObject *rules, int mode)
 {
-    memset(c, 0, sizeof(*c));
+    /* no memset: the type cache's and the nodes' storage is set when used */
+    c->types.v = NULL;
+    c->types.n = c->types.cap = 0;
+    c->rules = NULL;
+    c->pycache = NULL;
+    c->last_leaf = NULL;
+    c->last_dict_node = NULL;
+    c->seq_made = 0;
     c->is_leaf = is_leaf == Py_None ? NULL : is_leaf;
     c->mode = mode;
     if (rules != NULL && rules != Py_None) {
@@ -1057,9 +1134,10 @@ ctx_clear(Ctx *c)
     tc_clear(&c->types);
     Py_CLEAR(c->pycache);
     Py_CLEAR(c->last_dict_node);
-    for (int i = 0; i < 16; i++) {
-        Py_CLEAR(c->seq_nodes[0][i]);
-        Py_CLEAR(c->seq_nodes[1][i]);
+    for (int i = 0; c->seq_made; i++, c->seq_made >>= 1) {
+        if (c->seq_made & 1) {
+            Py_DECREF(c->seq_nodes[i >> 4][i & 15]);
+        }
     }
 }
 
@@ -1070,8 +1148,14 @@ known_leaf(Ctx *c, PyTypeObject *t)
     if (t == c->last_leaf) {
         return 1;
     }
+    if (t == &PyList_Type || t == &PyDict_Type || t == &PyTuple_Type) {
+        return 0; /* classify decides: a rule may name them */
+    }
     for (int i = 0; i < 6; i++) {
         if (t == atom_types[i]) {
+            if (c->atom_leaf[i]) {
+                c->last_leaf = t;
+            }
             return c->atom_leaf[i];
         }
     }
@@ -1235,9 +1319,12 @@ user_node(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *rule, Foun
 }
 
 /* _pure._record_fields for the common case: no static field, not a dict.
- * Returns 1 with f set, or 2 when the pure engine should do it. */
+ * Returns 1 with f set, or 2 when the pure engine should do it. With a
+ * stack (flatten and leaves), a record whose fields are all leaves by their
+ * type gives them as f->direct (strong references, f->direct_owned), with no
+ * children to visit. */
 static int
-record_fields(Ctx *c, PyObject *obj, TypeEntry *e, int kind, Found *f, int want_node)
+record_fields(Ctx *c, Stack *s, PyObject *obj, TypeEntry *e, int kind, Found *f, int want_node)
 {
     if (e->info == NULL || PyDict_Check(obj)) {
         return 2;
@@ -1245,38 +1332,72 @@ record_fields(Ctx *c, PyObject *obj, TypeEntry *e, int kind, Found *f, int want_
     PyObject *full = e->info; /* (names, (), (), None) */
     PyObject *names = PyTuple_GET_ITEM(full, 0);
     Py_ssize_t n = PyTuple_GET_SIZE(names), absent = 0;
-    PyObject *children = PyTuple_New(n);
-    if (children == NULL) {
-        return -1;
+    /* the values: in f->direct when they fit, else in a tuple */
+    PyObject *children = NULL, **v = f->direct;
+    if (s == NULL || n > (Py_ssize_t)(sizeof(f->direct) / sizeof(f->direct[0]))) {
+        if ((children = PyTuple_New(n)) == NULL) {
+            return -1;
+        }
+        v = ((PyTupleObject *)children)->ob_item;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *v = PyObject_GetAttr(obj, PyTuple_GET_ITEM(names, i));
-        if (v == NULL) {
+        v[i] = PyObject_GetAttr(obj, PyTuple_GET_ITEM(names, i)); /* NULL: an unset field */
+        if (v[i] == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
-                Py_DECREF(children);
+                if (children == NULL) {
+                    for (Py_ssize_t k = 0; k < i; k++) {
+                        Py_XDECREF(v[k]);
+                    }
+                }
+                Py_XDECREF(children);
                 return -1;
             }
             PyErr_Clear();
             absent++;
         }
-        PyTuple_SET_ITEM(children, i, v); /* NULL marks an unset field */
     }
     f->node = NULL;
     f->keymode = KM_ATTR;
     f->live = 0;
     f->dict_kind = 0;
-    if (absent == 0) {
-        if (want_node) {
-            if (e->node == NULL) {
-                e->node = make_node(kind, (PyObject *)e->type, n, full);
-                if (e->node == NULL) {
-                    Py_DECREF(children);
-                    return -1;
-                }
-            }
-            Py_INCREF(e->node);
-            f->node = e->node;
+    if (absent == 0 && want_node) {
+        if (e->node == NULL) {
+            e->node = make_node(kind, (PyObject *)e->type, n, full);
         }
+        if (e->node == NULL) {
+            goto fail;
+        }
+        Py_INCREF(e->node);
+        f->node = e->node;
+    }
+    if (absent == 0 && children == NULL && n > 0 && c->is_leaf == NULL && c->mode != 2) {
+        Py_ssize_t i = 0;
+        while (i < n && known_leaf(c, Py_TYPE(v[i]))) {
+            i++;
+        }
+        int held = i == n ? stack_holds(s, obj) : 1;
+        if (held < 0) {
+            goto fail;
+        }
+        if (!held) {
+            f->direct_n = n;
+            f->direct_owned = 1;
+            Py_INCREF(empty_tuple);
+            f->children = empty_tuple;
+            Py_INCREF(names);
+            f->names = names;
+            return 1;
+        }
+    }
+    if (children == NULL) {
+        if ((children = PyTuple_New(n)) == NULL) {
+            goto fail;
+        }
+        if (n) {
+            memcpy(((PyTupleObject *)children)->ob_item, v, n * sizeof(PyObject *));
+        }
+    }
+    if (absent == 0) {
         f->children = children;
         Py_INCREF(names);
         f->names = names;
@@ -1286,30 +1407,30 @@ record_fields(Ctx *c, PyObject *obj, TypeEntry *e, int kind, Found *f, int want_
     PyObject *present = PyTuple_New(n - absent), *vals = PyTuple_New(n - absent);
     PyObject *gone = PyTuple_New(absent), *aux = NULL;
     if (present == NULL || vals == NULL || gone == NULL) {
-        goto fail;
+        goto fail_absent;
     }
     for (Py_ssize_t i = 0, p = 0, g = 0; i < n; i++) {
         PyObject *name = PyTuple_GET_ITEM(names, i);
-        PyObject *v = PyTuple_GET_ITEM(children, i);
+        PyObject *x = PyTuple_GET_ITEM(children, i);
         Py_INCREF(name);
-        if (v == NULL) {
+        if (x == NULL) {
             PyTuple_SET_ITEM(gone, g++, name);
         }
         else {
             PyTuple_SET_ITEM(present, p, name);
-            Py_INCREF(v);
-            PyTuple_SET_ITEM(vals, p++, v);
+            Py_INCREF(x);
+            PyTuple_SET_ITEM(vals, p++, x);
         }
     }
     if (want_node) {
         aux = PyTuple_Pack(4, present, empty_tuple, gone, Py_None);
         if (aux == NULL) {
-            goto fail;
+            goto fail_absent;
         }
         f->node = make_node(kind, (PyObject *)e->type, n - absent, aux);
         Py_DECREF(aux);
         if (f->node == NULL) {
-            goto fail;
+            goto fail_absent;
         }
     }
     Py_DECREF(gone);
@@ -1317,11 +1438,22 @@ record_fields(Ctx *c, PyObject *obj, TypeEntry *e, int kind, Found *f, int want_
     f->children = vals;
     f->names = present;
     return 1;
-fail:
+fail_absent:
     Py_XDECREF(present);
     Py_XDECREF(vals);
     Py_XDECREF(gone);
     Py_DECREF(children);
+    return -1;
+fail:
+    Py_CLEAR(f->node);
+    if (children != NULL) {
+        Py_DECREF(children);
+    }
+    else {
+        for (Py_ssize_t k = 0; k < n; k++) {
+            Py_XDECREF(v[k]);
+        }
+    }
     return -1;
 }
 
@@ -1360,6 +1492,13 @@ static inline int
 key_lt(PyObject *a, PyObject *b, int str)
 {
     if (str) {
+        if (PyUnicode_IS_READY(a) && PyUnicode_IS_READY(b) && PyUnicode_KIND(a) == PyUnicode_1BYTE_KIND &&
+            PyUnicode_KIND(b) == PyUnicode_1BYTE_KIND) {
+            /* code point order is byte order for one-byte strings */
+            Py_ssize_t la = PyUnicode_GET_LENGTH(a), lb = PyUnicode_GET_LENGTH(b);
+            int r = memcmp(PyUnicode_1BYTE_DATA(a), PyUnicode_1BYTE_DATA(b), la < lb ? la : lb);
+            return r < 0 || (r == 0 && la < lb);
+        }
         return PyUnicode_Compare(a, b) < 0;
     }
     return PyObject_RichCompareBool(a, b, Py_LT);
@@ -1420,16 +1559,6 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
             }
         }
     }
-    if (tkeys == NULL) {
-        tkeys = PyTuple_New(n);
-        if (tkeys == NULL) {
-            goto fail;
-        }
-        for (i = 0; i < n; i++) {
-            Py_INCREF(ks[i]);
-            PyTuple_SET_ITEM(tkeys, i, ks[i]);
-        }
-    }
     f->direct_n = 0;
     if (c->is_leaf == NULL && c->mode != 2 && n > 0) {
         for (i = 0; i < n && known_leaf(c, Py_TYPE(vs[i])); i++) {
@@ -1441,6 +1570,22 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
         if (!held) {
             memcpy(f->direct, vs, n * sizeof(PyObject *));
             f->direct_n = n;
+        }
+    }
+    int no_names = tkeys == NULL && f->direct_n && !c->mode;
+    if (no_names) {
+        /* leaves only, and no child to visit: no names are needed */
+        Py_INCREF(empty_tuple);
+        tkeys = empty_tuple;
+    }
+    if (tkeys == NULL) {
+        tkeys = PyTuple_New(n);
+        if (tkeys == NULL) {
+            goto fail;
+        }
+        for (i = 0; i < n; i++) {
+            Py_INCREF(ks[i]);
+            PyTuple_SET_ITEM(tkeys, i, ks[i]);
         }
     }
     if (f->direct_n) {
@@ -1468,14 +1613,18 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
                 PyTuple_SET_ITEM(order, i, ins[i]);
             }
         }
+    }
+    if (f->node == NULL && !no_names) {
+        /* made in every mode: for leaves(), its keys serve the next such dict */
+        f->node = make_node(K_DICT, Py_None, n, tkeys);
         if (f->node == NULL) {
-            f->node = make_node(K_DICT, Py_None, n, tkeys);
-            if (f->node == NULL) {
-                goto fail;
-            }
-            Py_INCREF(f->node);
-            Py_XSETREF(c->last_dict_node, f->node);
+            goto fail;
         }
+        Py_INCREF(f->node);
+        Py_XSETREF(c->last_dict_node, f->node);
+    }
+    if (!c->mode) {
+        Py_CLEAR(f->node);
     }
     f->order = order;
     f->order_known = 1;
@@ -1676,7 +1825,7 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
     }
     case PLAN_DATACLASS:
     case PLAN_ATTRS: {
-        int r = record_fields(c, obj, e, e->plan == PLAN_DATACLASS ? K_DATACLASS : K_ATTRS, f,
+        int r = record_fields(c, s, obj, e, e->plan == PLAN_DATACLASS ? K_DATACLASS : K_ATTRS, f,
                               want_node);
         if (r != 2) {
             return r;
@@ -1732,17 +1881,14 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
 {
     Ctx c;
     Stack s;
-    Vec nodes, keys;
-    PyObject *leaves = NULL, *orders = NULL, *paths = NULL, *obj = NULL, *result = NULL;
+    Vec nodes, keys, leaves;
+    PyObject *orders = NULL, *paths = NULL, *obj = NULL, *result = NULL;
     stack_init(&s);
     vec_init(&nodes);
     vec_init(&keys);
+    vec_init(&leaves);
     if (ctx_init(&c, is_leaf, rules, mode) < 0) {
         return NULL;
-    }
-    leaves = PyList_New(0);
-    if (leaves == NULL) {
-        goto error;
     }
     if (mode == 2 && (paths = PyList_New(0)) == NULL) {
         goto error;
@@ -1755,6 +1901,7 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
         f.order = NULL;
         f.order_known = 0;
         f.direct_n = 0;
+        f.direct_owned = 0;
         if (c.is_leaf != NULL) {
             PyObject *v = PyObject_CallOneArg(c.is_leaf, obj);
             if (v == NULL) {
@@ -1777,7 +1924,7 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
             goto error;
         }
         if (r == 0) {
-            if (emit_leaf(leaves, &nodes, mode, obj) < 0) {
+            if (emit_leaf(&leaves, &nodes, mode, obj) < 0) {
                 goto error;
             }
             if (mode == 2) {
@@ -1847,16 +1994,20 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
             else {
                 Py_DECREF(f.children);
                 Py_XDECREF(f.names);
-                for (Py_ssize_t i = 0; i < f.direct_n; i++) {
-                    if (emit_leaf(leaves, &nodes, mode, f.direct[i]) < 0) {
-                        Py_XDECREF(f.node);
-                        goto error;
-                    }
+                Py_ssize_t i = 0;
+                while (i < f.direct_n && emit_leaf(&leaves, &nodes, mode, f.direct[i]) == 0) {
+                    i++;
+                }
+                release_direct(&f);
+                if (i < f.direct_n) {
+                    Py_XDECREF(f.node);
+                    goto error;
                 }
             }
             Py_XDECREF(f.node);
             goto advance;
         found_error:
+            release_direct(&f);
             Py_XDECREF(f.order);
             Py_XDECREF(f.node);
             Py_DECREF(f.children);
@@ -1880,7 +2031,7 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
                             break;
                         }
                         fr->pos++;
-                        if (emit_leaf(leaves, &nodes, mode, x) < 0) {
+                        if (emit_leaf(&leaves, &nodes, mode, x) < 0) {
                             goto error;
                         }
                     }
@@ -1915,12 +2066,11 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
         }
     }
     if (!mode) {
-        result = leaves;
-        leaves = NULL;
+        result = vec_to_list(&leaves);
         goto done;
     }
     {
-        Py_ssize_t nleaves = PyList_GET_SIZE(leaves);
+        Py_ssize_t nleaves = leaves.n;
         PyObject *tnodes = vec_to_tuple(&nodes);
         if (tnodes == NULL) {
             goto error;
@@ -1945,7 +2095,7 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
                 goto error;
             }
             for (Py_ssize_t i = 0; i < nleaves; i++) {
-                PyObject *pr = PyTuple_Pack(2, PyList_GET_ITEM(paths, i), PyList_GET_ITEM(leaves, i));
+                PyObject *pr = PyTuple_Pack(2, PyList_GET_ITEM(paths, i), leaves.v[i]);
                 if (pr == NULL) {
                     Py_DECREF(pairs);
                     Py_DECREF(spec);
@@ -1958,7 +2108,9 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
             Py_DECREF(spec);
         }
         else {
-            result = PyTuple_Pack(2, leaves, spec);
+            PyObject *lst = vec_to_list(&leaves);
+            result = lst == NULL ? NULL : PyTuple_Pack(2, lst, spec);
+            Py_XDECREF(lst);
             Py_DECREF(spec);
         }
     }
@@ -1967,7 +2119,7 @@ error:
     result = NULL;
 done:
     Py_XDECREF(obj);
-    Py_XDECREF(leaves);
+    vec_clear(&leaves);
     Py_XDECREF(orders);
     Py_XDECREF(paths);
     vec_clear(&nodes);
@@ -2032,33 +2184,36 @@ spec_parts(PyObject *spec, PyObject **nodes, PyObject **orders, Py_ssize_t *num_
     return 0;
 }
 
-/* kind and arity of a node, checked; -1 on a malformed node */
-static int
-node_parts(PyObject *node, int *kind, Py_ssize_t *arity)
+/* The value of an exact int known to be small and non-negative, read
+ * without a call when the representation allows; -1 (maybe with an error
+ * set) otherwise. */
+static inline Py_ssize_t
+small_long(PyObject *o)
 {
-    if (node == LEAF_NODE) {
-        *kind = K_LEAF;
-        *arity = 0;
+#if PY_VERSION_HEX >= 0x030C0000
+    if (PyUnstable_Long_IsCompact((PyLongObject *)o)) {
+        return (Py_ssize_t)PyUnstable_Long_CompactValue((PyLongObject *)o);
+    }
+#else
+    Py_ssize_t size = Py_SIZE(o);
+    if (size == 0) {
         return 0;
     }
+    if (size == 1) {
+        return (Py_ssize_t)((PyLongObject *)o)->ob_digit[0];
+    }
+#endif
+    return PyLong_AsSsize_t(o);
+}
+
+/* kind and arity of a node, checked; -1 on a malformed node */
+static int
+node_parts_slow(PyObject *node, int *kind, Py_ssize_t *arity)
+{
     if (!PyTuple_CheckExact(node) || PyTuple_GET_SIZE(node) != 4) {
         goto bad;
     }
-    PyObject *ko = PyTuple_GET_ITEM(node, 0);
-    PyObject *ao = PyTuple_GET_ITEM(node, 2);
-    /* small ints are shared objects: the kinds and most arities compare by identity */
-    if (ko == kind_obj[K_DICT] || ko == kind_obj[K_LIST] || ko == kind_obj[K_TUPLE]) {
-        *kind = ko == kind_obj[K_DICT] ? K_DICT : ko == kind_obj[K_LIST] ? K_LIST : K_TUPLE;
-        if (PyLong_CheckExact(ao)) {
-            *arity = PyLong_AsSsize_t(ao);
-            if (*arity >= 0) {
-                return 0;
-            }
-            PyErr_Clear();
-        }
-        goto bad;
-    }
-    long k = PyLong_AsLong(ko);
+    long k = PyLong_AsLong(PyTuple_GET_ITEM(node, 0));
     if (k < 0 || k >= K_COUNT) {
         PyErr_Clear();
         goto bad;
@@ -2073,6 +2228,33 @@ node_parts(PyObject *node, int *kind, Py_ssize_t *arity)
 bad:
     PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: a node is not (kind, type, arity, aux)");
     return -1;
+}
+
+static inline int
+node_parts(PyObject *node, int *kind, Py_ssize_t *arity)
+{
+    if (node == LEAF_NODE) {
+        *kind = K_LEAF;
+        *arity = 0;
+        return 0;
+    }
+    if (PyTuple_CheckExact(node) && PyTuple_GET_SIZE(node) == 4) {
+        /* small ints are shared objects: the common kinds compare by identity */
+        PyObject *ko = PyTuple_GET_ITEM(node, 0);
+        PyObject *ao = PyTuple_GET_ITEM(node, 2);
+        int k = ko == kind_obj[K_DICT] ? K_DICT : ko == kind_obj[K_LIST] ? K_LIST
+              : ko == kind_obj[K_TUPLE] ? K_TUPLE : -1;
+        if (k >= 0 && PyLong_CheckExact(ao)) {
+            Py_ssize_t a = small_long(ao);
+            if (a >= 0) {
+                *kind = k;
+                *arity = a;
+                return 0;
+            }
+            PyErr_Clear();
+        }
+    }
+    return node_parts_slow(node, kind, arity);
 }
 
 static int
@@ -2108,6 +2290,44 @@ generic_setattr_ok(PyObject *t)
     return 1;
 }
 
+/* The dict of a dict node with an insertion order, built in that order at
+ * once, when the order is a permutation of the node's keys (the same
+ * objects, exact str or int, as flatten gives): what building the dict in
+ * key order and then re-inserting its items in the given order gives.
+ * New reference; None when the general path must do it. */
+static PyObject *
+ordered_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order)
+{
+    if (!PyTuple_CheckExact(order) || PyTuple_GET_SIZE(order) != arity || arity > 64) {
+        Py_RETURN_NONE;
+    }
+    PyObject *r = PyDict_New();
+    if (r == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < arity; i++) {
+        PyObject *k = PyTuple_GET_ITEM(order, i);
+        Py_ssize_t j = arity - 1;
+        while (j >= 0 && PyTuple_GET_ITEM(keys, j) != k) {
+            j--;
+        }
+        if (j < 0 || !(PyUnicode_CheckExact(k) || PyLong_CheckExact(k))) {
+            Py_DECREF(r);
+            Py_RETURN_NONE;
+        }
+        if (PyDict_SetItem(r, k, ch[j]) < 0) {
+            Py_DECREF(r);
+            return NULL;
+        }
+    }
+    if (PyDict_GET_SIZE(r) != arity) {
+        /* a key given twice: not a permutation */
+        Py_DECREF(r);
+        Py_RETURN_NONE;
+    }
+    return r;
+}
+
 /* Build one node from children ch[0..arity) (in leaf order). New reference. */
 static PyObject *
 build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order)
@@ -2123,6 +2343,14 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
         break;
     case K_DICT:
         if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == arity) {
+            PyObject *r;
+            if (order != NULL) {
+                r = ordered_dict(aux, ch, arity, order);
+                if (r != Py_None) {
+                    return r;
+                }
+                Py_DECREF(r);
+            }
             PyObject *m = PyDict_New();
             if (m == NULL) {
                 return NULL;
@@ -2137,7 +2365,7 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
                 return m;
             }
             PyObject *seq = PySequence_Fast(order, "a dict order must be a sequence");
-            PyObject *r = seq ? PyDict_New() : NULL;
+            r = seq ? PyDict_New() : NULL;
             if (r == NULL) {
                 Py_XDECREF(seq);
                 Py_DECREF(m);
@@ -2306,8 +2534,10 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_INCREF(nodes);
+    Py_INCREF(orders);
     if ((leaves = read_leaves(leaves, n)) == NULL) {
         Py_DECREF(nodes);
+        Py_DECREF(orders);
         return NULL;
     }
     /* Read as the pure engine reads it: leaves[i], checked each time, since a
@@ -2320,9 +2550,27 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                      n == 1 ? "leaf" : "leaves", given, given == 1 ? "was" : "were");
         Py_DECREF(seq);
         Py_DECREF(nodes);
+        Py_DECREF(orders);
         return NULL;
     }
-    if (PyTuple_GET_SIZE(orders)) {
+    /* The orders as flatten makes them: (node index, order) pairs with exact
+     * int indexes, strictly ascending. Read from the end as the nodes are.
+     * Anything else is looked up through a dict, as the pure engine does. */
+    Py_ssize_t no = PyTuple_GET_SIZE(orders), oi = no - 1, prev = -1;
+    for (Py_ssize_t i = 0; i < no; i++) {
+        PyObject *pr = PyTuple_GET_ITEM(orders, i);
+        Py_ssize_t at;
+        if (!PyTuple_CheckExact(pr) || PyTuple_GET_SIZE(pr) != 2 ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(pr, 0)) ||
+            (at = PyLong_AsSsize_t(PyTuple_GET_ITEM(pr, 0))) <= prev) {
+            PyErr_Clear();
+            oi = -2;
+            break;
+        }
+        prev = at;
+    }
+    if (oi == -2) {
+        oi = -1;
         order_map = PyDict_New();
         if (order_map == NULL) {
             goto out;
@@ -2340,15 +2588,18 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     {
         Py_ssize_t nn = PyTuple_GET_SIZE(nodes);
-        PyObject **st = PyMem_Malloc((nn + 1) * sizeof(PyObject *));
-        PyObject **ch = PyMem_Malloc((nn + 1) * sizeof(PyObject *));
-        Py_ssize_t sp = 0, li = n;
-        if (st == NULL || ch == NULL) {
-            PyMem_Free(st);
-            PyMem_Free(ch);
-            PyErr_NoMemory();
-            goto out;
+        /* the value stack and the children of one node: at most nn + 1 each */
+        PyObject *inline_buf[2 * 64];
+        PyObject **st = inline_buf, **ch = inline_buf + 64;
+        if (nn + 1 > 64) {
+            st = PyMem_Malloc(2 * (nn + 1) * sizeof(PyObject *));
+            if (st == NULL) {
+                PyErr_NoMemory();
+                goto out;
+            }
+            ch = st + nn + 1;
         }
+        Py_ssize_t sp = 0, li = n;
         for (Py_ssize_t idx = nn - 1; idx >= 0; idx--) {
             PyObject *node = PyTuple_GET_ITEM(nodes, idx);
             int kind;
@@ -2394,6 +2645,12 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 ch[i] = st[sp - 1 - i];
             }
             PyObject *order = NULL;
+            while (oi >= 0 && PyLong_AsSsize_t(PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, oi), 0)) > idx) {
+                oi--;
+            }
+            if (oi >= 0 && PyLong_AsSsize_t(PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, oi), 0)) == idx) {
+                order = PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, oi--), 1);
+            }
             if (order_map != NULL) {
                 PyObject *key = PyLong_FromSsize_t(idx);
                 if (key == NULL) {
@@ -2424,13 +2681,15 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         while (sp > 0) {
             Py_DECREF(st[--sp]);
         }
-        PyMem_Free(st);
-        PyMem_Free(ch);
+        if (st != inline_buf) {
+            PyMem_Free(st);
+        }
     }
 out:
     Py_XDECREF(order_map);
     Py_DECREF(seq);
     Py_DECREF(nodes);
+    Py_DECREF(orders);
     return result;
 }
 
@@ -2585,7 +2844,7 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
                 break;
             }
             Found f;
-            int r = record_fields(c, obj, e, kind, &f, 1);
+            int r = record_fields(c, NULL, obj, e, kind, &f, 1);
             if (r < 0) {
                 return -1;
             }
@@ -2683,7 +2942,7 @@ up_plan(Ctx *c, PyTypeObject *ot)
  * match() must decide, -1 on error (a mismatch included). */
 static int
 record_leaves(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
-              PyObject *out)
+              Vec *out)
 {
     TypeEntry *e = up_plan(c, Py_TYPE(obj));
     if (e == NULL) {
@@ -2721,7 +2980,7 @@ record_leaves(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObjec
     }
     int r = 1;
     for (Py_ssize_t j = 0; j < arity; j++) {
-        if (r == 1 && PyList_Append(out, vals[j]) < 0) {
+        if (r == 1 && emit(out, vals[j]) < 0) {
             r = -1;
         }
         Py_DECREF(vals[j]);
@@ -2760,31 +3019,18 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Ctx c;
     Up u;
     stack_init(&s);
-    memset(&c, 0, sizeof(c));
-    c.mode = 1;
+    ctx_init(&c, Py_None, NULL, 1); /* cannot fail without rules */
     u.s = &s;
-    u.label = nargs > 2 ? args[2] : NULL;
-    u.other = nargs > 3 ? args[3] : NULL;
+    u.label = nargs > 2 ? args[2] : s_the_spec;
+    u.other = nargs > 3 ? args[3] : s_the_tree;
+    Py_INCREF(u.label);
+    Py_INCREF(u.other);
     PyObject *result = NULL;
-    if (u.label == NULL) {
-        u.label = PyUnicode_FromString("the spec");
-    }
-    else {
-        Py_INCREF(u.label);
-    }
-    if (u.other == NULL) {
-        u.other = PyUnicode_FromString("the tree");
-    }
-    else {
-        Py_INCREF(u.other);
-    }
-    PyObject *out = PyList_New(0);
+    Vec out;
+    vec_init(&out);
     Py_INCREF(nodes);
     Py_INCREF(obj);
     Py_ssize_t nn = PyTuple_GET_SIZE(nodes), i = 0;
-    if (u.label == NULL || u.other == NULL || out == NULL) {
-        goto error;
-    }
     for (;;) {
         if (i >= nn) {
             PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: the nodes end early");
@@ -2797,7 +3043,7 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             goto error;
         }
         if (kind == K_LEAF) {
-            if (PyList_Append(out, obj) < 0) {
+            if (emit(&out, obj) < 0) {
                 goto error;
             }
         }
@@ -2810,6 +3056,16 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 PyObject *keys = PyTuple_GET_ITEM(node, 3), *vals[32];
                 Py_ssize_t j = 0;
                 if (PyTuple_CheckExact(keys) && PyTuple_GET_SIZE(keys) == arity) {
+                    /* keys met in the spec's order, as the same objects: no lookup */
+                    Py_ssize_t pos = 0;
+                    PyObject *k, *v;
+                    while (PyDict_Next(obj, &pos, &k, &v) && k == PyTuple_GET_ITEM(keys, j) &&
+                           PyUnicode_CheckExact(k)) {
+                        vals[j++] = v;
+                    }
+                    if (j < arity) {
+                        j = 0;
+                    }
                     for (; j < arity; j++) {
                         PyObject *k = PyTuple_GET_ITEM(keys, j);
                         if (!PyUnicode_CheckExact(k) ||
@@ -2823,7 +3079,7 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 }
                 if (j == arity) {
                     for (j = 0; j < arity; j++) {
-                        if (PyList_Append(out, vals[j]) < 0) {
+                        if (emit(&out, vals[j]) < 0) {
                             goto error;
                         }
                     }
@@ -2838,7 +3094,7 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 if (stack_freeze(&s) < 0) {
                     goto error;
                 }
-                int r = record_leaves(&u, &c, kind, arity, node, obj, out);
+                int r = record_leaves(&u, &c, kind, arity, node, obj, &out);
                 if (r < 0) {
                     goto error;
                 }
@@ -2861,7 +3117,7 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 for (Py_ssize_t j = 0; j < nch; j++) {
                     PyObject *x = PyTuple_Check(children) ? PyTuple_GET_ITEM(children, j)
                                                           : PyList_GET_ITEM(children, j);
-                    if (PyList_Append(out, x) < 0) {
+                    if (emit(&out, x) < 0) {
                         Py_DECREF(children);
                         Py_XDECREF(names);
                         goto error;
@@ -2891,7 +3147,7 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 }
                 /* leaves of the spec take any value: no user code runs */
                 while (fr->pos < fr->n && i < nn && PyTuple_GET_ITEM(nodes, i) == LEAF_NODE) {
-                    if (PyList_Append(out, frame_item(fr, fr->pos)) < 0) {
+                    if (emit(&out, frame_item(fr, fr->pos)) < 0) {
                         goto error;
                     }
                     fr->pos++;
@@ -2913,10 +3169,9 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             break;
         }
     }
-    result = out;
-    out = NULL;
+    result = vec_to_list(&out);
 error:
-    Py_XDECREF(out);
+    vec_clear(&out);
     Py_XDECREF(obj);
     Py_DECREF(nodes);
     Py_XDECREF(u.label);
@@ -3056,6 +3311,8 @@ PyInit__speedups(void)
     INTERN(s_new, "__new__");
     INTERN(s_len, "__len__");
     INTERN(s_flatten, "flatten");
+    INTERN(s_the_spec, "the spec");
+    INTERN(s_the_tree, "the tree");
     Py_DECREF(pure);
     Py_DECREF(spec);
     Py_DECREF(keys);
