@@ -2800,6 +2800,26 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
             if (i < arity && stack_freeze(u->s) < 0) {
                 return -1; /* keys other than str: their __eq__ may run */
             }
+            if (i == arity && arity > 0) {
+                /* str keys met in the spec's order, as the same objects: no lookup */
+                PyObject *values = PyTuple_New(arity), *k, *v;
+                if (values == NULL) {
+                    return -1;
+                }
+                Py_ssize_t pos = 0, j = 0;
+                while (PyDict_Next(obj, &pos, &k, &v) && k == PyTuple_GET_ITEM(aux, j)) {
+                    Py_INCREF(v);
+                    PyTuple_SET_ITEM(values, j++, v);
+                }
+                if (j == arity) {
+                    *children = values;
+                    Py_INCREF(aux);
+                    *names = aux;
+                    *keymode = KM_MAP;
+                    return 1;
+                }
+                Py_DECREF(values);
+            }
             for (Py_ssize_t i = 0; i < arity; i++) {
                 int r = PyDict_Contains(obj, PyTuple_GET_ITEM(aux, i));
                 if (r < 0) {
