@@ -1492,8 +1492,8 @@ static inline int
 key_lt(PyObject *a, PyObject *b, int str)
 {
     if (str) {
-        if (PyUnicode_IS_READY(a) && PyUnicode_IS_READY(b) && PyUnicode_KIND(a) == PyUnicode_1BYTE_KIND &&
-            PyUnicode_KIND(b) == PyUnicode_1BYTE_KIND) {
+        if (PyUnicode_IS_READY(a) && PyUnicode_IS_READY(b) &&
+            PyUnicode_KIND(a) == PyUnicode_1BYTE_KIND && PyUnicode_KIND(b) == PyUnicode_1BYTE_KIND) {
             /* code point order is byte order for one-byte strings */
             Py_ssize_t la = PyUnicode_GET_LENGTH(a), lb = PyUnicode_GET_LENGTH(b);
             int r = memcmp(PyUnicode_1BYTE_DATA(a), PyUnicode_1BYTE_DATA(b), la < lb ? la : lb);
@@ -1578,40 +1578,19 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
         Py_INCREF(empty_tuple);
         tkeys = empty_tuple;
     }
-    if (tkeys == NULL) {
-        tkeys = PyTuple_New(n);
-        if (tkeys == NULL) {
-            goto fail;
-        }
-        for (i = 0; i < n; i++) {
-            Py_INCREF(ks[i]);
-            PyTuple_SET_ITEM(tkeys, i, ks[i]);
-        }
+    if (tkeys == NULL && (tkeys = seq_of(0, ks, n)) == NULL) {
+        goto fail;
     }
     if (f->direct_n) {
         Py_INCREF(empty_tuple);
         values = empty_tuple;
     }
-    else {
-        values = PyTuple_New(n);
-        if (values == NULL) {
-            goto fail;
-        }
-        for (i = 0; i < n; i++) {
-            Py_INCREF(vs[i]);
-            PyTuple_SET_ITEM(values, i, vs[i]);
-        }
+    else if ((values = seq_of(0, vs, n)) == NULL) {
+        goto fail;
     }
     if (c->mode) {
-        if (permuted) {
-            order = PyTuple_New(n);
-            if (order == NULL) {
-                goto fail;
-            }
-            for (i = 0; i < n; i++) {
-                Py_INCREF(ins[i]);
-                PyTuple_SET_ITEM(order, i, ins[i]);
-            }
+        if (permuted && (order = seq_of(0, ins, n)) == NULL) {
+            goto fail;
         }
     }
     if (f->node == NULL && !no_names) {
@@ -2520,6 +2499,14 @@ read_leaves(PyObject *leaves, Py_ssize_t n)
     return got;
 }
 
+/* The node index of orders[i], a pair checked to start with an exact int
+ * that fits. */
+static inline Py_ssize_t
+order_index(PyObject *orders, Py_ssize_t i)
+{
+    return PyLong_AsSsize_t(PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, i), 0));
+}
+
 static PyObject *
 sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2645,10 +2632,10 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 ch[i] = st[sp - 1 - i];
             }
             PyObject *order = NULL;
-            while (oi >= 0 && PyLong_AsSsize_t(PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, oi), 0)) > idx) {
+            while (oi >= 0 && order_index(orders, oi) > idx) {
                 oi--;
             }
-            if (oi >= 0 && PyLong_AsSsize_t(PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, oi), 0)) == idx) {
+            if (oi >= 0 && order_index(orders, oi) == idx) {
                 order = PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, oi--), 1);
             }
             if (order_map != NULL) {

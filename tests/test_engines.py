@@ -397,6 +397,113 @@ def test_flatten_up_to_errors_match() -> None:
             same_outcome("flatten_up_to", spec, o, "the first tree", "rest[1]")
 
 
+@dataclasses.dataclass
+class _Wide:
+    """More fields than the C engine's inline buffer for a record's leaves (32)."""
+
+    a0: Any = 0
+    a1: Any = 1
+    a2: Any = 2
+    a3: Any = 3
+    a4: Any = 4
+    a5: Any = 5
+    a6: Any = 6
+    a7: Any = 7
+    a8: Any = 8
+    a9: Any = 9
+    b0: Any = 10
+    b1: Any = 11
+    b2: Any = 12
+    b3: Any = 13
+    b4: Any = 14
+    b5: Any = 15
+    b6: Any = 16
+    b7: Any = 17
+    b8: Any = 18
+    b9: Any = 19
+    c0: Any = 20
+    c1: Any = 21
+    c2: Any = 22
+    c3: Any = 23
+    c4: Any = 24
+    c5: Any = 25
+    c6: Any = 26
+    c7: Any = 27
+    c8: Any = 28
+    c9: Any = 29
+    d0: Any = 30
+    d1: Any = 31
+    d2: Any = 32
+    d3: Any = 33
+
+
+@dataclasses.dataclass
+class _Two:
+    x: Any
+    y: Any
+
+
+def test_record_leaf_fields_taken_without_a_frame_match() -> None:
+    """The C engine takes a record of leaves in one step; the results are the pure engine's."""
+    w = _Wide()
+    unset = _Two(1, 2)
+    del unset.y
+    me = _Two(1, 2)
+    me.y = me  # a field that is the record itself: a cycle, named by its path
+    for tree in (w, [w, _Wide(a0=[1, 2])], [_Two(1, 2), _Two("a", None)], unset, [unset, 3]):
+        check_engines_agree(tree)
+    same_outcome("flatten", me, None, None)
+    same_outcome("leaves", [me], None, None)
+
+
+def test_dict_fast_paths_match_and_fall_back() -> None:
+    """Dicts read by identity of keys, and specs whose orders or keys are not flatten's own."""
+    tree = {"beta": {"zed": 1, "yes": 2}, "alpha": [{"kay": 3, "jay": 4}, {"jay": 5, "kay": 6}]}
+    leaves, spec = _speedups.flatten(tree, None, None)
+    check_engines_agree(tree)
+    # keys equal to the spec's but other objects (as after JSON): lookups, same result
+    copy = {
+        "".join(list(k)): (
+            {"".join(list(q)): v for q, v in d.items()} if isinstance(d, dict) else d
+        )
+        for k, d in tree.items()
+    }
+    assert all(k is not q for k in copy for q in tree)  # equal keys, other objects
+    others: list[Any] = [
+        copy,
+        {"alpha": tree["alpha"], "beta": {"yes": 2, "zed": 1}},
+        {"alpha": [], "beta": {}},
+    ]
+    for other in others:
+        same_outcome("flatten_up_to", spec, other)
+    again = pk.TreeSpec.from_json(spec.to_json())
+    a, b = same_outcome("unflatten", again, leaves)
+    assert_same_tree(a[1], b[1])
+    assert list(b[1]) == ["beta", "alpha"] and list(b[1]["beta"]) == ["zed", "yes"]
+    # orders not in flatten's form (descending, duplicated, a bool index): the general path
+    nodes, orders = spec._nodes, spec._orders
+    assert len(orders) >= 2
+    for bad in (tuple(reversed(orders)), orders + orders[-1:], ((True, orders[0][1]),)):
+        odd = pk.TreeSpec._make(nodes, bad, spec.num_leaves)
+        a, b = same_outcome("unflatten", odd, leaves)
+        if a[0] == "ok":
+            assert_same_tree(a[1], b[1])
+            assert [list(d) for d in _dicts(a[1])] == [list(d) for d in _dicts(b[1])]
+
+
+def _dicts(tree: Any) -> list:
+    """Every dict in a tree of dicts and lists, in pre-order."""
+    out, todo = [], [tree]
+    while todo:
+        t = todo.pop()
+        if isinstance(t, dict):
+            out.append(t)
+            todo.extend(reversed(list(t.values())))
+        elif isinstance(t, list):
+            todo.extend(reversed(t))
+    return out
+
+
 def test_rule_specs_match_by_flatten_up_to() -> None:
     from .trees import Opaque
 
