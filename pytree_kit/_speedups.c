@@ -1487,13 +1487,20 @@ dict_values(PyObject *obj, PyObject **keys, Py_ssize_t n)
 
 #define SMALL_DICT 32
 
+/* Before 3.12 a str made by the legacy API may not be ready to read. */
+#if PY_VERSION_HEX < 0x030C0000
+#define STR_READY(o) PyUnicode_IS_READY(o)
+#else
+#define STR_READY(o) 1
+#endif
+
 /* a < b for two exact str or two exact int keys: never runs user code */
 static inline int
 key_lt(PyObject *a, PyObject *b, int str)
 {
     if (str) {
-        if (PyUnicode_IS_READY(a) && PyUnicode_IS_READY(b) &&
-            PyUnicode_KIND(a) == PyUnicode_1BYTE_KIND && PyUnicode_KIND(b) == PyUnicode_1BYTE_KIND) {
+        if (STR_READY(a) && STR_READY(b) && PyUnicode_KIND(a) == PyUnicode_1BYTE_KIND &&
+            PyUnicode_KIND(b) == PyUnicode_1BYTE_KIND) {
             /* code point order is byte order for one-byte strings */
             Py_ssize_t la = PyUnicode_GET_LENGTH(a), lb = PyUnicode_GET_LENGTH(b);
             int r = memcmp(PyUnicode_1BYTE_DATA(a), PyUnicode_1BYTE_DATA(b), la < lb ? la : lb);
