@@ -2750,6 +2750,22 @@ mismatch(Up *u, PyObject *node, PyObject *obj)
 
 static TypeEntry *up_plan(Ctx *c, PyTypeObject *ot);
 
+/* Whether the n entries of the exact dict obj are keys[0 .. n), in that
+ * order, as the same exact str objects: then vals[0 .. n) are its values
+ * (borrowed), read in one pass with no lookup, which could have run no user
+ * code either. The caller has checked that obj has n entries. */
+static int
+dict_in_order(PyObject *obj, PyObject *keys, Py_ssize_t n, PyObject **vals)
+{
+    Py_ssize_t pos = 0, j = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(obj, &pos, &k, &v) && k == PyTuple_GET_ITEM(keys, j) &&
+           PyUnicode_CheckExact(k)) {
+        vals[j++] = v;
+    }
+    return j == n;
+}
+
 /* Children of obj, which must match node; 1 with outputs set, -1 on error. */
 static int
 match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
@@ -2795,23 +2811,22 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
                 return -1; /* keys other than str: their __eq__ may run */
             }
             if (i == arity && arity > 0) {
-                /* str keys met in the spec's order, as the same objects: no lookup */
-                PyObject *values = PyTuple_New(arity), *k, *v;
+                PyObject *values = PyTuple_New(arity);
                 if (values == NULL) {
                     return -1;
                 }
-                Py_ssize_t pos = 0, j = 0;
-                while (PyDict_Next(obj, &pos, &k, &v) && k == PyTuple_GET_ITEM(aux, j)) {
-                    Py_INCREF(v);
-                    PyTuple_SET_ITEM(values, j++, v);
-                }
-                if (j == arity) {
+                PyObject **items = ((PyTupleObject *)values)->ob_item;
+                if (dict_in_order(obj, aux, arity, items)) {
+                    for (Py_ssize_t j = 0; j < arity; j++) {
+                        Py_INCREF(items[j]);
+                    }
                     *children = values;
                     Py_INCREF(aux);
                     *names = aux;
                     *keymode = KM_MAP;
                     return 1;
                 }
+                memset(items, 0, arity * sizeof(PyObject *)); /* borrowed: not the tuple's */
                 Py_DECREF(values);
             }
             for (Py_ssize_t i = 0; i < arity; i++) {
@@ -3070,15 +3085,8 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 PyObject *keys = PyTuple_GET_ITEM(node, 3), *vals[32];
                 Py_ssize_t j = 0;
                 if (PyTuple_CheckExact(keys) && PyTuple_GET_SIZE(keys) == arity) {
-                    /* keys met in the spec's order, as the same objects: no lookup */
-                    Py_ssize_t pos = 0;
-                    PyObject *k, *v;
-                    while (PyDict_Next(obj, &pos, &k, &v) && k == PyTuple_GET_ITEM(keys, j) &&
-                           PyUnicode_CheckExact(k)) {
-                        vals[j++] = v;
-                    }
-                    if (j < arity) {
-                        j = 0;
+                    if (dict_in_order(obj, keys, arity, vals)) {
+                        j = arity;
                     }
                     for (; j < arity; j++) {
                         PyObject *k = PyTuple_GET_ITEM(keys, j);
