@@ -54,6 +54,7 @@ static PyObject *s_tree_flatten, *s_tree_unflatten, *s_fields, *s_n_sequence_fie
     *s_n_fields, *s_dataclass_fields, *s_attrs_attrs, *s_field_type, *s_name, *s_metadata,
     *s_get, *s_static, *s_new, *s_flatten, *s_len, *s_the_spec, *s_the_tree;
 static PyObject *empty_tuple;
+static PyObject *object_new_fn; /* object.__dict__['__new__'] */
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers */
@@ -2256,6 +2257,27 @@ is_plain_tuple_subtype(PyObject *t)
     return b == &PyTuple_Type;
 }
 
+/* t.__new__(t), as the pure engine calls it. When t's metaclass is type and
+ * t.__new__ is object.__new__ itself (found in t's MRO with no Python code
+ * run), that call is object.__new__(t), whose safety check passes because
+ * t->tp_new is object's: so object's tp_new is called at once, with no bound
+ * lookup, argument tuple or wrapper. New reference. */
+static PyObject *
+new_instance(PyObject *t)
+{
+    if (Py_TYPE(t) == &PyType_Type && ((PyTypeObject *)t)->tp_new == PyBaseObject_Type.tp_new &&
+        _PyType_Lookup((PyTypeObject *)t, s_new) == object_new_fn) {
+        return PyBaseObject_Type.tp_new((PyTypeObject *)t, empty_tuple, NULL);
+    }
+    PyObject *newf = PyObject_GetAttr(t, s_new);
+    if (newf == NULL) {
+        return NULL;
+    }
+    PyObject *obj = PyObject_CallOneArg(newf, t);
+    Py_DECREF(newf);
+    return obj;
+}
+
 /* object.__setattr__ on instances of t is plain generic setattr */
 static int
 generic_setattr_ok(PyObject *t)
@@ -2397,12 +2419,7 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
             PyTuple_CheckExact(PyTuple_GET_ITEM(aux, 1)) && generic_setattr_ok(t)) {
             PyObject *names = PyTuple_GET_ITEM(aux, 0);
             PyObject *statics = PyTuple_GET_ITEM(aux, 1);
-            PyObject *newf = PyObject_GetAttr(t, s_new);
-            if (newf == NULL) {
-                return NULL;
-            }
-            PyObject *obj = PyObject_CallOneArg(newf, t);
-            Py_DECREF(newf);
+            PyObject *obj = new_instance(t);
             if (obj == NULL) {
                 return NULL;
             }

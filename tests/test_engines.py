@@ -491,6 +491,61 @@ def test_dict_fast_paths_match_and_fall_back() -> None:
             assert [list(d) for d in _dicts(a[1])] == [list(d) for d in _dicts(b[1])]
 
 
+_NEW_CALLS: list = []
+
+
+@dataclasses.dataclass
+class _OwnNew:
+    x: Any
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        _NEW_CALLS.append(cls)
+        return super().__new__(cls)
+
+
+class _Meta(type):
+    pass
+
+
+@dataclasses.dataclass
+class _WithMeta(metaclass=_Meta):
+    x: Any
+
+
+@dataclasses.dataclass
+class _Later:
+    x: Any
+
+
+@dataclasses.dataclass
+class _OnDict(dict):
+    x: Any
+
+
+def test_records_rebuilt_through_their_own_new() -> None:
+    """unflatten calls t.__new__(t) on both engines: object's at once, anyone else's as given."""
+    plain = [_Two(1, [2, 3]), _WithMeta(4), _OnDict(5), _Later(6)]
+    for tree in (plain, [_OwnNew(7), _OwnNew([8])]):
+        leaves, spec = _pure.flatten(tree, None, None)
+        _NEW_CALLS.clear()
+        a, b = same_outcome("unflatten", spec, leaves)
+        assert_same_tree(a[1], b[1])
+        assert _NEW_CALLS == ([_OwnNew] * 4 if tree is not plain else [])
+        for x, y in zip(a[1], b[1]):
+            assert type(x) is type(y) and vars(x) == vars(y)
+    # a __new__ given to the class after it was made is seen by both engines
+    leaves, spec = _pure.flatten([_Later(1)], None, None)
+    _Later.__new__ = lambda cls: _NEW_CALLS.append(cls) or object.__new__(cls)  # type: ignore
+    try:
+        _NEW_CALLS.clear()
+        a, b = same_outcome("unflatten", spec, leaves)
+        assert _NEW_CALLS == [_Later, _Later] and b[1][0].x == 1
+    finally:
+        del _Later.__new__
+    _NEW_CALLS.clear()
+    assert _speedups.unflatten(spec, leaves)[0].x == 1 and _NEW_CALLS == []
+
+
 def _dicts(tree: Any) -> list:
     """Every dict in a tree of dicts and lists, in pre-order."""
     out, todo = [], [tree]
