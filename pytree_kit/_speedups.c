@@ -2652,9 +2652,6 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 st[sp++] = v;
                 continue;
             }
-            for (Py_ssize_t i = 0; i < arity; i++) {
-                ch[i] = st[sp - 1 - i];
-            }
             PyObject *order = NULL;
             while (oi >= 0 && order_index(orders, oi) > idx) {
                 oi--;
@@ -2673,9 +2670,28 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                     goto fail;
                 }
             }
-            PyObject *v = build(kind, node, ch, arity, order);
-            if (v == NULL) {
-                goto fail;
+            PyObject *v;
+            PyObject *aux = PyTuple_GET_ITEM(node, 3);
+            if (kind == K_DICT && order == NULL && PyTuple_CheckExact(aux) &&
+                PyTuple_GET_SIZE(aux) == arity) {
+                /* build()'s dict in key order, read straight off the stack */
+                if ((v = PyDict_New()) == NULL) {
+                    goto fail;
+                }
+                for (Py_ssize_t i = 0; i < arity; i++) {
+                    if (PyDict_SetItem(v, PyTuple_GET_ITEM(aux, i), st[sp - 1 - i]) < 0) {
+                        Py_DECREF(v);
+                        goto fail;
+                    }
+                }
+            }
+            else {
+                for (Py_ssize_t i = 0; i < arity; i++) {
+                    ch[i] = st[sp - 1 - i];
+                }
+                if ((v = build(kind, node, ch, arity, order)) == NULL) {
+                    goto fail;
+                }
             }
             for (Py_ssize_t i = 0; i < arity; i++) {
                 Py_DECREF(st[--sp]);
@@ -3348,6 +3364,13 @@ PyInit__speedups(void)
     INTERN(s_get, "get");
     INTERN(s_static, "static");
     INTERN(s_new, "__new__");
+    if ((object_new_fn = PyDict_GetItemWithError(PyBaseObject_Type.tp_dict, s_new)) == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError, "object has no __new__");
+        }
+        goto fail;
+    }
+    Py_INCREF(object_new_fn);
     INTERN(s_len, "__len__");
     INTERN(s_flatten, "flatten");
     INTERN(s_the_spec, "the spec");

@@ -491,6 +491,21 @@ def test_dict_fast_paths_match_and_fall_back() -> None:
             assert [list(d) for d in _dicts(a[1])] == [list(d) for d in _dicts(b[1])]
 
 
+def test_dict_node_whose_key_cannot_be_hashed() -> None:
+    """A dict node built with a key that raises: the same error, every leaf released."""
+    leaf = Leaf(1)
+    leaves, spec = _pure.flatten([{"a": leaf, "b": [leaf, leaf]}, leaf], None, None)
+    nodes = list(spec._nodes)
+    kind, t, arity, _keys = nodes[1]
+    nodes[1] = (kind, t, arity, ("a", ["unhashable"]))
+    bad = pk.TreeSpec._make(tuple(nodes), spec._orders, spec.num_leaves)
+    before = sys.getrefcount(leaf)
+    for _ in range(100):
+        a, b = same_outcome("unflatten", bad, leaves)
+        assert a[0] == "raise" and a[1] is TypeError
+    assert sys.getrefcount(leaf) == before
+
+
 _NEW_CALLS: list = []
 
 
