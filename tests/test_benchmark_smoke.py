@@ -100,6 +100,31 @@ def test_both_engines_and_the_targets(quick_run: tuple[str, Path]) -> None:
         assert all(re.fullmatch(r"\d+\.\d\d\u00d7 (met|MISSED)", c) for c in timed), row
 
 
+def test_flatten_up_to_against_flatten_in_the_same_rounds(quick_run: tuple[str, Path]) -> None:
+    """Each timed tree has pytree_kit's flatten_up_to and flatten side by side, with their
+    ratio; the targets row for flatten_up_to is that ratio."""
+    sections = _sections(quick_run[0])
+    table = sections["flatten_up_to against flatten"]
+    rows = {
+        row.split("|")[1].strip(): [c.strip() for c in row.strip("|").split("|")[1:]]
+        for row in table.splitlines()
+        if row.startswith("| (")
+    }
+    assert list(rows) == list(TREE_LABELS), table
+    header = _table_header(table)
+    ours = header.index("pytree_kit (c)") if "pytree_kit (c)" in header else 1
+    target = next(r for r in sections["Targets"].splitlines() if r.startswith("| flatten_up_to"))
+    judged = [c.strip() for c in target.strip("|").split("|")[1:]]
+    for label, judge in zip(TREE_LABELS, judged):
+        cell = rows[label][ours - 1]
+        if judge == "-":
+            assert cell == "-", (label, cell)
+            continue
+        m = re.fullmatch(r"([\d.,]+) / ([\d.,]+) \((\d+\.\d\d)\u00d7\)", cell)
+        assert m, (label, cell)
+        assert judge.startswith(m.group(3) + "\u00d7"), (label, cell, judge)
+
+
 def test_floor_and_scaling_tables(quick_run: tuple[str, Path]) -> None:
     sections = _sections(quick_run[0])
     floor = sections["leaves() against the floor"]
