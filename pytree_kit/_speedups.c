@@ -2298,6 +2298,25 @@ generic_setattr_ok(PyObject *t)
     return 1;
 }
 
+/* {keys[i]: vals[i * step]} for i in 0 .. n, inserted in key order: a dict
+ * node with no insertion order of its own. step is 1 for children in leaf
+ * order, -1 for children read down the value stack. New reference. */
+static inline PyObject *
+dict_in_key_order(PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step)
+{
+    PyObject *m = PyDict_New();
+    if (m == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyDict_SetItem(m, PyTuple_GET_ITEM(keys, i), vals[i * step]) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
+    return m;
+}
+
 /* The dict of a dict node with an insertion order, built in that order at
  * once, when the order is a permutation of the node's keys (the same
  * objects, exact str or int, as flatten gives): what building the dict in
@@ -2359,17 +2378,8 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
                 }
                 Py_DECREF(r);
             }
-            PyObject *m = PyDict_New();
-            if (m == NULL) {
-                return NULL;
-            }
-            for (Py_ssize_t i = 0; i < arity; i++) {
-                if (PyDict_SetItem(m, PyTuple_GET_ITEM(aux, i), ch[i]) < 0) {
-                    Py_DECREF(m);
-                    return NULL;
-                }
-            }
-            if (order == NULL) {
+            PyObject *m = dict_in_key_order(aux, ch, arity, 1);
+            if (m == NULL || order == NULL) {
                 return m;
             }
             PyObject *seq = PySequence_Fast(order, "a dict order must be a sequence");
@@ -2675,14 +2685,8 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             if (kind == K_DICT && order == NULL && PyTuple_CheckExact(aux) &&
                 PyTuple_GET_SIZE(aux) == arity) {
                 /* build()'s dict in key order, read straight off the stack */
-                if ((v = PyDict_New()) == NULL) {
+                if ((v = dict_in_key_order(aux, &st[sp - 1], arity, -1)) == NULL) {
                     goto fail;
-                }
-                for (Py_ssize_t i = 0; i < arity; i++) {
-                    if (PyDict_SetItem(v, PyTuple_GET_ITEM(aux, i), st[sp - 1 - i]) < 0) {
-                        Py_DECREF(v);
-                        goto fail;
-                    }
                 }
             }
             else {
