@@ -832,8 +832,6 @@ def targets_table(
                 ok = ratio is not None and ratio <= goal
             else:
                 flat = cells.get((lib.name, case.key, SAME_ROUNDS))
-                if not isinstance(flat, float):
-                    flat = cells.get((lib.name, case.key, "flatten"))
                 ratio = flat / v if isinstance(flat, float) else None
                 ok = ratio is not None and ratio >= goal
             row.append("-" if ratio is None else f"{ratio:.2f}{X} {'met' if ok else 'MISSED'}")
