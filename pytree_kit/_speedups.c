@@ -200,12 +200,16 @@ typedef struct {
 #define TC_INLINE 8
 
 /* Double the capacity of an array that starts in its inline storage and moves
- * to the heap on its first growth. On failure: MemoryError set, -1 returned,
- * the array unchanged. */
+ * to the heap on its first growth, or raise it to need if that is more. On
+ * failure: MemoryError set, -1 returned, the array unchanged. */
 static int
-grow_array(void **v, void *inline_v, Py_ssize_t n, Py_ssize_t *cap, size_t item)
+grow_array(void **v, void *inline_v, Py_ssize_t n, Py_ssize_t *cap, size_t item, Py_ssize_t need)
 {
-    Py_ssize_t new_cap = *cap * 2;
+    Py_ssize_t new_cap = *cap * 2 > need ? *cap * 2 : need;
+    if ((size_t)new_cap > PY_SSIZE_T_MAX / item) {
+        PyErr_NoMemory();
+        return -1;
+    }
     void *p;
     if (*v == inline_v) {
         p = PyMem_Malloc(new_cap * item);
@@ -266,7 +270,7 @@ tc_add(TypeCache *c, PyTypeObject *t)
     }
     if (c->n == c->cap) {
         void *v = c->v;
-        if (grow_array(&v, c->inline_v, c->n, &c->cap, sizeof(TypeEntry)) < 0) {
+        if (grow_array(&v, c->inline_v, c->n, &c->cap, sizeof(TypeEntry), 0) < 0) {
             return NULL;
         }
         c->v = v;
@@ -708,7 +712,7 @@ stack_push(Stack *s, PyObject *obj, PyObject *children, PyObject *names, int key
 {
     if (s->n == s->cap) {
         void *v = s->v;
-        if (grow_array(&v, s->inline_v, s->n, &s->cap, sizeof(Frame)) < 0) {
+        if (grow_array(&v, s->inline_v, s->n, &s->cap, sizeof(Frame), 0) < 0) {
             Py_DECREF(children);
             Py_XDECREF(names);
             return -1;
@@ -904,26 +908,56 @@ vec_init(Vec *a)
 }
 
 static int
-vec_grow(Vec *a)
+vec_grow(Vec *a, Py_ssize_t need)
 {
     void *v = a->v;
-    if (grow_array(&v, a->inline_v, a->n, &a->cap, sizeof(PyObject *)) < 0) {
+    if (grow_array(&v, a->inline_v, a->n, &a->cap, sizeof(PyObject *), need) < 0) {
         return -1;
     }
     a->v = v;
     return 0;
 }
 
+/* Room for k more items with no further growth. */
+static inline int
+vec_reserve(Vec *a, Py_ssize_t k)
+{
+    return a->cap - a->n >= k ? 0 : vec_grow(a, a->n + k);
+}
+
 static inline int
 vec_push(Vec *a, PyObject *o)
 {
     /* steals o */
-    if (a->n == a->cap && vec_grow(a) < 0) {
+    if (a->n == a->cap && vec_grow(a, 0) < 0) {
         Py_DECREF(o);
         return -1;
     }
     a->v[a->n++] = o;
     return 0;
+}
+
+/* Append new references to src[0 .. k). */
+static inline int
+vec_extend(Vec *a, PyObject *const *src, Py_ssize_t k)
+{
+    if (vec_reserve(a, k) < 0) {
+        return -1;
+    }
+    PyObject **dst = a->v + a->n;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        Py_INCREF(src[j]);
+        dst[j] = src[j];
+    }
+    a->n += k;
+    return 0;
+}
+
+/* The item array of a tuple or a list. */
+static inline PyObject **
+seq_items(PyObject *seq)
+{
+    return PyTuple_Check(seq) ? ((PyTupleObject *)seq)->ob_item : ((PyListObject *)seq)->ob_item;
 }
 
 static void
@@ -1863,6 +1897,53 @@ dict_order(PyObject *node, PyObject *obj, PyObject *names)
 /* ------------------------------------------------------------------------ */
 /* flatten, leaves, flatten_with_path */
 
+/* The children of fr from fr->pos on that are leaves by their type (the first
+ * one is), up to the first that is not: new references into leaves, and as
+ * many leaf nodes into nodes unless it is NULL; fr->pos moves past them. */
+static inline int
+leaf_run_out(Ctx *c, Frame *fr, Vec *leaves, Vec *nodes)
+{
+    PyObject **items = seq_items(fr->children);
+    Py_ssize_t pos = fr->pos, end = fr->n;
+    if (end - pos == 1) {
+        /* the last child (as in [tree, leaf]): no room to reserve */
+        fr->pos++;
+        return emit_leaf(leaves, nodes, nodes != NULL, items[pos]);
+    }
+    if (vec_reserve(leaves, end - pos) < 0 || (nodes && vec_reserve(nodes, end - pos) < 0)) {
+        return -1;
+    }
+    /* known_leaf(x's type) was true, so that type is c->last_leaf */
+    PyTypeObject *last = c->last_leaf;
+    PyObject **src = items + pos, **stop = items + end, **dst = leaves->v + leaves->n;
+    for (;;) {
+        PyObject *x = *src++;
+        Py_INCREF(x);
+        *dst++ = x;
+        if (src == stop) {
+            break;
+        }
+        if (Py_TYPE(*src) != last) {
+            if (!known_leaf(c, Py_TYPE(*src))) {
+                break;
+            }
+            last = c->last_leaf;
+        }
+    }
+    Py_ssize_t k = src - (items + pos);
+    leaves->n += k;
+    fr->pos = pos + k;
+    if (nodes) {
+        PyObject **o = nodes->v + nodes->n;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            Py_INCREF(LEAF_NODE);
+            o[j] = LEAF_NODE;
+        }
+        nodes->n += k;
+    }
+    return 0;
+}
+
 static PyObject *
 walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
 {
@@ -2010,17 +2091,13 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
                 if (frame_check(fr) < 0) {
                     goto error;
                 }
-                if (mode != 2 && c.is_leaf == NULL) {
-                    /* children that are leaves by their type: no user code runs */
-                    while (fr->pos < fr->n) {
-                        PyObject *x = frame_item(fr, fr->pos);
-                        if (!known_leaf(&c, Py_TYPE(x))) {
-                            break;
-                        }
-                        fr->pos++;
-                        if (emit_leaf(&leaves, &nodes, mode, x) < 0) {
-                            goto error;
-                        }
+                if (mode != 2 && c.is_leaf == NULL &&
+                    known_leaf(&c, Py_TYPE(frame_item(fr, fr->pos)))) {
+                    /* A run of children that are leaves by their type: no user code
+                     * runs, so they are copied in one go. The room reserved is at
+                     * most what this frame's own children take. */
+                    if (leaf_run_out(&c, fr, &leaves, mode ? &nodes : NULL) < 0) {
+                        goto error;
                     }
                     if (fr->pos == fr->n) {
                         continue;
@@ -2534,11 +2611,11 @@ read_leaves(PyObject *leaves, Py_ssize_t n)
 }
 
 /* The node index of orders[i], a pair checked to start with an exact int
- * that fits. */
-static inline Py_ssize_t
+ * that fits. Not inlined: the unflatten loop is short of registers. */
+Py_NO_INLINE static Py_ssize_t
 order_index(PyObject *orders, Py_ssize_t i)
 {
-    return PyLong_AsSsize_t(PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, i), 0));
+    return small_long(PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, i), 0));
 }
 
 static PyObject *
@@ -3097,6 +3174,10 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_INCREF(nodes);
     Py_INCREF(obj);
     Py_ssize_t nn = PyTuple_GET_SIZE(nodes), i = 0;
+    /* a spec has no more leaves than nodes */
+    if (nleaves > VEC_INLINE && vec_reserve(&out, nleaves < nn ? nleaves : nn) < 0) {
+        goto error;
+    }
     for (;;) {
         if (i >= nn) {
             PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: the nodes end early");
@@ -3137,10 +3218,8 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                     goto error;
                 }
                 if (j == arity) {
-                    for (j = 0; j < arity; j++) {
-                        if (emit(&out, vals[j]) < 0) {
-                            goto error;
-                        }
+                    if (vec_extend(&out, vals, arity) < 0) {
+                        goto error;
                     }
                     i += arity;
                     goto next;
@@ -3173,18 +3252,13 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                                                       : PyList_GET_SIZE(children);
             if (nch && i + nch <= nn && leaf_run(nodes, i, nch)) {
                 /* every child is a leaf of the spec: take them all, no frame */
-                for (Py_ssize_t j = 0; j < nch; j++) {
-                    PyObject *x = PyTuple_Check(children) ? PyTuple_GET_ITEM(children, j)
-                                                          : PyList_GET_ITEM(children, j);
-                    if (emit(&out, x) < 0) {
-                        Py_DECREF(children);
-                        Py_XDECREF(names);
-                        goto error;
-                    }
-                }
-                i += nch;
+                int r = vec_extend(&out, seq_items(children), nch);
                 Py_DECREF(children);
                 Py_XDECREF(names);
+                if (r < 0) {
+                    goto error;
+                }
+                i += nch;
             }
             else if (nch) {
                 if (stack_push(&s, obj, children, names, keymode, live, 0) < 0) {
@@ -3205,12 +3279,17 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                     goto error;
                 }
                 /* leaves of the spec take any value: no user code runs */
-                while (fr->pos < fr->n && i < nn && PyTuple_GET_ITEM(nodes, i) == LEAF_NODE) {
-                    if (emit(&out, frame_item(fr, fr->pos)) < 0) {
+                if (i < nn && PyTuple_GET_ITEM(nodes, i) == LEAF_NODE) {
+                    Py_ssize_t m = fr->n - fr->pos < nn - i ? fr->n - fr->pos : nn - i, k = 1;
+                    while (k < m && PyTuple_GET_ITEM(nodes, i + k) == LEAF_NODE) {
+                        k++;
+                    }
+                    if (k == 1 ? emit(&out, frame_item(fr, fr->pos)) < 0
+                               : vec_extend(&out, seq_items(fr->children) + fr->pos, k) < 0) {
                         goto error;
                     }
-                    fr->pos++;
-                    i++;
+                    fr->pos += k;
+                    i += k;
                 }
                 if (fr->pos == fr->n) {
                     continue;

@@ -24,7 +24,7 @@ import pytree_kit as pk
 from pytree_kit import _pure
 
 from . import hostile
-from .trees import ALLOW, RULES, Leaf, Node, assert_same_tree, trees
+from .trees import ALLOW, RULES, Leaf, Node, Opaque, assert_same_tree, trees
 
 try:
     from pytree_kit import _speedups
@@ -454,6 +454,44 @@ def test_record_leaf_fields_taken_without_a_frame_match() -> None:
         check_engines_agree(tree)
     same_outcome("flatten", me, None, None)
     same_outcome("leaves", [me], None, None)
+
+
+# a float becomes a node with no children (leaves by type otherwise), and an Opaque
+# a node of its items
+_RUN_RULES = {**RULES, float: pk.Rule(lambda x: ((), x), lambda aux, ch: aux)}
+
+
+def test_long_runs_of_leaves_match() -> None:
+    """The C engine copies a run of children that are leaves in one step, with room
+    reserved for the rest of the list; every way a run can start and end agrees."""
+    leaf = Leaf(0)
+    mixed = [*range(300), "s", 1.5, b"b", True, leaf, leaf, *range(200)]
+    trees = [
+        list(range(1000)),  # one run longer than the C engine's inline storage
+        tuple(range(129)),
+        mixed,  # the leaf type changes inside the run
+        [[1], *range(150), [2, 3], *("x" for _ in range(150)), None, 4],
+        {"a": list(range(500)), "b": (leaf,) * 300, "c": [*range(140), {"d": [5]}]},
+        [list(range(i)) for i in range(0, 300, 7)],
+        [Node(list(range(200)), [leaf] * 130), *range(10)],
+        [Opaque([7, 8], 2), *range(200), deque([1, 2]), 2.5, *range(130)],
+    ]
+    for tree in trees:
+        check_engines_agree(tree)
+        check_engines_agree(tree, rules=_RUN_RULES)
+    # refcounts of leaves taken in runs, through every operation
+    before = sys.getrefcount(leaf)
+    for _ in range(200):
+        leaves, spec = _speedups.flatten(trees[2], None, None)
+        _speedups.unflatten(spec, leaves)
+        _speedups.flatten_up_to(spec, trees[2])
+        _speedups.leaves(trees[4], None, None)
+        del leaves, spec
+    assert sys.getrefcount(leaf) == before
+    # a spec whose leaves stop before the tree's list does
+    spec = _speedups.flatten([*range(300), [1]], None, None)[1]
+    same_outcome("flatten_up_to", spec, [*range(300), 7], "the spec", "the tree")
+    same_outcome("flatten_up_to", spec, list(range(400)), "the spec", "the tree")
 
 
 def test_dict_fast_paths_match_and_fall_back() -> None:
