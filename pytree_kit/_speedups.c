@@ -1899,23 +1899,37 @@ dict_order(PyObject *node, PyObject *obj, PyObject *names)
 
 /* The children of fr from fr->pos on that are leaves by their type (the first
  * one is), up to the first that is not: new references into leaves, and as
- * many leaf nodes into nodes unless it is NULL; fr->pos moves past them. */
-static inline int
+ * many leaf nodes into nodes unless it is NULL; fr->pos moves past them. Not
+ * inlined: walk's loop is short of registers. */
+Py_NO_INLINE static int
 leaf_run_out(Ctx *c, Frame *fr, Vec *leaves, Vec *nodes)
 {
     PyObject **items = seq_items(fr->children);
     Py_ssize_t pos = fr->pos, end = fr->n;
-    if (end - pos == 1) {
-        /* the last child (as in [tree, leaf]): no room to reserve */
-        fr->pos++;
-        return emit_leaf(leaves, nodes, nodes != NULL, items[pos]);
-    }
     if (vec_reserve(leaves, end - pos) < 0 || (nodes && vec_reserve(nodes, end - pos) < 0)) {
         return -1;
     }
     /* known_leaf(x's type) was true, so that type is c->last_leaf */
     PyTypeObject *last = c->last_leaf;
     PyObject **src = items + pos, **stop = items + end, **dst = leaves->v + leaves->n;
+    /* four at a time while all four have the last leaf type: their types are
+     * read together, so the reads of the objects overlap */
+    while (stop - src >= 4 && ((Py_TYPE(src[0]) == last) & (Py_TYPE(src[1]) == last) &
+                               (Py_TYPE(src[2]) == last) & (Py_TYPE(src[3]) == last))) {
+        for (int j = 0; j < 4; j++) {
+            Py_INCREF(src[j]);
+            dst[j] = src[j];
+        }
+        src += 4;
+        dst += 4;
+    }
+    if (src == stop) {
+        goto done;
+    }
+    if (Py_TYPE(*src) != last && !known_leaf(c, Py_TYPE(*src))) {
+        goto done; /* not reached with no leaf taken: the first child is a leaf */
+    }
+    last = c->last_leaf;
     for (;;) {
         PyObject *x = *src++;
         Py_INCREF(x);
@@ -1930,16 +1944,24 @@ leaf_run_out(Ctx *c, Frame *fr, Vec *leaves, Vec *nodes)
             last = c->last_leaf;
         }
     }
+done:;
     Py_ssize_t k = src - (items + pos);
     leaves->n += k;
     fr->pos = pos + k;
     if (nodes) {
         PyObject **o = nodes->v + nodes->n;
         for (Py_ssize_t j = 0; j < k; j++) {
-            Py_INCREF(LEAF_NODE);
             o[j] = LEAF_NODE;
         }
         nodes->n += k;
+#if defined(Py_REF_DEBUG) || defined(Py_GIL_DISABLED)
+        for (Py_ssize_t j = 0; j < k; j++) {
+            Py_INCREF(LEAF_NODE);
+        }
+#else
+        /* one add, not a chain of k dependent ones on a single count */
+        Py_SET_REFCNT(LEAF_NODE, Py_REFCNT(LEAF_NODE) + k);
+#endif
     }
     return 0;
 }
@@ -2096,7 +2118,14 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
                     /* A run of children that are leaves by their type: no user code
                      * runs, so they are copied in one go. The room reserved is at
                      * most what this frame's own children take. */
-                    if (leaf_run_out(&c, fr, &leaves, mode ? &nodes : NULL) < 0) {
+                    if (fr->n - fr->pos == 1) {
+                        /* the last child (as in [tree, leaf]): no run to copy */
+                        if (emit_leaf(&leaves, &nodes, mode, frame_item(fr, fr->pos)) < 0) {
+                            goto error;
+                        }
+                        fr->pos++;
+                    }
+                    else if (leaf_run_out(&c, fr, &leaves, mode ? &nodes : NULL) < 0) {
                         goto error;
                     }
                     if (fr->pos == fr->n) {
@@ -3131,6 +3160,27 @@ record_leaves(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObjec
     return r;
 }
 
+/* New references to src[j] into out for j = 0, 1, ... while nodes[i + j] is
+ * the leaf node, for j < m (m <= len(nodes) - i): how many were taken, or -1
+ * on failure. */
+static inline Py_ssize_t
+take_leaves(Vec *out, PyObject *const *src, PyObject *nodes, Py_ssize_t i, Py_ssize_t m)
+{
+    if (vec_reserve(out, m) < 0) {
+        return -1;
+    }
+    PyObject *const *nd = ((PyTupleObject *)nodes)->ob_item + i;
+    PyObject **dst = out->v + out->n;
+    Py_ssize_t j = 0;
+    while (j < m && nd[j] == LEAF_NODE) {
+        Py_INCREF(src[j]);
+        dst[j] = src[j];
+        j++;
+    }
+    out->n += j;
+    return j;
+}
+
 /* nodes[i .. i + n) are all the shared leaf node */
 static inline int
 leaf_run(PyObject *nodes, Py_ssize_t i, Py_ssize_t n)
@@ -3250,20 +3300,27 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
             Py_ssize_t nch = PyTuple_Check(children) ? PyTuple_GET_SIZE(children)
                                                       : PyList_GET_SIZE(children);
-            if (nch && i + nch <= nn && leaf_run(nodes, i, nch)) {
-                /* every child is a leaf of the spec: take them all, no frame */
-                int r = vec_extend(&out, seq_items(children), nch);
-                Py_DECREF(children);
-                Py_XDECREF(names);
-                if (r < 0) {
+            if (nch) {
+                /* the leading children that are leaves of the spec are taken now;
+                 * a frame reads the rest, if any */
+                Py_ssize_t k = i < nn && PyTuple_GET_ITEM(nodes, i) == LEAF_NODE
+                                   ? take_leaves(&out, seq_items(children), nodes, i,
+                                                 nch < nn - i ? nch : nn - i)
+                                   : 0;
+                if (k == nch || k < 0) {
+                    Py_DECREF(children);
+                    Py_XDECREF(names);
+                    if (k < 0) {
+                        goto error;
+                    }
+                }
+                else if (stack_push(&s, obj, children, names, keymode, live, 0) < 0) {
                     goto error;
                 }
-                i += nch;
-            }
-            else if (nch) {
-                if (stack_push(&s, obj, children, names, keymode, live, 0) < 0) {
-                    goto error;
+                else {
+                    s.v[s.n - 1].pos = k;
                 }
+                i += k;
             }
             else {
                 Py_DECREF(children);
@@ -3280,12 +3337,11 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 }
                 /* leaves of the spec take any value: no user code runs */
                 if (i < nn && PyTuple_GET_ITEM(nodes, i) == LEAF_NODE) {
-                    Py_ssize_t m = fr->n - fr->pos < nn - i ? fr->n - fr->pos : nn - i, k = 1;
-                    while (k < m && PyTuple_GET_ITEM(nodes, i + k) == LEAF_NODE) {
-                        k++;
-                    }
-                    if (k == 1 ? emit(&out, frame_item(fr, fr->pos)) < 0
-                               : vec_extend(&out, seq_items(fr->children) + fr->pos, k) < 0) {
+                    Py_ssize_t m = fr->n - fr->pos < nn - i ? fr->n - fr->pos : nn - i;
+                    Py_ssize_t k = m == 1 ? (emit(&out, frame_item(fr, fr->pos)) < 0 ? -1 : 1)
+                                          : take_leaves(&out, seq_items(fr->children) + fr->pos,
+                                                        nodes, i, m);
+                    if (k < 0) {
                         goto error;
                     }
                     fr->pos += k;

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 import pytree_kit as pk
 from pytree_kit import _pure
+from pytree_kit._kinds import LEAF_NODE
 
 from . import hostile
 from .trees import ALLOW, RULES, Leaf, Node, Opaque, assert_same_tree, trees
@@ -488,6 +489,12 @@ def test_long_runs_of_leaves_match() -> None:
         _speedups.leaves(trees[4], None, None)
         del leaves, spec
     assert sys.getrefcount(leaf) == before
+    # the shared leaf node is counted once for each leaf a spec holds
+    before = sys.getrefcount(LEAF_NODE)
+    spec = _speedups.flatten(trees[0], None, None)[1]
+    assert sys.getrefcount(LEAF_NODE) == before + 1000
+    del spec
+    assert sys.getrefcount(LEAF_NODE) == before
     # a spec whose leaves stop before the tree's list does
     spec = _speedups.flatten([*range(300), [1]], None, None)[1]
     same_outcome("flatten_up_to", spec, [*range(300), 7], "the spec", "the tree")
