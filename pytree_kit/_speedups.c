@@ -3161,15 +3161,23 @@ record_leaves(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObjec
 }
 
 /* New references to src[j] into out for j = 0, 1, ... while nodes[i + j] is
- * the leaf node, for j < m (m <= len(nodes) - i): how many were taken, or -1
- * on failure. */
+ * the leaf node, for j < n and i + j < len(nodes): how many were taken, or -1
+ * on failure. Leaves of the spec take any value: no user code runs. */
 static inline Py_ssize_t
-take_leaves(Vec *out, PyObject *const *src, PyObject *nodes, Py_ssize_t i, Py_ssize_t m)
+take_leaves(Vec *out, PyObject *const *src, Py_ssize_t n, PyObject *nodes, Py_ssize_t i)
 {
+    Py_ssize_t nn = PyTuple_GET_SIZE(nodes);
+    PyObject *const *nd = ((PyTupleObject *)nodes)->ob_item + i;
+    if (i >= nn || nd[0] != LEAF_NODE) {
+        return 0;
+    }
+    Py_ssize_t m = n < nn - i ? n : nn - i;
+    if (m == 1) {
+        return emit(out, src[0]) < 0 ? -1 : 1; /* as the leaf of [tree, leaf] */
+    }
     if (vec_reserve(out, m) < 0) {
         return -1;
     }
-    PyObject *const *nd = ((PyTupleObject *)nodes)->ob_item + i;
     PyObject **dst = out->v + out->n;
     Py_ssize_t j = 0;
     while (j < m && nd[j] == LEAF_NODE) {
@@ -3303,10 +3311,7 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             if (nch) {
                 /* the leading children that are leaves of the spec are taken now;
                  * a frame reads the rest, if any */
-                Py_ssize_t k = i < nn && PyTuple_GET_ITEM(nodes, i) == LEAF_NODE
-                                   ? take_leaves(&out, seq_items(children), nodes, i,
-                                                 nch < nn - i ? nch : nn - i)
-                                   : 0;
+                Py_ssize_t k = take_leaves(&out, seq_items(children), nch, nodes, i);
                 if (k == nch || k < 0) {
                     Py_DECREF(children);
                     Py_XDECREF(names);
@@ -3335,18 +3340,13 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 if (frame_check(fr) < 0) {
                     goto error;
                 }
-                /* leaves of the spec take any value: no user code runs */
-                if (i < nn && PyTuple_GET_ITEM(nodes, i) == LEAF_NODE) {
-                    Py_ssize_t m = fr->n - fr->pos < nn - i ? fr->n - fr->pos : nn - i;
-                    Py_ssize_t k = m == 1 ? (emit(&out, frame_item(fr, fr->pos)) < 0 ? -1 : 1)
-                                          : take_leaves(&out, seq_items(fr->children) + fr->pos,
-                                                        nodes, i, m);
-                    if (k < 0) {
-                        goto error;
-                    }
-                    fr->pos += k;
-                    i += k;
+                Py_ssize_t k = take_leaves(&out, seq_items(fr->children) + fr->pos,
+                                           fr->n - fr->pos, nodes, i);
+                if (k < 0) {
+                    goto error;
                 }
+                fr->pos += k;
+                i += k;
                 if (fr->pos == fr->n) {
                     continue;
                 }
