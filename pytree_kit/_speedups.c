@@ -176,6 +176,168 @@ type_version(PyTypeObject *t)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Reading a record's fields without PyObject_GetAttr
+ *
+ * For an instance of a class with CPython's generic attribute lookup,
+ * getattr(obj, name) is decided by what the class (with its bases) binds the
+ * name to:
+ *  - a slot (a member descriptor of T_OBJECT_EX): the pointer at the slot's
+ *    offset in the instance;
+ *  - nothing, or a non-data descriptor whose type is immutable (a default
+ *    value such as 0 or None, a function): the instance's own value when it
+ *    has one. On CPython 3.11 that value sits in the instance's inline values
+ *    array, at the name's index in the class's shared keys.
+ * A class's reads are worked out with its plan, so they follow the class's
+ * version tag like the plan does: one code per field, 0 for PyObject_GetAttr,
+ * > 0 for a slot's offset, < 0 for -1 - the index in the shared keys. A read
+ * that finds nothing (an unset slot, no value, values moved to a dict) goes to
+ * PyObject_GetAttr, which gives the class's default, the AttributeError or
+ * whatever else CPython would. Nothing here runs user code. */
+
+static int values_reads_ok; /* set on import by values_reads_check, where compiled */
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && !defined(Py_GIL_DISABLED)
+#define VALUES_READS 1
+/* CPython 3.11's layout (Include/internal/pycore_object.h and pycore_dict.h):
+ * an instance of a class with Py_TPFLAGS_MANAGED_DICT has, 4 pointers before
+ * the object, a pointer to its values array (NULL once a dict is made for it),
+ * and the class's shared keys are this struct, with dk_nentries entries of
+ * (key, value) after 1 << dk_log2_index_bytes bytes of indices. The module
+ * checks it on import (values_reads_check) and reads with PyObject_GetAttr if
+ * the check fails. */
+typedef struct {
+    Py_ssize_t dk_refcnt;
+    uint8_t dk_log2_size;
+    uint8_t dk_log2_index_bytes;
+    uint8_t dk_kind;
+    uint32_t dk_version;
+    Py_ssize_t dk_usable;
+    Py_ssize_t dk_nentries;
+    char dk_indices[];
+} SharedKeys311;
+
+#define VALUES_OF(obj) (((PyObject ***)(obj))[-4])
+#define SHARED_KEYS(t) ((SharedKeys311 *)((PyHeapTypeObject *)(t))->ht_cached_keys)
+
+/* The index of name among a class's shared keys, or -1. */
+static Py_ssize_t
+shared_key_index(SharedKeys311 *k, PyObject *name)
+{
+    if (k == NULL || k->dk_kind == 0 /* DICT_KEYS_GENERAL */) {
+        return -1;
+    }
+    PyObject **entries = (PyObject **)(k->dk_indices + ((size_t)1 << k->dk_log2_index_bytes));
+    for (Py_ssize_t i = 0; i < k->dk_nentries; i++) {
+        PyObject *key = entries[2 * i];
+        if (key == name) {
+            return i;
+        }
+        if (key != NULL && PyUnicode_CheckExact(key)) {
+            int eq = PyUnicode_Compare(key, name);
+            if (eq == 0) {
+                return i;
+            }
+        }
+    }
+    return -1;
+}
+#else
+#define VALUES_READS 0
+#endif
+
+typedef struct {
+    void *keys;             /* the class's shared keys when the codes were made */
+    Py_ssize_t n;
+    Py_ssize_t code[1];     /* n of them */
+} FieldReads;
+
+/* The codes for reading the fields names of instances of t: a bytes object
+ * holding a FieldReads, or NULL (no error) when every field is read with
+ * PyObject_GetAttr. */
+static PyObject *
+field_reads(PyTypeObject *t, PyObject *names)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(names), fast = 0;
+    if (t->tp_getattro != PyObject_GenericGetAttr || n == 0) {
+        return NULL;
+    }
+    PyObject *b = PyBytes_FromStringAndSize(NULL, offsetof(FieldReads, code) +
+                                                      n * sizeof(Py_ssize_t));
+    if (b == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    FieldReads *r = (FieldReads *)PyBytes_AS_STRING(b);
+    r->keys = NULL;
+    r->n = n;
+#if VALUES_READS
+    if (values_reads_ok && PyType_HasFeature(t, Py_TPFLAGS_MANAGED_DICT) &&
+        PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE)) {
+        r->keys = SHARED_KEYS(t);
+    }
+#endif
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i), *d;
+        r->code[i] = 0;
+        if (!PyUnicode_CheckExact(name)) {
+            continue;
+        }
+        d = _PyType_Lookup(t, name); /* borrowed; no user code runs */
+        if (d != NULL && Py_TYPE(d) == &PyMemberDescr_Type) {
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if (m->type == T_OBJECT_EX && !(m->flags & PY_AUDIT_READ) && m->offset > 0 &&
+                PyType_IsSubtype(t, PyDescr_TYPE(d))) {
+                r->code[i] = m->offset;
+            }
+        }
+#if VALUES_READS
+        else if (r->keys != NULL &&
+                 (d == NULL ||
+                  (PyType_HasFeature(Py_TYPE(d), Py_TPFLAGS_IMMUTABLETYPE) &&
+                   !(Py_TYPE(d)->tp_descr_get != NULL && Py_TYPE(d)->tp_descr_set != NULL)))) {
+            Py_ssize_t ix = shared_key_index(r->keys, name);
+            if (ix >= 0) {
+                r->code[i] = -1 - ix;
+            }
+        }
+#endif
+        fast += r->code[i] != 0;
+    }
+    if (fast == 0) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* getattr(obj, name) for field i of a record whose class's reads are r (or
+ * NULL): a new reference, or NULL with the error set. */
+static inline PyObject *
+field_read(PyObject *obj, const FieldReads *r, Py_ssize_t i, PyObject *name)
+{
+    if (r != NULL) {
+        Py_ssize_t code = r->code[i];
+        PyObject *v = NULL;
+        if (code > 0) {
+            v = SLOT(obj, code);
+        }
+#if VALUES_READS
+        else if (code < 0) {
+            PyObject **values = VALUES_OF(obj);
+            if (values != NULL && (void *)SHARED_KEYS(Py_TYPE(obj)) == r->keys) {
+                v = values[-1 - code];
+            }
+        }
+#endif
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Per-call knowledge of types.
  *
  * PLAN_LEAF entries are final for the call, as the pure engine's leaf_types
@@ -195,6 +357,8 @@ typedef struct {
     PyObject *info; /* strong or NULL: namedtuple _fields; a record's aux when every field
                        is set, (names, (), (), None), or NULL if a field is static */
     PyObject *node; /* strong or NULL: this call's node for the info above */
+    PyObject *reads_obj;     /* strong or NULL: a record's FieldReads, in a bytes object */
+    const FieldReads *reads; /* its contents, or NULL */
 } TypeEntry;
 
 #define TC_INLINE 8
@@ -242,6 +406,7 @@ tc_clear(TypeCache *c)
         Py_DECREF(c->v[i].type);
         Py_XDECREF(c->v[i].info);
         Py_XDECREF(c->v[i].node);
+        Py_XDECREF(c->v[i].reads_obj);
     }
     if (c->v != c->inline_v) {
         PyMem_Free(c->v);
@@ -282,6 +447,8 @@ tc_add(TypeCache *c, PyTypeObject *t)
     e->version = 0;
     e->info = NULL;
     e->node = NULL;
+    e->reads_obj = NULL;
+    e->reads = NULL;
     return e;
 }
 
@@ -425,6 +592,9 @@ make_plan(TypeEntry *e)
             }
             else {
                 e->plan = kind == K_DATACLASS ? PLAN_DATACLASS : PLAN_ATTRS;
+                if (e->info != NULL) {
+                    e->reads_obj = field_reads(t, PyTuple_GET_ITEM(e->info, 0));
+                }
             }
             goto done;
         }
@@ -449,9 +619,16 @@ typedef struct {
     unsigned int tver, mver;
     int plan;
     PyObject *info;
+    PyObject *reads_obj;
 } SavedPlan;
 
 static SavedPlan saved_plans[PLAN_CACHE];
+
+static inline const FieldReads *
+reads_of(PyObject *reads_obj)
+{
+    return reads_obj == NULL ? NULL : (const FieldReads *)PyBytes_AS_STRING(reads_obj);
+}
 
 static unsigned int
 meta_version(PyTypeObject *t)
@@ -479,22 +656,29 @@ plan_for(TypeEntry *e)
         e->version = tv;
         Py_XINCREF(sp->info);
         Py_XSETREF(e->info, sp->info);
+        Py_XINCREF(sp->reads_obj);
+        Py_XSETREF(e->reads_obj, sp->reads_obj);
+        e->reads = reads_of(e->reads_obj);
         return 0;
     }
     if (make_plan(e) < 0) {
         return -1;
     }
+    e->reads = reads_of(e->reads_obj);
     tv = type_version(t);
     mv = meta_version(t);
     if (tv != 0 && mv != 0 && e->version == tv) {
-        PyObject *old = sp->info;
+        PyObject *old = sp->info, *old_reads = sp->reads_obj;
         Py_XINCREF(e->info);
+        Py_XINCREF(e->reads_obj);
         sp->type = t;
         sp->tver = tv;
         sp->mver = mv;
         sp->plan = e->plan;
         sp->info = e->info;
+        sp->reads_obj = e->reads_obj;
         Py_XDECREF(old);
+        Py_XDECREF(old_reads);
     }
     return 0;
 }
@@ -508,6 +692,8 @@ entry_refresh(TypeEntry *e)
     }
     Py_CLEAR(e->info);
     Py_CLEAR(e->node);
+    Py_CLEAR(e->reads_obj);
+    e->reads = NULL;
     return plan_for(e);
 }
 
@@ -1376,7 +1562,7 @@ record_fields(Ctx *c, Stack *s, PyObject *obj, TypeEntry *e, int kind, Found *f,
         v = ((PyTupleObject *)children)->ob_item;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        v[i] = PyObject_GetAttr(obj, PyTuple_GET_ITEM(names, i)); /* NULL: an unset field */
+        v[i] = field_read(obj, e->reads, i, PyTuple_GET_ITEM(names, i)); /* NULL: unset */
         if (v[i] == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
                 if (children == NULL) {
@@ -1867,6 +2053,8 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
         /* the pure engine remembers leaf types for the rest of the call */
         e->plan = PLAN_LEAF;
         Py_CLEAR(e->info);
+        Py_CLEAR(e->reads_obj);
+        e->reads = NULL;
     }
     return r;
 }
@@ -3136,7 +3324,7 @@ record_leaves(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObjec
     }
     PyObject *vals[32];
     for (Py_ssize_t j = 0; j < arity; j++) {
-        vals[j] = PyObject_GetAttr(obj, PyTuple_GET_ITEM(names, j));
+        vals[j] = field_read(obj, e->reads, j, PyTuple_GET_ITEM(names, j));
         if (vals[j] == NULL) {
             int absent = PyErr_ExceptionMatches(PyExc_AttributeError);
             while (j > 0) {
@@ -3378,6 +3566,8 @@ error:
 /* ------------------------------------------------------------------------ */
 /* Module */
 
+static PyObject *sp_field_codes(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
 static PyMethodDef methods[] = {
     {"flatten", (PyCFunction)(void (*)(void))sp_flatten, METH_FASTCALL,
      "flatten(tree, is_leaf=None, rules=None) -> (leaves, spec)"},
@@ -3389,8 +3579,93 @@ static PyMethodDef methods[] = {
      "unflatten(spec, leaves) -> tree"},
     {"flatten_up_to", (PyCFunction)(void (*)(void))sp_flatten_up_to, METH_FASTCALL,
      "flatten_up_to(spec, tree, label='the spec', other='the tree') -> leaves"},
+    {"_field_codes", (PyCFunction)(void (*)(void))sp_field_codes, METH_FASTCALL,
+     "_field_codes(cls, names) -> how each field is read (for tests)"},
     {NULL, NULL, 0, NULL},
 };
+
+#if VALUES_READS
+/* Sets values_reads_ok when CPython lays instance values out as field_read
+ * expects: reads of a class made here must agree with PyObject_GetAttr, before
+ * and after a value is deleted. A failure of any kind just leaves it off. */
+static void
+values_reads_check(void)
+{
+    PyObject *cls = NULL, *obj = NULL, *names = NULL, *reads = NULL, *vals[3] = {0};
+    int ok = 0;
+    values_reads_ok = 1;
+    cls = PyObject_CallFunction((PyObject *)&PyType_Type, "s(){}", "_Probe");
+    obj = cls ? PyObject_CallNoArgs(cls) : NULL;
+    names = Py_BuildValue("(sss)", "first", "second", "third");
+    if (obj == NULL || names == NULL || !PyType_HasFeature((PyTypeObject *)cls, Py_TPFLAGS_MANAGED_DICT)) {
+        goto done;
+    }
+    for (int i = 2; i >= 0; i--) { /* set in another order than read */
+        if ((vals[i] = PyList_New(0)) == NULL ||
+            PyObject_SetAttr(obj, PyTuple_GET_ITEM(names, i), vals[i]) < 0) {
+            goto done;
+        }
+    }
+    reads = field_reads((PyTypeObject *)cls, names);
+    if (reads == NULL) {
+        goto done;
+    }
+    const FieldReads *r = reads_of(reads);
+    for (Py_ssize_t i = 0; i < 3; i++) {
+        PyObject *v = r->code[i] < 0 ? field_read(obj, r, i, PyTuple_GET_ITEM(names, i)) : NULL;
+        Py_XDECREF(v);
+        if (v != vals[i]) {
+            goto done;
+        }
+    }
+    if (PyObject_DelAttr(obj, PyTuple_GET_ITEM(names, 1)) < 0) {
+        goto done;
+    }
+    PyObject *gone = field_read(obj, r, 1, PyTuple_GET_ITEM(names, 1));
+    if (gone != NULL) {
+        Py_DECREF(gone);
+        goto done;
+    }
+    ok = PyErr_ExceptionMatches(PyExc_AttributeError);
+done:
+    PyErr_Clear();
+    values_reads_ok = ok;
+    for (int i = 0; i < 3; i++) {
+        Py_XDECREF(vals[i]);
+    }
+    Py_XDECREF(reads);
+    Py_XDECREF(names);
+    Py_XDECREF(obj);
+    Py_XDECREF(cls);
+}
+#endif
+
+/* _field_codes(cls, names): the read codes for names of instances of cls
+ * (0: getattr, > 0: a slot's offset, < 0: a shared-keys index), for tests. */
+static PyObject *
+sp_field_codes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "_field_codes(cls, names: tuple)");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(args[1]);
+    PyObject *reads = field_reads((PyTypeObject *)args[0], args[1]);
+    if (reads == NULL && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *out = PyTuple_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *code = PyLong_FromSsize_t(reads ? reads_of(reads)->code[i] : 0);
+        if (code == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyTuple_SET_ITEM(out, i, code);
+    }
+    Py_XDECREF(reads);
+    return out;
+}
 
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT, "pytree_kit._speedups",
@@ -3514,6 +3789,12 @@ PyInit__speedups(void)
     INTERN(s_flatten, "flatten");
     INTERN(s_the_spec, "the spec");
     INTERN(s_the_tree, "the tree");
+#if VALUES_READS
+    values_reads_check();
+#endif
+    if (PyModule_AddIntConstant(m, "VALUES_READS", VALUES_READS && values_reads_ok) < 0) {
+        goto fail;
+    }
     Py_DECREF(pure);
     Py_DECREF(spec);
     Py_DECREF(keys);

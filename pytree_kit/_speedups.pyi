@@ -5,6 +5,8 @@ from typing import Any, Callable, Iterable, Optional
 from ._spec import TreeSpec
 
 NAME: str
+#: 1 when dataclass fields are read from CPython 3.11's instance values directly
+VALUES_READS: int
 
 def flatten(
     tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None, rules: Any = None, /
@@ -19,3 +21,4 @@ def unflatten(spec: TreeSpec, leaves: Iterable[Any], /) -> Any: ...
 def flatten_up_to(
     spec: TreeSpec, tree: Any, label: str = ..., other: str = ..., /
 ) -> list[Any]: ...
+def _field_codes(cls: type, names: tuple[str, ...], /) -> tuple[int, ...]: ...

@@ -606,6 +606,216 @@ def test_records_rebuilt_through_their_own_new() -> None:
     assert _speedups.unflatten(spec, leaves)[0].x == 1 and _NEW_CALLS == []
 
 
+# --------------------------------------------------------------------------
+# Record fields read without getattr: slots at their offset and, on CPython 3.11,
+# instance values at their index in the class's shared keys. Each case reads
+# through the fast path where the class allows it and must still give exactly
+# what getattr gives (the pure engine's reads).
+
+
+@dataclasses.dataclass
+class _Plain:
+    x: Any
+    y: Any = 3
+
+
+@dataclasses.dataclass(slots=True)
+class _Slotted:
+    x: Any
+    y: Any = 3
+
+
+class _DataDescr:
+    """A data descriptor as a field's default (the class attribute)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = "_" + name
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        return self if obj is None else getattr(obj, self.name, None)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        setattr(obj, self.name, value)
+
+
+@dataclasses.dataclass
+class _Described:
+    x: Any = _DataDescr()
+    y: Any = 4
+
+
+class _Mark:
+    """A default of a class that can still change."""
+
+
+@dataclasses.dataclass
+class _MarkedDefault:
+    x: Any = _Mark()  # noqa: RUF009 - the point of the test
+
+
+@dataclasses.dataclass
+class _OwnGetattribute:
+    x: Any
+    y: Any
+
+    def __getattribute__(self, name: str) -> Any:
+        v = object.__getattribute__(self, name)
+        return ("seen", v) if name == "x" else v
+
+
+@dataclasses.dataclass
+class _Swap:
+    y: Any
+    x: Any
+
+
+def check_reads_agree(tree: Any) -> None:
+    """flatten, leaves, paths and flatten_up_to of both engines agree (trees whose
+    reads transform a value do not round-trip, so no unflatten here)."""
+    a, b = same_outcome("flatten", tree, None, None)
+    la, lb = same_outcome("leaves", tree, None, None)
+    pa, pb = same_outcome("flatten_with_path", tree, None, None)
+    if a[0] == "raise":
+        return
+    check_leaves_identical(a[1][0], b[1][0])
+    check_leaves_identical(la[1], lb[1])
+    check_leaves_identical(a[1][0], la[1])
+    check_specs_equal(a[1][1], b[1][1])
+    assert [p for p, _ in pa[1][0]] == [p for p, _ in pb[1][0]]
+    x, y = same_outcome("flatten_up_to", a[1][1], tree)
+    check_leaves_identical(x[1], y[1])
+
+
+_GA = {"x": "ga-x", "y": "ga-y"}  # what a __getattribute__ set on the class gives
+
+
+def _fresh_classes() -> tuple[type, type]:
+    """A dataclass and a slotted one made anew, for tests that change a class."""
+
+    @dataclasses.dataclass
+    class P:
+        x: Any
+        y: Any = 3
+
+    @dataclasses.dataclass(slots=True)
+    class S:
+        x: Any
+        y: Any = 3
+
+    return P, S
+
+
+def test_record_field_reads_take_the_fast_path_where_they_can() -> None:
+    """Which fields the C engine reads without getattr (its codes; 0 is getattr)."""
+    codes = _speedups._field_codes
+    _Plain(0), _Described()  # a name enters the shared keys when an instance first sets it
+    if _speedups.VALUES_READS:
+        assert all(c < 0 for c in codes(_Plain, ("x", "y")))
+        assert codes(_Described, ("x", "y"))[0] == 0 and codes(_Described, ("x", "y"))[1] < 0
+    assert sys.version_info[:2] != (3, 11) or _speedups.VALUES_READS
+    assert all(c > 0 for c in codes(_Slotted, ("x", "y")))
+    assert codes(_MarkedDefault, ("x",)) == (0,)  # its default's class may change
+    assert codes(_OwnGetattribute, ("x", "y")) == (0, 0)
+    assert codes(_Plain, ("nope",)) == (0,)
+
+
+def test_record_field_reads_match_getattr() -> None:
+    """Every way an instance's fields can be found, or not, gives the pure engine's result."""
+    _Plain(0), _Described(), _OwnGetattribute(0, 0)  # their names are in the shared keys
+    deleted = _Plain([1], [2])
+    del deleted.x  # unset: the field goes to the aux data
+    defaulted = _Plain([1], [2])
+    del defaulted.y  # getattr finds the class's default, 3
+    slot_gone = _Slotted([1], [2])
+    del slot_gone.y
+    as_dict = _Plain([5], [6])
+    vars(as_dict)  # the values move to a dict
+    replaced = _Plain([5], [6])
+    replaced.__dict__ = {"x": "from", "y": "new dict"}
+    moved = _Plain("a", "b")
+    moved.__class__ = _Swap  # type: ignore[assignment]
+    extra = _Plain(1, 2)
+    for i in range(40):  # more attributes than the shared keys hold
+        setattr(extra, f"extra{i}", i)
+    marked = _MarkedDefault()
+    cases = [
+        _Plain([1], {"k": 2}),
+        [_Plain(1), _Plain(None, ())],
+        deleted,
+        defaulted,
+        [_Slotted([1]), _Slotted(1, 2)],
+        slot_gone,
+        _Described([7], 8),
+        as_dict,
+        replaced,
+        moved,
+        extra,
+        _OwnGetattribute([1], 2),
+        _Wide(),
+        marked,
+    ]
+    for tree in cases:
+        check_reads_agree(tree)
+        check_reads_agree([tree, tree])
+        spec = _pure.flatten(tree, None, None)[1]
+        for other in cases:
+            same_outcome("flatten_up_to", spec, other)
+    # a default whose class becomes a data descriptor after the plan was made
+    _Mark.__get__ = lambda self, obj, owner=None: "descr"  # type: ignore[attr-defined]
+    _Mark.__set__ = lambda self, obj, value: None  # type: ignore[attr-defined]
+    try:
+        assert _speedups.leaves(marked, None, None) == ["descr"]
+        check_reads_agree(marked)
+    finally:
+        del _Mark.__get__, _Mark.__set__  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("change", ["property", "getattribute", "slot_default"])
+def test_record_field_reads_follow_class_changes(change: str) -> None:
+    """A class changed after its reads were worked out is read as it is now."""
+    P, S = _fresh_classes()
+    trees = [P([1], [2]), S([1], [2])]
+    for t in trees:
+        check_reads_agree(t)  # plans and reads made
+    if change == "property":
+        P.x = property(lambda self: "prop")  # type: ignore[attr-defined]
+        S.y = property(lambda self: "prop")  # type: ignore[attr-defined]
+    elif change == "getattribute":
+        for cls in (P, S):
+            cls.__getattribute__ = lambda self, name: (  # type: ignore[method-assign]
+                _GA[name] if name in _GA else object.__getattribute__(self, name)
+            )
+    else:
+        P.y = 10  # a default set on the class: instances' own values still win
+    for t in trees:
+        check_reads_agree(t)
+        check_reads_agree([t, t])
+    got = _speedups.leaves(trees, None, None)
+    assert got == _pure.leaves(trees, None, None)
+    if change == "property":
+        assert got[0] == "prop" and got[3] == "prop"
+    elif change == "getattribute":
+        assert got == ["ga-x", "ga-y"] * 2
+
+
+@given(st.lists(st.sampled_from(["set", "del", "vars", "dict"]), max_size=6), st.booleans())
+def test_record_field_reads_after_any_history(history: list, slotted: bool) -> None:
+    """Fields set, deleted, moved to a dict or replaced in any order: both engines agree."""
+    obj: Any = _Slotted(0, 1) if slotted else _Plain(0, 1)
+    for i, step in enumerate(history):
+        name = "xy"[i % 2]
+        if step == "set":
+            setattr(obj, name, [i])
+        elif step == "del" and hasattr(obj, name) and (slotted or name in vars(obj)):
+            delattr(obj, name)
+        elif step == "vars" and not slotted:
+            vars(obj)
+        elif step == "dict" and not slotted:
+            obj.__dict__ = dict(vars(obj))
+        check_reads_agree(obj)
+        check_reads_agree({"a": obj, "b": [obj]})
+
+
 def _dicts(tree: Any) -> list:
     """Every dict in a tree of dicts and lists, in pre-order."""
     out, todo = [], [tree]
