@@ -194,10 +194,11 @@ type_version(PyTypeObject *t)
  * PyObject_GetAttr, which gives the class's default, the AttributeError or
  * whatever else CPython would. Nothing here runs user code. */
 
-static int values_reads_ok; /* set on import by values_reads_check, where compiled */
+/* set on import by layout_check, where compiled */
+static int values_reads_ok, dict_layout_ok;
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && !defined(Py_GIL_DISABLED)
-#define VALUES_READS 1
+#define LAYOUT_311 1
 /* CPython 3.11's layout (Include/internal/pycore_object.h and pycore_dict.h):
  * an instance of a class with Py_TPFLAGS_MANAGED_DICT has, 4 pointers before
  * the object, a pointer to its values array (NULL once a dict is made for it),
@@ -214,21 +215,56 @@ typedef struct {
     Py_ssize_t dk_usable;
     Py_ssize_t dk_nentries;
     char dk_indices[];
-} SharedKeys311;
+} Keys311;
+
+typedef struct {
+    PyObject *me_key, *me_value;
+} UnicodeEntry311; /* entries of str-keyed tables */
+typedef struct {
+    Py_hash_t me_hash;
+    PyObject *me_key, *me_value;
+} Entry311; /* entries of other tables */
+#define ENTRIES311(k) ((void *)((k)->dk_indices + ((size_t)1 << (k)->dk_log2_index_bytes)))
 
 #define VALUES_OF(obj) (((PyObject ***)(obj))[-4])
-#define SHARED_KEYS(t) ((SharedKeys311 *)((PyHeapTypeObject *)(t))->ht_cached_keys)
+#define SHARED_KEYS(t) ((Keys311 *)((PyHeapTypeObject *)(t))->ht_cached_keys)
+
+/* An exact dict's table read directly, when it has no holes (every entry in
+ * use, so entry i is the i-th item): 1 with *first pointing at the first
+ * entry's key and *step the pointers from one entry to the next, the value
+ * right after its key; 0 when PyDict_Next must read it. */
+static inline int
+dict_table(PyObject *d, PyObject ***first, Py_ssize_t *step)
+{
+    PyDictObject *mp = (PyDictObject *)d;
+    Keys311 *k = (Keys311 *)mp->ma_keys;
+    /* (an empty dict's shared empty table has no aligned entries to point at) */
+    if (!dict_layout_ok || mp->ma_values != NULL || k->dk_nentries != mp->ma_used ||
+        mp->ma_used == 0 || k->dk_kind > 1) {
+        return 0;
+    }
+    PyObject **entries = (PyObject **)ENTRIES311(k);
+    if (k->dk_kind == 1) { /* str keys: (key, value) */
+        *first = entries;
+        *step = 2;
+    }
+    else { /* (hash, key, value) */
+        *first = entries + 1;
+        *step = 3;
+    }
+    return 1;
+}
 
 /* The index of name among a class's shared keys, or -1. */
 static Py_ssize_t
-shared_key_index(SharedKeys311 *k, PyObject *name)
+shared_key_index(Keys311 *k, PyObject *name)
 {
     if (k == NULL || k->dk_kind == 0 /* DICT_KEYS_GENERAL */) {
         return -1;
     }
-    PyObject **entries = (PyObject **)(k->dk_indices + ((size_t)1 << k->dk_log2_index_bytes));
+    UnicodeEntry311 *entries = ENTRIES311(k);
     for (Py_ssize_t i = 0; i < k->dk_nentries; i++) {
-        PyObject *key = entries[2 * i];
+        PyObject *key = entries[i].me_key;
         if (key == name) {
             return i;
         }
@@ -242,7 +278,7 @@ shared_key_index(SharedKeys311 *k, PyObject *name)
     return -1;
 }
 #else
-#define VALUES_READS 0
+#define LAYOUT_311 0
 #endif
 
 typedef struct {
@@ -270,7 +306,7 @@ field_reads(PyTypeObject *t, PyObject *names)
     FieldReads *r = (FieldReads *)PyBytes_AS_STRING(b);
     r->keys = NULL;
     r->n = n;
-#if VALUES_READS
+#if LAYOUT_311
     if (values_reads_ok && PyType_HasFeature(t, Py_TPFLAGS_MANAGED_DICT) &&
         PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE)) {
         r->keys = SHARED_KEYS(t);
@@ -290,7 +326,7 @@ field_reads(PyTypeObject *t, PyObject *names)
                 r->code[i] = m->offset;
             }
         }
-#if VALUES_READS
+#if LAYOUT_311
         else if (r->keys != NULL &&
                  (d == NULL ||
                   (PyType_HasFeature(Py_TYPE(d), Py_TPFLAGS_IMMUTABLETYPE) &&
@@ -321,7 +357,7 @@ field_read(PyObject *obj, const FieldReads *r, Py_ssize_t i, PyObject *name)
         if (code > 0) {
             v = SLOT(obj, code);
         }
-#if VALUES_READS
+#if LAYOUT_311
         else if (code < 0) {
             PyObject **values = VALUES_OF(obj);
             if (values != NULL && (void *)SHARED_KEYS(Py_TYPE(obj)) == r->keys) {
@@ -1225,6 +1261,31 @@ vec_to_list(Vec *a)
     return l;
 }
 
+/* A list of n items that the caller sets at once, before anything else can
+ * see the list or run the GC: PyList_New(n) less its zeroing of the items
+ * (PyList_New(0), then items from malloc, as vec_to_list hands a list its
+ * array). New reference. */
+static PyObject *
+list_to_fill(Py_ssize_t n)
+{
+    if (n == 0 || (size_t)n > PY_SSIZE_T_MAX / sizeof(PyObject *)) {
+        return PyList_New(n);
+    }
+    PyObject *items = PyMem_Malloc(n * sizeof(PyObject *));
+    if (items == NULL) {
+        return PyErr_NoMemory();
+    }
+    PyObject *l = PyList_New(0);
+    if (l == NULL) {
+        PyMem_Free(items);
+        return NULL;
+    }
+    ((PyListObject *)l)->ob_item = (PyObject **)items;
+    ((PyListObject *)l)->allocated = n;
+    Py_SET_SIZE(l, n);
+    return l;
+}
+
 /* Append a new reference to x. */
 static inline int
 emit(Vec *a, PyObject *x)
@@ -1746,13 +1807,27 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
         return 0;
     }
     int str = 1, num = 1;
-    while (PyDict_Next(obj, &pos, &k, &v)) {
-        str &= PyUnicode_CheckExact(k);
-        num &= PyLong_CheckExact(k);
-        ks[i] = ins[i] = k;
-        vs[i] = v;
-        i++;
+#if LAYOUT_311
+    PyObject **p;
+    Py_ssize_t step;
+    if (dict_table(obj, &p, &step)) {
+        for (; i < n; i++, p += step) {
+            k = p[0];
+            str &= PyUnicode_CheckExact(k);
+            num &= PyLong_CheckExact(k);
+            ks[i] = ins[i] = k;
+            vs[i] = p[1];
+        }
     }
+    else
+#endif
+        while (PyDict_Next(obj, &pos, &k, &v)) {
+            str &= PyUnicode_CheckExact(k);
+            num &= PyLong_CheckExact(k);
+            ks[i] = ins[i] = k;
+            vs[i] = v;
+            i++;
+        }
     if (!(str || num) || i != n) {
         return 0;
     }
@@ -2069,12 +2144,22 @@ dict_order(PyObject *node, PyObject *obj, PyObject *names)
         Py_ssize_t pos = 0, i = 0;
         PyObject *k, *v;
         int same = 1;
-        while (PyDict_Next(obj, &pos, &k, &v)) {
-            if (k != PyTuple_GET_ITEM(names, i++)) {
-                same = 0;
-                break;
+#if LAYOUT_311
+        PyObject **p;
+        Py_ssize_t step;
+        if (dict_table(obj, &p, &step)) {
+            for (Py_ssize_t n = PyDict_GET_SIZE(obj); same && i < n; i++, p += step) {
+                same = p[0] == PyTuple_GET_ITEM(names, i);
             }
         }
+        else
+#endif
+            while (PyDict_Next(obj, &pos, &k, &v)) {
+                if (k != PyTuple_GET_ITEM(names, i++)) {
+                    same = 0;
+                    break;
+                }
+            }
         if (same) {
             Py_RETURN_NONE;
         }
@@ -2611,6 +2696,150 @@ dict_in_key_order(PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ssize_
     return m;
 }
 
+/* Dicts of the same keys, many times over (unflatten)
+ *
+ * A dict of n keys costs PyDict_New and n PyDict_SetItem calls, each hashing
+ * and probing; that is most of unflatten's time on trees of small dicts. On
+ * CPython 3.11, when a node's keys come again in one call, the dict is copied
+ * instead from a template ({k: None} in key order, made on the second sight
+ * and never shown to anyone), which copies the table in one block, and the
+ * values are written into the copy's entries. Only keys that are exact str or
+ * int are taken (no user code runs for their hash or equality), and the copy is
+ * used only when its table is what the template's was (its keys, in order):
+ * otherwise the dict is built the ordinary way. The result is tracked by the
+ * GC exactly when inserting the values would have tracked it. */
+
+#define TEMPLATES 8
+
+typedef struct {
+    PyObject *keys; /* borrowed: the spec holds it for the call */
+    PyObject *dict; /* strong, the template; NULL until the keys come again */
+    int unusable;   /* keys that no template serves */
+} Template;
+
+typedef struct {
+    unsigned int used; /* bit i: v[i] is set; nothing else needs setting up */
+    Template v[TEMPLATES];
+} Templates;
+
+static Py_NO_INLINE void
+templates_clear(Templates *t)
+{
+    for (int i = 0; i < TEMPLATES; i++) {
+        if (t->used & (1u << i)) {
+            Py_CLEAR(t->v[i].dict);
+        }
+    }
+    t->used = 0;
+}
+
+#if LAYOUT_311
+/* The copy of template tmpl with vals[i * step] as the value of its i-th key
+ * (keys[i]): a new dict in *out, 1; 0 when the copy's table is not laid out as
+ * expected (nothing made); -1 on error. */
+static int
+dict_from_template(PyObject *tmpl, PyObject *keys, PyObject *const *vals, Py_ssize_t n,
+                   Py_ssize_t step, PyObject **out)
+{
+    PyObject *d = PyDict_Copy(tmpl);
+    if (d == NULL) {
+        return -1;
+    }
+    PyDictObject *mp = (PyDictObject *)d;
+    Keys311 *k = (Keys311 *)mp->ma_keys;
+    int str = k->dk_kind == 1; /* DICT_KEYS_UNICODE; 0 is DICT_KEYS_GENERAL */
+    if (mp->ma_values != NULL || mp->ma_used != n || k->dk_nentries != n ||
+        (k->dk_kind != 0 && !str)) {
+        Py_DECREF(d);
+        return 0;
+    }
+    UnicodeEntry311 *ue = ENTRIES311(k);
+    Entry311 *ge = ENTRIES311(k);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if ((str ? ue[i].me_key : ge[i].me_key) != PyTuple_GET_ITEM(keys, i)) {
+            Py_DECREF(d);
+            return 0;
+        }
+    }
+    int track = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = vals[i * step], **slot = str ? &ue[i].me_value : &ge[i].me_value;
+        PyObject *old = *slot; /* None */
+        Py_INCREF(v);
+        *slot = v;
+        Py_DECREF(old);
+        /* as dict insertion decides it (MAINTAIN_TRACKING) */
+        track = track || (PyType_IS_GC(Py_TYPE(v)) &&
+                          (Py_TYPE(v)->tp_is_gc == NULL || Py_TYPE(v)->tp_is_gc(v)) &&
+                          (!PyTuple_CheckExact(v) || PyObject_GC_IsTracked(v)));
+    }
+    if (track) { /* the copy of an untracked template is untracked */
+        PyObject_GC_Track(d);
+    }
+    *out = d;
+    return 1;
+}
+#endif
+
+/* dict(zip(keys, vals[0], vals[step], ...)) inserted in key order, from a
+ * template when these keys were met before in this call. New reference. */
+static Py_NO_INLINE PyObject *
+dict_of(Templates *t, PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step)
+{
+#if LAYOUT_311
+    if (dict_layout_ok && n > 0) {
+        size_t slot = ((size_t)keys >> 4) % TEMPLATES;
+        Template *e = &t->v[slot];
+        if (!(t->used & (1u << slot))) {
+            t->used |= 1u << slot;
+            e->keys = keys;
+            e->dict = NULL;
+            e->unusable = 0;
+            return dict_in_key_order(keys, vals, n, step);
+        }
+        int same = e->keys == keys;
+        if (!same && PyTuple_GET_SIZE(e->keys) == n) {
+            same = 1;
+            for (Py_ssize_t i = 0; same && i < n; i++) {
+                same = PyTuple_GET_ITEM(e->keys, i) == PyTuple_GET_ITEM(keys, i);
+            }
+        }
+        if (!same) {
+            Py_CLEAR(e->dict);
+            e->keys = keys;
+            e->unusable = 0;
+        }
+        else if (!e->unusable) {
+            if (e->dict == NULL) {
+                for (Py_ssize_t i = 0; i < n && !e->unusable; i++) {
+                    PyObject *k = PyTuple_GET_ITEM(keys, i);
+                    e->unusable = !(PyUnicode_CheckExact(k) || PyLong_CheckExact(k));
+                }
+                if (!e->unusable) {
+                    PyObject *none = Py_None;
+                    e->dict = dict_in_key_order(keys, &none, n, 0);
+                    if (e->dict == NULL) {
+                        return NULL;
+                    }
+                    e->unusable = PyDict_GET_SIZE(e->dict) != n; /* a key twice */
+                }
+            }
+            if (!e->unusable) {
+                PyObject *d;
+                int r = dict_from_template(e->dict, keys, vals, n, step, &d);
+                if (r != 0) {
+                    return r < 0 ? NULL : d;
+                }
+                e->unusable = 1;
+            }
+        }
+    }
+#else
+    (void)t;
+#endif
+    return dict_in_key_order(keys, vals, n, step);
+}
+
 /* The dict of a dict node with an insertion order, built in that order at
  * once, when the order is a permutation of the node's keys (the same
  * objects, exact str or int, as flatten gives): what building the dict in
@@ -2906,6 +3135,8 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         /* the value stack and the children of one node: at most nn + 1 each */
         PyObject *inline_buf[2 * 64];
         PyObject **st = inline_buf, **ch = inline_buf + 64;
+        Templates templates;
+        templates.used = 0;
         if (nn + 1 > 64) {
             st = PyMem_Malloc(2 * (nn + 1) * sizeof(PyObject *));
             if (st == NULL) {
@@ -2943,7 +3174,7 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
             if (kind == K_TUPLE || kind == K_LIST) {
                 /* the children's references move from the stack into the new container */
-                PyObject *v = kind == K_TUPLE ? PyTuple_New(arity) : PyList_New(arity);
+                PyObject *v = kind == K_TUPLE ? PyTuple_New(arity) : list_to_fill(arity);
                 if (v == NULL) {
                     goto fail;
                 }
@@ -2979,7 +3210,7 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             if (kind == K_DICT && order == NULL && PyTuple_CheckExact(aux) &&
                 PyTuple_GET_SIZE(aux) == arity) {
                 /* build()'s dict in key order, read straight off the stack */
-                if ((v = dict_in_key_order(aux, &st[sp - 1], arity, -1)) == NULL) {
+                if ((v = dict_of(&templates, aux, &st[sp - 1], arity, -1)) == NULL) {
                     goto fail;
                 }
             }
@@ -3005,6 +3236,9 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     fail:
         while (sp > 0) {
             Py_DECREF(st[--sp]);
+        }
+        if (templates.used) {
+            templates_clear(&templates);
         }
         if (st != inline_buf) {
             PyMem_Free(st);
@@ -3090,6 +3324,19 @@ dict_in_order(PyObject *obj, PyObject *keys, Py_ssize_t n, PyObject **vals)
 {
     Py_ssize_t pos = 0, j = 0;
     PyObject *k, *v;
+#if LAYOUT_311
+    PyObject **p;
+    Py_ssize_t step;
+    if (dict_table(obj, &p, &step)) {
+        if (step != 2) { /* not all keys are exact str */
+            return 0;
+        }
+        for (; j < n && p[0] == PyTuple_GET_ITEM(keys, j); j++, p += 2) {
+            vals[j] = p[1];
+        }
+        return j == n;
+    }
+#endif
     while (PyDict_Next(obj, &pos, &k, &v) && k == PyTuple_GET_ITEM(keys, j) &&
            PyUnicode_CheckExact(k)) {
         vals[j++] = v;
@@ -3584,7 +3831,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-#if VALUES_READS
+#if LAYOUT_311
 /* Sets values_reads_ok when CPython lays instance values out as field_read
  * expects: reads of a class made here must agree with PyObject_GetAttr, before
  * and after a value is deleted. A failure of any kind just leaves it off. */
@@ -3637,6 +3884,66 @@ done:
     Py_XDECREF(names);
     Py_XDECREF(obj);
     Py_XDECREF(cls);
+}
+
+/* Sets dict_layout_ok when a dict's table reads as dict_table expects (the
+ * items PyDict_Next gives, and no direct read once a key is deleted), and
+ * dicts copied from a template and given their values in place
+ * (dict_from_template) are what inserting gives: for str keys and int keys,
+ * values found by lookup, iteration order, size, equality, GC tracking, and
+ * the dict still usable (an insert that grows it, a delete). A failure of any
+ * kind leaves both off. */
+static void
+dict_layout_check(void)
+{
+    int ok = 1;
+    dict_layout_ok = 1;
+    for (int kind = 0; kind < 2 && ok; kind++) {
+        PyObject *keys = kind ? Py_BuildValue("(iii)", 7, -3, 1 << 20)
+                              : Py_BuildValue("(sss)", "a", "c", "b");
+        PyObject *vals[3] = {PyList_New(0), PyLong_FromLong(5), Py_None};
+        PyObject *none = Py_None, *tmpl = NULL, *d = NULL, *want = NULL, *extra = NULL;
+        Py_INCREF(Py_None);
+        ok = keys && vals[0] && vals[1] && (tmpl = dict_in_key_order(keys, &none, 3, 0)) &&
+             (want = dict_in_key_order(keys, vals, 3, 1)) &&
+             dict_from_template(tmpl, keys, vals, 3, 1, &d) == 1;
+        PyObject **p;
+        Py_ssize_t step;
+        ok = ok && dict_table(want, &p, &step) && step == (kind ? 3 : 2);
+        for (Py_ssize_t i = 0; ok && i < 3; i++) {
+            ok = p[i * step] == PyTuple_GET_ITEM(keys, i) && p[i * step + 1] == vals[i];
+        }
+        if (ok) {
+            Py_ssize_t pos = 0, i = 0;
+            PyObject *k, *v;
+            while (ok && PyDict_Next(d, &pos, &k, &v)) {
+                ok = i < 3 && k == PyTuple_GET_ITEM(keys, i) && v == vals[i] &&
+                     PyDict_GetItemWithError(d, k) == vals[i];
+                i++;
+            }
+            ok = ok && i == 3 && PyDict_GET_SIZE(d) == 3 &&
+                 PyObject_RichCompareBool(d, want, Py_EQ) == 1 &&
+                 PyObject_GC_IsTracked(d) == PyObject_GC_IsTracked(want) &&
+                 PyObject_GC_IsTracked(d) && !PyObject_GC_IsTracked(tmpl) &&
+                 PyDict_GetItemWithError(tmpl, PyTuple_GET_ITEM(keys, 0)) == Py_None;
+            for (long j = 0; ok && j < 20; j++) {
+                ok = (extra = PyLong_FromLong(100 + j)) && PyDict_SetItem(d, extra, extra) == 0;
+                Py_CLEAR(extra);
+            }
+            ok = ok && PyDict_DelItem(d, PyTuple_GET_ITEM(keys, 1)) == 0 &&
+                 PyDict_GET_SIZE(d) == 22 && !dict_table(d, &p, &step) &&
+                 PyDict_GetItemWithError(d, PyTuple_GET_ITEM(keys, 2)) == vals[2];
+        }
+        Py_XDECREF(d);
+        Py_XDECREF(want);
+        Py_XDECREF(tmpl);
+        Py_XDECREF(keys);
+        for (int i = 0; i < 3; i++) {
+            Py_XDECREF(vals[i]);
+        }
+    }
+    PyErr_Clear();
+    dict_layout_ok = ok;
 }
 #endif
 
@@ -3789,10 +4096,12 @@ PyInit__speedups(void)
     INTERN(s_flatten, "flatten");
     INTERN(s_the_spec, "the spec");
     INTERN(s_the_tree, "the tree");
-#if VALUES_READS
+#if LAYOUT_311
     values_reads_check();
+    dict_layout_check();
 #endif
-    if (PyModule_AddIntConstant(m, "VALUES_READS", VALUES_READS && values_reads_ok) < 0) {
+    if (PyModule_AddIntConstant(m, "VALUES_READS", LAYOUT_311 && values_reads_ok) < 0 ||
+        PyModule_AddIntConstant(m, "DICT_TABLES", LAYOUT_311 && dict_layout_ok) < 0) {
         goto fail;
     }
     Py_DECREF(pure);

@@ -7,6 +7,8 @@ from ._spec import TreeSpec
 NAME: str
 #: 1 when dataclass fields are read from CPython 3.11's instance values directly
 VALUES_READS: int
+#: 1 when dict tables are read directly and unflatten copies dicts of repeated keys
+DICT_TABLES: int
 
 def flatten(
     tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None, rules: Any = None, /

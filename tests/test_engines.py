@@ -10,6 +10,8 @@ per engine: see the README's test command.)
 from __future__ import annotations
 
 import dataclasses
+import gc
+import itertools
 import os
 import pickle
 import sys
@@ -814,6 +816,129 @@ def test_record_field_reads_after_any_history(history: list, slotted: bool) -> N
             obj.__dict__ = dict(vars(obj))
         check_reads_agree(obj)
         check_reads_agree({"a": obj, "b": [obj]})
+
+
+# --------------------------------------------------------------------------
+# unflatten copies a dict whose keys it met before in the call from a template
+# (CPython 3.11); every copy must be the dict that inserting gives.
+
+
+class _Str(str):
+    pass
+
+
+def _untracked_pair() -> tuple:
+    t = (1, "x")
+    gc.collect()  # the collector untracks a tuple of atoms
+    assert not gc.is_tracked(t)
+    return t
+
+
+def _same_dicts(a: Any, b: Any) -> None:
+    """Dicts of a and b: same items in the same order, same size in memory, same
+    GC tracking; leaves the same objects."""
+    da, db = _dicts(a), _dicts(b)
+    assert len(da) == len(db)
+    for x, y in zip(da, db):
+        assert type(x) is type(y)
+        assert list(x) == list(y)
+        assert gc.is_tracked(x) == gc.is_tracked(y), (x, gc.is_tracked(x))
+        assert sys.getsizeof(x) == sys.getsizeof(y)
+
+
+def test_dicts_copied_from_templates_match() -> None:
+    """Repeated keys of every kind; values tracked, untracked and untracked tuples."""
+    if sys.version_info[:2] == (3, 11):
+        assert _speedups.DICT_TABLES
+    pair = _untracked_pair()
+    leaf = Leaf(0)
+    trees = [
+        [{"a": i, "b": [i]} for i in range(5)],  # tracked values
+        [{"x": i, "y": i + 1, "z": str(i)} for i in range(5)],  # atoms only: untracked
+        [{"k": (leaf,)} for _ in range(4)],  # a new tuple: tracked
+        [{1: "a", 2: leaf, -5: None} for _ in range(4)],  # int keys
+        [{1: "a", "b": 2} for _ in range(3)],  # mixed keys: a general table
+        [{_Str("s"): 1, "t": 2} for _ in range(3)],  # a str subclass: built as usual
+        [{(1, 2): 1} for _ in range(3)],  # a tuple key: built as usual
+        [{f"k{j}": j for j in range(40)} for _ in range(3)],  # a larger table
+        [{"a": 1, "b": 2}, {"c": 3}] * 12,  # more key sets than template slots, alternating
+        [{f"s{i}": i} for i in range(30)] * 2,  # 30 key sets, each twice
+        {"child": {"child": {"child": {"v": 1}, "v": 2}, "v": 3}, "v": 4},
+    ]
+    for tree, leaf_kind in itertools.product(trees, ("own", "pair", "mixed")):
+        leaves, spec_c = _speedups.flatten(tree, None, None)
+        if leaf_kind == "pair":  # leaves that are untracked tuples: the dicts stay untracked
+            leaves = [pair] * len(leaves)
+        elif leaf_kind == "mixed":
+            leaves = [pair if i % 2 else [i] for i in range(len(leaves))]
+        spec_p = _pure.flatten(tree, None, None)[1]
+        specs = [spec_c, spec_p, pickle.loads(pickle.dumps(spec_c))]
+        if _json_ok(spec_c):
+            specs.append(pk.TreeSpec.from_json(spec_c.to_json()))
+        for spec in specs:
+            # (a key's own GC tracking counts too, and a pickled key tuple is a new one)
+            want = _pure.unflatten(spec, leaves)
+            got = _speedups.unflatten(spec, leaves)
+            assert got == want
+            check_leaves_identical(_pure.flatten_up_to(spec_p, got), leaves)
+            _same_dicts(want, got)
+            # each result is its own: changing one changes no other, nor a template
+            again = _speedups.unflatten(spec, leaves)
+            for d in _dicts(got):
+                d["added"] = 1
+                for j in range(20):
+                    d[f"more{j}"] = j
+                del d["added"]
+            assert again == want
+            _same_dicts(want, _speedups.unflatten(spec, leaves))
+
+
+def _holed(d: dict, drop: Any) -> dict:
+    """d with a key deleted after it was inserted: a hole in its table."""
+    d = dict(d)
+    d[drop] = "gone"
+    del d[drop]
+    return d
+
+
+def test_dict_tables_read_directly_match() -> None:
+    """flatten, leaves and flatten_up_to read a dict's table directly when it has no
+    holes (CPython 3.11): tables with holes, int and mixed keys, re-inserted keys,
+    insertion orders other than the sorted one, and large dicts."""
+    big = {f"k{i:03d}": i for i in range(50)}
+    reinserted = {"a": 1, "b": 2, "c": 3}
+    reinserted["a"] = reinserted.pop("a")
+    cases = [
+        {"b": 1, "a": [2]},
+        _holed({"b": 1, "a": [2]}, "z"),
+        _holed({3: "x", 1: "y"}, 2),
+        {3: "x", 1: "y", -7: [None]},
+        {1: "x", "a": "y"},
+        reinserted,
+        big,
+        _holed(big, "zzz"),
+        dict(reversed(list(big.items()))),
+        {"outer": [_holed({"y": 1, "x": 2}, "w"), {"x": 3, "y": 4}]},
+    ]
+    for tree in cases:
+        check_engines_agree(tree)
+        check_engines_agree([tree, tree, {"d": tree}])
+    for a, b in itertools.product(cases, repeat=2):
+        spec = _pure.flatten(a, None, None)[1]
+        same_outcome("flatten_up_to", spec, b)
+        same_outcome("flatten_up_to", spec, b, "the first tree", "rest[1]")
+
+
+def test_dict_copies_keep_refcounts() -> None:
+    keys = [f"key{i}" for i in range(3)]
+    vals = [Leaf(i) for i in range(3)]
+    tree = [dict(zip(keys, vals)) for _ in range(50)]
+    leaves, spec = _speedups.flatten(tree, None, None)
+    before = [sys.getrefcount(x) for x in keys + vals]
+    for _ in range(100):
+        out = _speedups.unflatten(spec, leaves)
+        del out
+    assert [sys.getrefcount(x) for x in keys + vals] == before
 
 
 def _dicts(tree: Any) -> list:
