@@ -347,9 +347,10 @@ field_reads(PyTypeObject *t, PyObject *names)
 }
 
 /* getattr(obj, name) for field i of a record whose class's reads are r (or
- * NULL): a new reference, or NULL with the error set. */
+ * NULL), when its fast read finds it: a new reference; else NULL, with no
+ * error set and no code run. */
 static inline PyObject *
-field_read(PyObject *obj, const FieldReads *r, Py_ssize_t i, PyObject *name)
+field_read_fast(PyObject *obj, const FieldReads *r, Py_ssize_t i)
 {
     if (r != NULL) {
         Py_ssize_t code = r->code[i];
@@ -370,7 +371,16 @@ field_read(PyObject *obj, const FieldReads *r, Py_ssize_t i, PyObject *name)
             return v;
         }
     }
-    return PyObject_GetAttr(obj, name);
+    return NULL;
+}
+
+/* getattr(obj, name) for field i of a record whose class's reads are r (or
+ * NULL): a new reference, or NULL with the error set. */
+static inline PyObject *
+field_read(PyObject *obj, const FieldReads *r, Py_ssize_t i, PyObject *name)
+{
+    PyObject *v = field_read_fast(obj, r, i);
+    return v != NULL ? v : PyObject_GetAttr(obj, name);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -680,9 +690,10 @@ saved_slot(PyTypeObject *t)
     return &saved_plans[(h >> 20) & (PLAN_CACHE - 1)];
 }
 
-/* make_plan, or what it found before for this class unchanged */
+/* What make_plan found before for this class unchanged, if anything: 1 with
+ * the entry set from it, else 0. Runs no code of the class's. */
 static int
-plan_for(TypeEntry *e)
+plan_saved(TypeEntry *e)
 {
     PyTypeObject *t = e->type;
     SavedPlan *sp = saved_slot(t);
@@ -695,8 +706,19 @@ plan_for(TypeEntry *e)
         Py_XINCREF(sp->reads_obj);
         Py_XSETREF(e->reads_obj, sp->reads_obj);
         e->reads = reads_of(e->reads_obj);
-        return 0;
+        return 1;
     }
+    return 0;
+}
+
+/* make_plan, and remember what it found; may run user code (the class's
+ * descriptors, its fields' metadata). */
+static int
+plan_made(TypeEntry *e)
+{
+    PyTypeObject *t = e->type;
+    SavedPlan *sp = saved_slot(t);
+    unsigned int tv, mv;
     if (make_plan(e) < 0) {
         return -1;
     }
@@ -717,6 +739,13 @@ plan_for(TypeEntry *e)
         Py_XDECREF(old_reads);
     }
     return 0;
+}
+
+/* make_plan, or what it found before for this class unchanged */
+static int
+plan_for(TypeEntry *e)
+{
+    return plan_saved(e) ? 0 : plan_made(e);
 }
 
 /* Decide an entry's plan again if its class changed since it was made. */
@@ -1623,9 +1652,18 @@ record_fields(Ctx *c, Stack *s, PyObject *obj, TypeEntry *e, int kind, Found *f,
         v = ((PyTupleObject *)children)->ob_item;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        v[i] = field_read(obj, e->reads, i, PyTuple_GET_ITEM(names, i)); /* NULL: unset */
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        if ((v[i] = field_read_fast(obj, e->reads, i)) == NULL) {
+            /* getattr may run user code: copy the lists being read first */
+            if (s != NULL && stack_freeze(s) < 0) {
+                absent = -1;
+            }
+            else {
+                v[i] = PyObject_GetAttr(obj, name); /* NULL: an unset field */
+            }
+        }
         if (v[i] == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            if (absent < 0 || !PyErr_ExceptionMatches(PyExc_AttributeError)) {
                 if (children == NULL) {
                     for (Py_ssize_t k = 0; k < i; k++) {
                         Py_XDECREF(v[k]);
@@ -2062,23 +2100,32 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
         f->dict_kind = 0;
         return 1;
     }
+    /* Lists being read are copied (stack_freeze) before anything that could
+     * run user code: making a class's plan could, a remembered plan cannot; a
+     * leaf runs none, nor does a record whose fields have fast reads
+     * (record_fields copies them before any getattr). */
     TypeEntry *e = tc_find(&c->types, t);
-    if ((e == NULL || e->plan != PLAN_LEAF) && stack_freeze(s) < 0) {
-        return -1;
-    }
-    if (e != NULL && e->plan != PLAN_LEAF && entry_refresh(e) < 0) {
-        return -1;
-    }
     if (e == NULL) {
         for (int i = 0; i < 6; i++) {
             if (t == atom_types[i] && c->atom_leaf[i]) {
                 return 0;
             }
         }
-        e = tc_add(&c->types, t);
-        if (e == NULL || plan_for(e) < 0) {
+        if ((e = tc_add(&c->types, t)) == NULL) {
             return -1;
         }
+        if (!plan_saved(e) && (stack_freeze(s) < 0 || plan_made(e) < 0)) {
+            return -1;
+        }
+    }
+    else if (e->plan != PLAN_LEAF && !(e->version != 0 && type_version(t) == e->version) &&
+             (stack_freeze(s) < 0 || entry_refresh(e) < 0)) {
+        return -1;
+    }
+    if (e->plan != PLAN_LEAF &&
+        !(e->reads != NULL && (e->plan == PLAN_DATACLASS || e->plan == PLAN_ATTRS)) &&
+        stack_freeze(s) < 0) {
+        return -1;
     }
     switch (e->plan) {
     case PLAN_LEAF:
@@ -2122,6 +2169,9 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
     }
     default:
         break;
+    }
+    if (stack_freeze(s) < 0) { /* not done above for a record */
+        return -1;
     }
     int r = classify_python(c, s, obj, f);
     if (r == 0 && e->plan == PLAN_PYTHON && !PyTuple_Check(obj)) {

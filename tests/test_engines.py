@@ -800,6 +800,40 @@ def test_record_field_reads_follow_class_changes(change: str) -> None:
         assert got == ["ga-x", "ga-y"] * 2
 
 
+@pytest.mark.parametrize("where", ["list", "dict", "record"])
+def test_record_field_getattr_that_changes_the_tree(where: str) -> None:
+    """Records read without getattr run no code, so the C engine keeps reading the
+    caller's lists in place around them; a field read with getattr that empties
+    the list being flattened must still give the pure engine's result (the list
+    as it was when met)."""
+
+    P, _ = _fresh_classes()
+    outers: list = []
+    sneakies = [P([1], [2]) for _ in range(6)]  # set before y becomes a property
+    P.y = property(lambda self: outers[-1].clear() or "read")  # type: ignore[attr-defined]
+
+    def make() -> Any:
+        sneaky = sneakies.pop()
+        outer: list = []
+        outers.append(outer)
+        plain = _Plain([3], [4])
+        outer.extend([plain, _Plain([5]), sneaky, plain, [6, 7], _Plain(8)])
+        if where == "dict":
+            return {"a": outer, "b": [sneaky, outer]}
+        if where == "record":
+            return _Two(outer, _Two([sneaky], outer))
+        return outer
+
+    for fn in ("flatten", "leaves", "flatten_with_path"):
+        a = outcome(getattr(_pure, fn), make(), None, None)
+        b = outcome(getattr(_speedups, fn), make(), None, None)
+        assert a[0] == b[0] == "ok"
+        if fn == "leaves":
+            assert a[1] == b[1] and len(a[1]) > 4
+        else:
+            assert a[1][0] == b[1][0] and a[1][1] == b[1][1]
+
+
 @given(st.lists(st.sampled_from(["set", "del", "vars", "dict"]), max_size=6), st.booleans())
 def test_record_field_reads_after_any_history(history: list, slotted: bool) -> None:
     """Fields set, deleted, moved to a dict or replaced in any order: both engines agree."""
