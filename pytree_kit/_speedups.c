@@ -2750,20 +2750,22 @@ dict_in_key_order(PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ssize_
  *
  * A dict of n keys costs PyDict_New and n PyDict_SetItem calls, each hashing
  * and probing; that is most of unflatten's time on trees of small dicts. On
- * CPython 3.11, when a node's keys come again in one call, the dict is copied
- * instead from a template ({k: None} in key order, made on the second sight
- * and never shown to anyone), which copies the table in one block, and the
- * values are written into the copy's entries. Only keys that are exact str or
- * int are taken (no user code runs for their hash or equality), and the copy is
- * used only when its table is what the template's was (its keys, in order):
- * otherwise the dict is built the ordinary way. The result is tracked by the
- * GC exactly when inserting the values would have tracked it. */
+ * CPython 3.11, when a node's keys come again in one call, a template is made
+ * ({k: None} in key order, never shown to anyone), and each further dict of
+ * those keys gets a copy of the template's table in one block, with its keys'
+ * counts raised and the values put in its entries, in place of the empty
+ * table of a new dict (as PyDict_Copy does, less the values it would copy and
+ * then drop). Only keys that are exact str or int are taken (no user code runs
+ * for their hash or equality), and a template whose table is not the plain
+ * one expected (its keys in order, no holes) is not used. The result is
+ * tracked by the GC exactly when inserting the values would have tracked it. */
 
 #define TEMPLATES 8
 
 typedef struct {
     PyObject *keys; /* borrowed: the spec holds it for the call */
     PyObject *dict; /* strong, the template; NULL until the keys come again */
+    size_t size;    /* of the template's table, in bytes */
     int unusable;   /* keys that no template serves */
 } Template;
 
@@ -2784,46 +2786,91 @@ templates_clear(Templates *t)
 }
 
 #if LAYOUT_311
-/* The copy of template tmpl with vals[i * step] as the value of its i-th key
- * (keys[i]): a new dict in *out, 1; 0 when the copy's table is not laid out as
- * expected (nothing made); -1 on error. */
+/* Make e's template for keys (n of them): 0, with e->unusable set when these
+ * keys cannot have one; -1 on error. */
 static int
-dict_from_template(PyObject *tmpl, PyObject *keys, PyObject *const *vals, Py_ssize_t n,
-                   Py_ssize_t step, PyObject **out)
+template_make(Template *e, PyObject *keys, Py_ssize_t n)
 {
-    PyObject *d = PyDict_Copy(tmpl);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PyTuple_GET_ITEM(keys, i);
+        if (!(PyUnicode_CheckExact(k) || PyLong_CheckExact(k))) {
+            e->unusable = 1;
+            return 0;
+        }
+    }
+    PyObject *none = Py_None;
+    if ((e->dict = dict_in_key_order(keys, &none, n, 0)) == NULL) {
+        return -1;
+    }
+    PyDictObject *mp = (PyDictObject *)e->dict;
+    Keys311 *k = (Keys311 *)mp->ma_keys;
+    e->unusable = 1;
+    /* a key given twice, a split or holed table, another kind of table */
+    if (mp->ma_values != NULL || mp->ma_used != n || k->dk_nentries != n || k->dk_kind > 1 ||
+        k->dk_refcnt != 1 || PyObject_GC_IsTracked(e->dict)) {
+        return 0;
+    }
+    Py_ssize_t step = k->dk_kind == 1 ? 2 : 3;
+    PyObject **p = (PyObject **)ENTRIES311(k) + (step - 2);
+    for (Py_ssize_t i = 0; i < n; i++, p += step) {
+        if (p[0] != PyTuple_GET_ITEM(keys, i) || p[1] != Py_None) {
+            return 0;
+        }
+    }
+    /* _PyDict_KeysSize: the header, the indices, then 2/3 of the slots as entries */
+    e->size = sizeof(Keys311) + ((size_t)1 << k->dk_log2_index_bytes) +
+              ((((size_t)1 << k->dk_log2_size) << 1) / 3) * (size_t)step * sizeof(PyObject *);
+    e->unusable = 0;
+    return 0;
+}
+
+/* A new dict with the template's table and vals[i * step] as the value of its
+ * i-th key (new references taken): in *out, 1; 0 when a new dict is not laid
+ * out as expected (nothing made); -1 on error. */
+static int
+dict_from_template(Template *e, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step,
+                   PyObject **out)
+{
+    Keys311 *tk = (Keys311 *)((PyDictObject *)e->dict)->ma_keys;
+    PyObject *d = PyDict_New();
     if (d == NULL) {
         return -1;
     }
     PyDictObject *mp = (PyDictObject *)d;
-    Keys311 *k = (Keys311 *)mp->ma_keys;
-    int str = k->dk_kind == 1; /* DICT_KEYS_UNICODE; 0 is DICT_KEYS_GENERAL */
-    if (mp->ma_values != NULL || mp->ma_used != n || k->dk_nentries != n ||
-        (k->dk_kind != 0 && !str)) {
+    Keys311 *empty = (Keys311 *)mp->ma_keys;
+    if (mp->ma_used != 0 || mp->ma_values != NULL || empty->dk_nentries != 0 ||
+        empty->dk_refcnt < 2 || PyObject_GC_IsTracked(d)) {
         Py_DECREF(d);
         return 0;
     }
-    UnicodeEntry311 *ue = ENTRIES311(k);
-    Entry311 *ge = ENTRIES311(k);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if ((str ? ue[i].me_key : ge[i].me_key) != PyTuple_GET_ITEM(keys, i)) {
-            Py_DECREF(d);
-            return 0;
-        }
+    Keys311 *k = PyObject_Malloc(e->size);
+    if (k == NULL) {
+        Py_DECREF(d);
+        PyErr_NoMemory();
+        return -1;
     }
+    memcpy(k, tk, e->size);
+    k->dk_refcnt = 1;
+    k->dk_version = 0;
+    Py_ssize_t es = tk->dk_kind == 1 ? 2 : 3; /* pointers per entry */
+    PyObject **p = (PyObject **)ENTRIES311(k) + (es - 2);
     int track = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *v = vals[i * step], **slot = str ? &ue[i].me_value : &ge[i].me_value;
-        PyObject *old = *slot; /* None */
+    for (Py_ssize_t i = 0; i < n; i++, p += es) {
+        PyObject *v = vals[i * step];
+        Py_INCREF(p[0]); /* the key */
         Py_INCREF(v);
-        *slot = v;
-        Py_DECREF(old);
+        p[1] = v; /* in place of the template's None, whose count was not raised */
         /* as dict insertion decides it (MAINTAIN_TRACKING) */
         track = track || (PyType_IS_GC(Py_TYPE(v)) &&
                           (Py_TYPE(v)->tp_is_gc == NULL || Py_TYPE(v)->tp_is_gc(v)) &&
                           (!PyTuple_CheckExact(v) || PyObject_GC_IsTracked(v)));
     }
-    if (track) { /* the copy of an untracked template is untracked */
+    /* the new dict's empty table is the shared one, never freed: give its
+     * reference back as dictkeys_decref would */
+    empty->dk_refcnt--;
+    mp->ma_keys = (PyDictKeysObject *)k;
+    mp->ma_used = n;
+    if (track) {
         PyObject_GC_Track(d);
     }
     *out = d;
@@ -2860,23 +2907,12 @@ dict_of(Templates *t, PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ss
             e->unusable = 0;
         }
         else if (!e->unusable) {
-            if (e->dict == NULL) {
-                for (Py_ssize_t i = 0; i < n && !e->unusable; i++) {
-                    PyObject *k = PyTuple_GET_ITEM(keys, i);
-                    e->unusable = !(PyUnicode_CheckExact(k) || PyLong_CheckExact(k));
-                }
-                if (!e->unusable) {
-                    PyObject *none = Py_None;
-                    e->dict = dict_in_key_order(keys, &none, n, 0);
-                    if (e->dict == NULL) {
-                        return NULL;
-                    }
-                    e->unusable = PyDict_GET_SIZE(e->dict) != n; /* a key twice */
-                }
+            if (e->dict == NULL && template_make(e, keys, n) < 0) {
+                return NULL;
             }
             if (!e->unusable) {
                 PyObject *d;
-                int r = dict_from_template(e->dict, keys, vals, n, step, &d);
+                int r = dict_from_template(e, vals, n, step, &d);
                 if (r != 0) {
                     return r < 0 ? NULL : d;
                 }
@@ -3946,17 +3982,25 @@ done:
 static void
 dict_layout_check(void)
 {
-    int ok = 1;
+    /* a dict made by PyDict_New holds the shared empty table, whose count
+     * must come back to where it was */
+    PyObject *e0 = PyDict_New();
+    Keys311 *empty = e0 ? (Keys311 *)((PyDictObject *)e0)->ma_keys : NULL;
+    Py_ssize_t empty_count = empty ? empty->dk_refcnt : -1;
+    int ok = e0 != NULL;
     dict_layout_ok = 1;
     for (int kind = 0; kind < 2 && ok; kind++) {
         PyObject *keys = kind ? Py_BuildValue("(iii)", 7, -3, 1 << 20)
                               : Py_BuildValue("(sss)", "a", "c", "b");
         PyObject *vals[3] = {PyList_New(0), PyLong_FromLong(5), Py_None};
-        PyObject *none = Py_None, *tmpl = NULL, *d = NULL, *want = NULL, *extra = NULL;
+        Py_ssize_t key_count = keys ? Py_REFCNT(PyTuple_GET_ITEM(keys, 0)) : 0;
+        PyObject *tmpl = NULL, *d = NULL, *want = NULL, *extra = NULL;
         Py_INCREF(Py_None);
-        ok = keys && vals[0] && vals[1] && (tmpl = dict_in_key_order(keys, &none, 3, 0)) &&
+        Template e = {keys, NULL, 0, 0};
+        ok = keys && vals[0] && vals[1] && template_make(&e, keys, 3) == 0 && !e.unusable &&
              (want = dict_in_key_order(keys, vals, 3, 1)) &&
-             dict_from_template(tmpl, keys, vals, 3, 1, &d) == 1;
+             dict_from_template(&e, vals, 3, 1, &d) == 1;
+        tmpl = e.dict;
         PyObject **p;
         Py_ssize_t step;
         ok = ok && dict_table(want, &p, &step) && step == (kind ? 3 : 2);
@@ -3987,11 +4031,15 @@ dict_layout_check(void)
         Py_XDECREF(d);
         Py_XDECREF(want);
         Py_XDECREF(tmpl);
+        /* every reference the copies took is given back */
+        ok = ok && Py_REFCNT(vals[0]) == 1 && Py_REFCNT(PyTuple_GET_ITEM(keys, 0)) == key_count;
         Py_XDECREF(keys);
         for (int i = 0; i < 3; i++) {
             Py_XDECREF(vals[i]);
         }
     }
+    ok = ok && empty->dk_refcnt == empty_count;
+    Py_XDECREF(e0);
     PyErr_Clear();
     dict_layout_ok = ok;
 }
