@@ -2825,8 +2825,8 @@ template_make(Template *e, PyObject *keys, Py_ssize_t n)
 }
 
 /* A new dict with the template's table and vals[i * step] as the value of its
- * i-th key (new references taken): in *out, 1; 0 when a new dict is not laid
- * out as expected (nothing made); -1 on error. */
+ * i-th key: in *out, 1, the references in vals now the dict's; 0 when a new
+ * dict is not laid out as expected (nothing made); -1 on error. */
 static int
 dict_from_template(Template *e, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step,
                    PyObject **out)
@@ -2837,9 +2837,9 @@ dict_from_template(Template *e, PyObject *const *vals, Py_ssize_t n, Py_ssize_t 
         return -1;
     }
     PyDictObject *mp = (PyDictObject *)d;
-    Keys311 *empty = (Keys311 *)mp->ma_keys;
+    Keys311 *empty = (Keys311 *)mp->ma_keys; /* untracked: checked on import */
     if (mp->ma_used != 0 || mp->ma_values != NULL || empty->dk_nentries != 0 ||
-        empty->dk_refcnt < 2 || PyObject_GC_IsTracked(d)) {
+        empty->dk_refcnt < 2) {
         Py_DECREF(d);
         return 0;
     }
@@ -2858,7 +2858,6 @@ dict_from_template(Template *e, PyObject *const *vals, Py_ssize_t n, Py_ssize_t 
     for (Py_ssize_t i = 0; i < n; i++, p += es) {
         PyObject *v = vals[i * step];
         Py_INCREF(p[0]); /* the key */
-        Py_INCREF(v);
         p[1] = v; /* in place of the template's None, whose count was not raised */
         /* as dict insertion decides it (MAINTAIN_TRACKING) */
         track = track || (PyType_IS_GC(Py_TYPE(v)) &&
@@ -2879,10 +2878,12 @@ dict_from_template(Template *e, PyObject *const *vals, Py_ssize_t n, Py_ssize_t 
 #endif
 
 /* dict(zip(keys, vals[0], vals[step], ...)) inserted in key order, from a
- * template when these keys were met before in this call. New reference. */
+ * template when these keys were met before in this call: a new reference, the
+ * references in vals now the dict's; or NULL on error, vals untouched. */
 static Py_NO_INLINE PyObject *
 dict_of(Templates *t, PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step)
 {
+    PyObject *d;
 #if LAYOUT_311
     if (dict_layout_ok && n > 0) {
         size_t slot = ((size_t)keys >> 4) % TEMPLATES;
@@ -2892,7 +2893,7 @@ dict_of(Templates *t, PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ss
             e->keys = keys;
             e->dict = NULL;
             e->unusable = 0;
-            return dict_in_key_order(keys, vals, n, step);
+            goto insert;
         }
         int same = e->keys == keys;
         if (!same && PyTuple_GET_SIZE(e->keys) == n) {
@@ -2911,7 +2912,6 @@ dict_of(Templates *t, PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ss
                 return NULL;
             }
             if (!e->unusable) {
-                PyObject *d;
                 int r = dict_from_template(e, vals, n, step, &d);
                 if (r != 0) {
                     return r < 0 ? NULL : d;
@@ -2920,10 +2920,16 @@ dict_of(Templates *t, PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ss
             }
         }
     }
+insert:
 #else
     (void)t;
 #endif
-    return dict_in_key_order(keys, vals, n, step);
+    if ((d = dict_in_key_order(keys, vals, n, step)) != NULL) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_DECREF(vals[i * step]);
+        }
+    }
+    return d;
 }
 
 /* The dict of a dict node with an insertion order, built in that order at
@@ -3295,10 +3301,14 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyObject *aux = PyTuple_GET_ITEM(node, 3);
             if (kind == K_DICT && order == NULL && PyTuple_CheckExact(aux) &&
                 PyTuple_GET_SIZE(aux) == arity) {
-                /* build()'s dict in key order, read straight off the stack */
+                /* build()'s dict in key order, read straight off the stack,
+                 * whose references move into it */
                 if ((v = dict_of(&templates, aux, &st[sp - 1], arity, -1)) == NULL) {
                     goto fail;
                 }
+                sp -= arity;
+                st[sp++] = v;
+                continue;
             }
             else {
                 for (Py_ssize_t i = 0; i < arity; i++) {
@@ -3987,7 +3997,7 @@ dict_layout_check(void)
     PyObject *e0 = PyDict_New();
     Keys311 *empty = e0 ? (Keys311 *)((PyDictObject *)e0)->ma_keys : NULL;
     Py_ssize_t empty_count = empty ? empty->dk_refcnt : -1;
-    int ok = e0 != NULL;
+    int ok = e0 != NULL && !PyObject_GC_IsTracked(e0);
     dict_layout_ok = 1;
     for (int kind = 0; kind < 2 && ok; kind++) {
         PyObject *keys = kind ? Py_BuildValue("(iii)", 7, -3, 1 << 20)
@@ -3998,8 +4008,16 @@ dict_layout_check(void)
         Py_INCREF(Py_None);
         Template e = {keys, NULL, 0, 0};
         ok = keys && vals[0] && vals[1] && template_make(&e, keys, 3) == 0 && !e.unusable &&
-             (want = dict_in_key_order(keys, vals, 3, 1)) &&
-             dict_from_template(&e, vals, 3, 1, &d) == 1;
+             (want = dict_in_key_order(keys, vals, 3, 1));
+        if (ok) {
+            for (int i = 0; i < 3; i++) { /* the references the copy takes over */
+                Py_INCREF(vals[i]);
+            }
+            ok = dict_from_template(&e, vals, 3, 1, &d) == 1;
+            for (int i = 0; !ok && i < 3; i++) {
+                Py_DECREF(vals[i]);
+            }
+        }
         tmpl = e.dict;
         PyObject **p;
         Py_ssize_t step;
