@@ -3156,6 +3156,9 @@ order_index(PyObject *orders, Py_ssize_t i)
     return small_long(PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, i), 0));
 }
 
+/* specs of fewer nodes keep unflatten's value stack on the C stack (2 KiB) */
+#define UNFLATTEN_INLINE 128
+
 static PyObject *
 sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -3225,11 +3228,11 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     {
         Py_ssize_t nn = PyTuple_GET_SIZE(nodes);
         /* the value stack and the children of one node: at most nn + 1 each */
-        PyObject *inline_buf[2 * 64];
-        PyObject **st = inline_buf, **ch = inline_buf + 64;
+        PyObject *inline_buf[2 * UNFLATTEN_INLINE];
+        PyObject **st = inline_buf, **ch = inline_buf + UNFLATTEN_INLINE;
         Templates templates;
         templates.used = 0;
-        if (nn + 1 > 64) {
+        if (nn + 1 > UNFLATTEN_INLINE) {
             st = PyMem_Malloc(2 * (nn + 1) * sizeof(PyObject *));
             if (st == NULL) {
                 PyErr_NoMemory();
