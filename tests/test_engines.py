@@ -615,16 +615,27 @@ def test_records_rebuilt_through_their_own_new() -> None:
 # what getattr gives (the pure engine's reads).
 
 
-@dataclasses.dataclass
-class _Plain:
-    x: Any
-    y: Any = 3
+_GA = {"x": "ga-x", "y": "ga-y"}  # what a __getattribute__ set on the class gives
 
 
-@dataclasses.dataclass(slots=True)
-class _Slotted:
-    x: Any
-    y: Any = 3
+def _fresh_classes() -> tuple[type, type]:
+    """A dataclass and a slotted one, fields x and y=3: the module's _Plain and
+    _Slotted, and fresh ones for the tests that change a class."""
+
+    @dataclasses.dataclass
+    class P:
+        x: Any
+        y: Any = 3
+
+    @dataclasses.dataclass(slots=True)
+    class S:
+        x: Any
+        y: Any = 3
+
+    return P, S
+
+
+_Plain, _Slotted = _fresh_classes()
 
 
 class _DataDescr:
@@ -686,25 +697,6 @@ def check_reads_agree(tree: Any) -> None:
     assert [p for p, _ in pa[1][0]] == [p for p, _ in pb[1][0]]
     x, y = same_outcome("flatten_up_to", a[1][1], tree)
     check_leaves_identical(x[1], y[1])
-
-
-_GA = {"x": "ga-x", "y": "ga-y"}  # what a __getattribute__ set on the class gives
-
-
-def _fresh_classes() -> tuple[type, type]:
-    """A dataclass and a slotted one made anew, for tests that change a class."""
-
-    @dataclasses.dataclass
-    class P:
-        x: Any
-        y: Any = 3
-
-    @dataclasses.dataclass(slots=True)
-    class S:
-        x: Any
-        y: Any = 3
-
-    return P, S
 
 
 def test_record_field_reads_take_the_fast_path_where_they_can() -> None:
