@@ -192,9 +192,9 @@ type_version(PyTypeObject *t)
  * > 0 for a slot's offset, < 0 for -1 - the index in the shared keys. A read
  * that finds nothing (an unset slot, no value, values moved to a dict) goes to
  * PyObject_GetAttr, which gives the class's default, the AttributeError or
- * whatever else CPython would. Nothing here runs user code. */
+ * whatever else CPython would. The fast reads run no user code. */
 
-/* set on import by layout_check, where compiled */
+/* set on import by values_reads_check and dict_layout_check, where compiled */
 static int values_reads_ok, dict_layout_ok;
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && !defined(Py_GIL_DISABLED)
@@ -203,9 +203,11 @@ static int values_reads_ok, dict_layout_ok;
  * an instance of a class with Py_TPFLAGS_MANAGED_DICT has, 4 pointers before
  * the object, a pointer to its values array (NULL once a dict is made for it),
  * and the class's shared keys are this struct, with dk_nentries entries of
- * (key, value) after 1 << dk_log2_index_bytes bytes of indices. The module
- * checks it on import (values_reads_check) and reads with PyObject_GetAttr if
- * the check fails. */
+ * (key, value) after 1 << dk_log2_index_bytes bytes of indices; a dict's
+ * table (ma_keys) is the same struct, its entries (hash, key, value) when its
+ * keys are not all str. The module checks these on import (values_reads_check,
+ * dict_layout_check) and leaves the paths that rely on them off if a check
+ * fails. */
 typedef struct {
     Py_ssize_t dk_refcnt;
     uint8_t dk_log2_size;
@@ -282,9 +284,8 @@ shared_key_index(Keys311 *k, PyObject *name)
 #endif
 
 typedef struct {
-    void *keys;             /* the class's shared keys when the codes were made */
-    Py_ssize_t n;
-    Py_ssize_t code[1];     /* n of them */
+    void *keys;         /* the class's shared keys when the codes were made */
+    Py_ssize_t code[1]; /* one per field */
 } FieldReads;
 
 /* The codes for reading the fields names of instances of t: a bytes object
@@ -305,7 +306,6 @@ field_reads(PyTypeObject *t, PyObject *names)
     }
     FieldReads *r = (FieldReads *)PyBytes_AS_STRING(b);
     r->keys = NULL;
-    r->n = n;
 #if LAYOUT_311
     if (values_reads_ok && PyType_HasFeature(t, Py_TPFLAGS_MANAGED_DICT) &&
         PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE)) {
