@@ -52,9 +52,10 @@ static PyObject *FIELD_marker;
 static PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
 static PyObject *s_tree_flatten, *s_tree_unflatten, *s_fields, *s_n_sequence_fields,
     *s_n_fields, *s_dataclass_fields, *s_attrs_attrs, *s_field_type, *s_name, *s_metadata,
-    *s_get, *s_static, *s_new, *s_flatten, *s_len, *s_the_spec, *s_the_tree;
+    *s_get, *s_static, *s_new, *s_flatten, *s_len, *s_the_spec, *s_the_tree, *s_getattribute;
 static PyObject *empty_tuple;
-static PyObject *object_new_fn; /* object.__dict__['__new__'] */
+static PyObject *object_new_fn;          /* object.__dict__['__new__'] */
+static PyObject *object_getattribute_fn; /* object.__dict__['__getattribute__'] */
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers */
@@ -629,6 +630,13 @@ make_plan(TypeEntry *e)
         r = type_attr(t, kind == K_DATACLASS ? s_dataclass_fields : s_attrs_attrs, &v);
         if (r != 0) {
             return r < 0 ? -1 : 0;
+        }
+        if (v != NULL && kind == K_DATACLASS &&
+            _PyType_Lookup(t, s_getattribute) != object_getattribute_fn) {
+            /* the pure engine asks the instance (dataclasses.fields(obj)), and
+             * a __getattribute__ of the class's own may answer otherwise */
+            Py_DECREF(v);
+            goto done; /* PLAN_PYTHON */
         }
         if (v != NULL) {
             r = fields_aux(v, kind, &e->info);
@@ -4211,6 +4219,15 @@ PyInit__speedups(void)
         goto fail;
     }
     Py_INCREF(object_new_fn);
+    INTERN(s_getattribute, "__getattribute__");
+    if ((object_getattribute_fn =
+             PyDict_GetItemWithError(PyBaseObject_Type.tp_dict, s_getattribute)) == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError, "object has no __getattribute__");
+        }
+        goto fail;
+    }
+    Py_INCREF(object_getattribute_fn);
     INTERN(s_len, "__len__");
     INTERN(s_flatten, "flatten");
     INTERN(s_the_spec, "the spec");

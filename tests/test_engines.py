@@ -764,6 +764,26 @@ def test_record_field_reads_match_getattr() -> None:
         del _Mark.__get__, _Mark.__set__  # type: ignore[attr-defined]
 
 
+@dataclasses.dataclass
+class _FieldsFromInstance:
+    """dataclasses.fields(obj) asks the instance, whose class answers with no fields."""
+
+    x: Any
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "__dataclass_fields__":
+            return {}
+        return object.__getattribute__(self, name)
+
+
+def test_dataclass_fields_are_asked_of_the_instance() -> None:
+    """A class's own __getattribute__ can answer __dataclass_fields__: both engines
+    take what the instance says (the pure engine calls dataclasses.fields(obj))."""
+    odd = _FieldsFromInstance([1])
+    assert _speedups.leaves([odd, 2], None, None) == [2]
+    check_reads_agree([odd, _OwnGetattribute([3], 4), {"k": odd}])
+
+
 @pytest.mark.parametrize("change", ["property", "getattribute", "slot_default"])
 def test_record_field_reads_follow_class_changes(change: str) -> None:
     """A class changed after its reads were worked out is read as it is now."""
