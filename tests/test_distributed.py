@@ -329,3 +329,20 @@ def test_nccl_one_rank(tmp_path: Any) -> None:  # pragma: no cover - needs a GPU
         pytest.fail("the NCCL check timed out")
     assert p.exitcode == 0
     assert "ok" in (tmp_path / "out.json").read_text()
+
+
+def test_docstring_examples_run_in_a_fresh_process() -> None:
+    """The examples of pytree_kit/torch/_distributed.py (not collected in-process: see
+    the repository's conftest.py), each one run and checked by doctest."""
+    import subprocess
+    import sys
+
+    code = (
+        "import doctest, sys\n"
+        "import pytree_kit.torch._distributed as m\n"
+        "r = doctest.testmod(m, optionflags=doctest.ELLIPSIS)\n"
+        "print(r)\n"
+        "sys.exit(1 if r.failed or r.attempted < 20 else 0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
