@@ -7,7 +7,8 @@ the worker threads, and a worker that is still releasing a Python object kept in
 its thread-local state waits for the GIL (seen once in CI, in the doctest's global
 cleanup). pytest-timeout cannot interrupt that join. So those examples are not
 collected here; tests/test_distributed.py runs them with doctest in a fresh
-process, under a timeout.
+process, under a timeout (as tests/test_docs_examples.py runs a docs page that
+starts a process group).
 """
 
 collect_ignore = ["pytree_kit/torch/_distributed.py"]
