@@ -757,10 +757,17 @@ plan_for(TypeEntry *e)
 }
 
 /* Decide an entry's plan again if its class changed since it was made. */
+/* Whether an entry's plan still holds: its class is unchanged since. */
+static inline int
+entry_fresh(TypeEntry *e)
+{
+    return e->version != 0 && type_version(e->type) == e->version;
+}
+
 static int
 entry_refresh(TypeEntry *e)
 {
-    if (e->version != 0 && type_version(e->type) == e->version) {
+    if (entry_fresh(e)) {
         return 0;
     }
     Py_CLEAR(e->info);
@@ -2126,7 +2133,7 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
             return -1;
         }
     }
-    else if (e->plan != PLAN_LEAF && !(e->version != 0 && type_version(t) == e->version) &&
+    else if (e->plan != PLAN_LEAF && !entry_fresh(e) &&
              (stack_freeze(s) < 0 || entry_refresh(e) < 0)) {
         return -1;
     }
@@ -4129,6 +4136,18 @@ slot_offset(PyObject *cls, const char *name)
     return off;
 }
 
+/* object.__dict__[name]: a new reference, or NULL with an error set. */
+static PyObject *
+object_own(PyObject *name)
+{
+    PyObject *v = PyDict_GetItemWithError(PyBaseObject_Type.tp_dict, name);
+    if (v == NULL && !PyErr_Occurred()) {
+        PyErr_Format(PyExc_RuntimeError, "object has no %U", name);
+    }
+    Py_XINCREF(v);
+    return v;
+}
+
 #define INTERN(var, text)                                     \
     do {                                                      \
         if ((var = PyUnicode_InternFromString(text)) == NULL) \
@@ -4212,22 +4231,11 @@ PyInit__speedups(void)
     INTERN(s_get, "get");
     INTERN(s_static, "static");
     INTERN(s_new, "__new__");
-    if ((object_new_fn = PyDict_GetItemWithError(PyBaseObject_Type.tp_dict, s_new)) == NULL) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_RuntimeError, "object has no __new__");
-        }
-        goto fail;
-    }
-    Py_INCREF(object_new_fn);
     INTERN(s_getattribute, "__getattribute__");
-    if ((object_getattribute_fn =
-             PyDict_GetItemWithError(PyBaseObject_Type.tp_dict, s_getattribute)) == NULL) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_RuntimeError, "object has no __getattribute__");
-        }
+    if ((object_new_fn = object_own(s_new)) == NULL ||
+        (object_getattribute_fn = object_own(s_getattribute)) == NULL) {
         goto fail;
     }
-    Py_INCREF(object_getattribute_fn);
     INTERN(s_len, "__len__");
     INTERN(s_flatten, "flatten");
     INTERN(s_the_spec, "the spec");
