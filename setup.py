@@ -17,7 +17,8 @@ if platform.python_implementation() == "CPython" or require_c:
     ext_modules.append(
         Extension(
             "pytree_kit._speedups",
-            sources=["pytree_kit/_speedups.c"],
+            sources=["pytree_kit/_speedups.c", "pytree_kit/_fastcall.c"],
+            depends=["pytree_kit/_speedups.h"],
             optional=not require_c,
             extra_compile_args=os.environ.get("PYTREE_KIT_CFLAGS", "").split(),
             extra_link_args=os.environ.get("PYTREE_KIT_LDFLAGS", "").split(),

@@ -51,6 +51,11 @@ def register() -> bool:
                 substitute_in_graph(getattr(_speedups, name), skip_signature_check=True)(
                     getattr(_pure, name)
                 )
+            for fast in _fast_calls():
+                # dynamo traces the def a FastCall wraps (its convention for
+                # wrappers, as for torch.jit._script_if_tracing)
+                fast.__original_fn = fast.__wrapped__
+                fast.__script_if_tracing_wrapper = True
         except Exception as e:  # never break torch's own import over this
             warnings.warn(
                 f"pytree_kit: torch.compile cannot trace the C engine ({e}); "
@@ -61,6 +66,14 @@ def register() -> bool:
             return False
         _registered = True
         return True
+
+
+def _fast_calls() -> list[Any]:
+    """The public functions that are C fast calls (see _engine.accelerate)."""
+    from . import _speedups, api
+
+    found = [getattr(api, name) for name in api.__all__]
+    return [f for f in found if type(f) is _speedups.FastCall]
 
 
 class _Loader:

@@ -11,9 +11,10 @@ asks for the C engine anyway, and with it the GIL. See docs/reliability.md.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from . import _pure, _spec
 
@@ -49,3 +50,24 @@ if wants_c(os.environ.get("PYTREE_KIT_PURE"), getattr(sys, "_is_gil_enabled", No
 
 ENGINE: str = impl.NAME
 _spec._impl = impl
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def accelerate(name: str) -> Callable[[F], F]:
+    """Decorator for a public function (``name`` as ``_fastcall.c``'s table has it).
+
+    With the C engine, the def is wrapped in a ``_speedups.FastCall``, which
+    makes the common calls (required arguments, ``is_leaf``, ``rules=None``)
+    in C and hands every other call to the def; ``functools.wraps`` gives it
+    the def's name, docstring, signature and ``__wrapped__``. With the pure
+    engine the def is returned as it is.
+    """
+
+    def wrap(func: F) -> F:
+        if impl is _pure:
+            return func
+        fast: Any = functools.update_wrapper(impl.FastCall(func, name, _spec.TreeSpec), func)
+        return fast  # type: ignore[no-any-return]
+
+    return wrap

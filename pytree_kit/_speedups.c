@@ -15,13 +15,13 @@
  *  - Every error message is made by the pure engine's functions.
  *
  * Traversals use explicit stacks on the heap: no C recursion on user data.
- * The module defines no Python types of its own. Between calls it keeps only
+ * Its Python types are StackView (below) and FastCall (_fastcall.c, the public
+ * API's common calls made directly). Between calls it keeps only
  * constants and what it learnt about classes (see SavedPlan), checked against
  * CPython's type version tags so that it is never stale.
  */
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_speedups.h"
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
@@ -2590,6 +2590,13 @@ sp_flatten_with_path(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return walk_call(args, nargs, "flatten_with_path", 2);
 }
 
+/* the entry points FastCall calls (_speedups.h) */
+PyObject *
+pk_walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
+{
+    return walk(tree, is_leaf, rules, mode);
+}
+
 /* ------------------------------------------------------------------------ */
 /* unflatten */
 
@@ -3929,6 +3936,13 @@ error:
 
 static PyObject *sp_field_codes(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
+PyObject *
+pk_unflatten(PyObject *spec, PyObject *leaves)
+{
+    PyObject *args[2] = {spec, leaves};
+    return sp_unflatten(NULL, args, 2);
+}
+
 static PyMethodDef methods[] = {
     {"flatten", (PyCFunction)(void (*)(void))sp_flatten, METH_FASTCALL,
      "flatten(tree, is_leaf=None, rules=None) -> (leaves, spec)"},
@@ -4212,7 +4226,7 @@ PyInit__speedups(void)
         (off_hash = slot_offset((PyObject *)TreeSpec_type, "_hash")) < 0) {
         goto fail;
     }
-    if (PyType_Ready(&StackView_Type) < 0) {
+    if (PyType_Ready(&StackView_Type) < 0 || pk_fastcall_add(m) < 0) {
         goto fail;
     }
     if ((empty_tuple = PyTuple_New(0)) == NULL) {

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+from ._engine import accelerate
 from ._engine import impl as _impl
 from ._kinds import Rule, check_rules
 from ._spec import TreeSpec
@@ -31,6 +32,7 @@ Rules = Optional[Mapping[type, Rule]]
 Path = tuple
 
 
+@accelerate("flatten")
 def flatten(
     tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None
 ) -> tuple[list[Any], TreeSpec]:
@@ -49,6 +51,7 @@ def flatten(
     return _impl.flatten(tree, is_leaf, check_rules(rules))
 
 
+@accelerate("unflatten")
 def unflatten(spec: TreeSpec, leaves: Iterable[Any]) -> Any:
     """Build a tree of ``spec``'s structure from leaves (any iterable).
 
@@ -68,6 +71,7 @@ def unflatten(spec: TreeSpec, leaves: Iterable[Any]) -> Any:
     return _impl.unflatten(spec, leaves)
 
 
+@accelerate("leaves")
 def leaves(tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None) -> list[Any]:
     """The leaves of a tree, in order, without building a spec.
 
@@ -83,6 +87,7 @@ def leaves(tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None) -> list[An
     return _impl.leaves(tree, is_leaf, check_rules(rules))
 
 
+@accelerate("structure")
 def structure(tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None) -> TreeSpec:
     """The spec of a tree.
 
@@ -94,6 +99,7 @@ def structure(tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None) -> Tree
     return _impl.flatten(tree, is_leaf, check_rules(rules))[1]
 
 
+@accelerate("flatten_with_path")
 def flatten_with_path(
     tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None
 ) -> tuple[list[tuple[Path, Any]], TreeSpec]:
@@ -108,6 +114,7 @@ def flatten_with_path(
     return _impl.flatten_with_path(tree, is_leaf, check_rules(rules))
 
 
+@accelerate("tree_map")
 def tree_map(
     fn: Callable[..., Any],
     tree: Any,
@@ -170,6 +177,7 @@ def _rest_leaves(spec: TreeSpec, rest: tuple) -> list[list[Any]]:
 # -- drop-in aliases with the jax.tree_util / optree signatures -------------
 
 
+@accelerate("tree_flatten")
 def tree_flatten(tree: Any, is_leaf: IsLeaf = None) -> tuple[list[Any], TreeSpec]:
     """``jax.tree_util.tree_flatten``'s signature.
 
@@ -181,6 +189,7 @@ def tree_flatten(tree: Any, is_leaf: IsLeaf = None) -> tuple[list[Any], TreeSpec
     return _impl.flatten(tree, is_leaf, None)
 
 
+@accelerate("tree_unflatten")
 def tree_unflatten(spec: TreeSpec, leaves: Iterable[Any]) -> Any:
     """``jax.tree_util.tree_unflatten(treedef, leaves)``'s signature.
 
@@ -192,6 +201,7 @@ def tree_unflatten(spec: TreeSpec, leaves: Iterable[Any]) -> Any:
     return unflatten(spec, leaves)
 
 
+@accelerate("tree_leaves")
 def tree_leaves(tree: Any, is_leaf: IsLeaf = None) -> list[Any]:
     """``jax.tree_util.tree_leaves``'s signature.
 
@@ -203,6 +213,7 @@ def tree_leaves(tree: Any, is_leaf: IsLeaf = None) -> list[Any]:
     return _impl.leaves(tree, is_leaf, None)
 
 
+@accelerate("tree_structure")
 def tree_structure(tree: Any, is_leaf: IsLeaf = None) -> TreeSpec:
     """``jax.tree_util.tree_structure``'s signature.
 

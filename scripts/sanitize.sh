@@ -25,8 +25,9 @@ usage: scripts/sanitize.sh [--quick] [--] [extra pytest args...]
 Builds pytree_kit._speedups with -fsanitize=address,undefined in a temporary
 copy of the repository and runs the test suite there (C engine active).
 
-  --quick     run a fast subset (engines, kinds, errors, depth, laws) instead of
-              the whole suite (tests/ and the doctests, less tests/test_lint.py)
+  --quick     run a fast subset (engines, kinds, errors, depth, laws, fast calls)
+              instead of the whole suite (tests/ and the doctests, less
+              tests/test_lint.py)
   -h, --help  print this help
   --          pass everything after it to pytest unchanged
 
@@ -218,7 +219,7 @@ ubsan_options="print_stacktrace=1:halt_on_error=1:log_path=$logs/ubsan"
 
 if [ "$quick" = 1 ]; then
     selection=(tests/test_engines.py tests/test_kinds.py tests/test_errors.py tests/test_depth.py
-        tests/test_laws.py)
+        tests/test_laws.py tests/test_fastcall.py)
 else
     # The repository's testpaths: tests/ and the doctests in pytree_kit/, less
     # tests/test_lint.py: ruff (a Rust binary) and mypy (a subprocess that never

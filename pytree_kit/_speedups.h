@@ -1,0 +1,26 @@
+/* pytree_kit._speedups: what its C files share (not a public interface).
+ *
+ * _speedups.c is the engine; _fastcall.c is the FastCall type, which calls
+ * the engine's entry points below directly for the public API's common calls.
+ */
+#ifndef PYTREE_KIT_SPEEDUPS_H
+#define PYTREE_KIT_SPEEDUPS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#if defined(__GNUC__)
+#define PK_INTERNAL __attribute__((visibility("hidden")))
+#else
+#define PK_INTERNAL
+#endif
+
+/* The engine's walk: mode 0 leaves(), 1 flatten(), 2 flatten_with_path(). */
+PK_INTERNAL PyObject *pk_walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode);
+/* unflatten(spec, leaves) */
+PK_INTERNAL PyObject *pk_unflatten(PyObject *spec, PyObject *leaves);
+
+/* Adds the FastCall type to the module; -1 with an error set on failure. */
+PK_INTERNAL int pk_fastcall_add(PyObject *module);
+
+#endif

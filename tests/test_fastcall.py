@@ -1,0 +1,303 @@
+"""The public functions' fast calls (pytree_kit/_fastcall.c).
+
+With the C engine, pytree_kit.api's functions are ``_speedups.FastCall``
+objects: the common calls are made in C, every other call goes to the def
+they wrap. These tests hold a FastCall to its def: the same outcome for every
+shape of call, the def's name, docstring and signature, and the behaviour of
+a function (binding, pickling, weak references, garbage collection). Under
+the pure engine (PYTREE_KIT_PURE=1) the public functions are the defs
+themselves, and the FastCalls made here from the defs compare the C engine's
+fast calls against the pure engine's defs.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import gc
+import inspect
+import pickle
+import sys
+import typing
+import weakref
+from typing import Any, Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pytree_kit as pk
+from pytree_kit import api
+from pytree_kit._spec import TreeSpec
+
+from .trees import RULES, assert_same_tree, trees
+
+try:
+    from pytree_kit import _speedups
+except ImportError:  # pragma: no cover - exercised where the extension is not built
+    _speedups = None
+
+pytestmark = pytest.mark.skipif(_speedups is None, reason="the C engine is not built")
+
+#: the name FastCall knows each def by, and the def
+DEFS: dict[str, Callable[..., Any]] = {
+    name: inspect.unwrap(getattr(api, name))
+    for name in (
+        "flatten",
+        "leaves",
+        "flatten_with_path",
+        "structure",
+        "unflatten",
+        "tree_map",
+        "tree_flatten",
+        "tree_leaves",
+        "tree_structure",
+        "tree_unflatten",
+    )
+}
+
+
+def fast(name: str) -> Any:
+    """A FastCall of the def ``name`` (made here, so under either engine)."""
+    assert _speedups is not None
+    return _speedups.FastCall(DEFS[name], name, TreeSpec)
+
+
+def public(name: str) -> Any:
+    return getattr(api, name)
+
+
+def test_public_functions_are_fast_calls_with_the_c_engine() -> None:
+    for name, fn in DEFS.items():
+        got = public(name)
+        if pk.ENGINE == "c":
+            assert type(got) is _speedups.FastCall, name
+            assert got.__wrapped__ is fn
+        else:
+            assert got is fn, name
+        assert inspect.isfunction(fn)
+
+
+@pytest.mark.parametrize("name", sorted(DEFS))
+def test_a_fast_call_has_its_defs_name_docstring_and_signature(name: str) -> None:
+    fn, fc = DEFS[name], fast(name)
+    functools.update_wrapper(fc, fn)
+    for attr in ("__name__", "__qualname__", "__module__", "__doc__", "__annotations__"):
+        assert getattr(fc, attr) == getattr(fn, attr), attr
+    assert ">>>" in fc.__doc__
+    assert inspect.signature(fc) == inspect.signature(fn)
+    assert typing.get_type_hints(fc) == typing.get_type_hints(fn)
+    assert inspect.isroutine(fc)
+    assert repr(fn) in repr(fc)
+    # the public one too (a FastCall with the C engine)
+    pub = public(name)
+    assert pub.__doc__ == fn.__doc__ and inspect.signature(pub) == inspect.signature(fn)
+
+
+def outcome(fn: Any, *args: Any, **kwargs: Any) -> tuple:
+    try:
+        return ("ok", fn(*args, **kwargs))
+    except Exception as e:
+        return ("raise", type(e), str(e))
+
+
+def same(name: str, a: Any, b: Any) -> None:
+    """The same result of ``name``: leaves by identity, equal specs, alike trees."""
+    name = name.replace("tree_", "")
+    if name in ("flatten", "flatten_with_path"):
+        assert type(a) is type(b) is tuple and len(a) == len(b) == 2
+        same("structure", a[1], b[1])
+        same("pairs" if name == "flatten_with_path" else "leaves", a[0], b[0])
+    elif name == "structure":
+        assert type(a) is type(b) is TreeSpec and a == b and hash(a) == hash(b)
+    elif name == "pairs":
+        assert [p for p, _ in a] == [p for p, _ in b]
+        assert [id(x) for _, x in a] == [id(x) for _, x in b]
+    elif name == "leaves":
+        assert type(a) is type(b) is list
+        assert [id(x) for x in a] == [id(x) for x in b]
+    else:
+        assert name in ("unflatten", "map"), name
+        assert_same_tree(a, b)
+
+
+def is_list(x: Any) -> bool:
+    return isinstance(x, list)
+
+
+def identity(x: Any) -> Any:
+    return x
+
+
+def add(x: Any, y: Any) -> Any:
+    return (x, y)
+
+
+def calls(tree: Any) -> list[tuple[str, tuple, dict]]:
+    """Calls of every shape, each as (name, args, kwargs): the shapes a FastCall
+    makes itself and the ones it hands to the def, right and wrong."""
+    spec = pk.structure(tree)
+    leaves = pk.leaves(tree)
+    out: list[tuple[str, tuple, dict]] = []
+    for name in ("flatten", "leaves", "flatten_with_path", "structure"):
+        out += [
+            (name, (tree,), {}),
+            (name, (tree,), {"is_leaf": is_list}),
+            (name, (tree,), {"is_leaf": None}),
+            (name, (tree,), {"rules": None}),
+            (name, (tree,), {"rules": None, "is_leaf": is_list}),
+            (name, (tree,), {"rules": {}}),
+            (name, (tree,), {"rules": RULES}),
+            (name, (tree,), {"rules": [1]}),
+            (name, (tree, is_list), {}),
+            (name, (), {}),
+            (name, (), {"tree": tree}),
+            (name, (tree,), {"bogus": 1}),
+        ]
+    for name in ("tree_flatten", "tree_leaves", "tree_structure"):
+        out += [
+            (name, (tree,), {}),
+            (name, (tree, is_list), {}),
+            (name, (tree, None), {}),
+            (name, (tree,), {"is_leaf": is_list}),
+            (name, (tree, is_list), {"is_leaf": is_list}),
+            (name, (tree,), {"rules": None}),
+            (name, (tree, None, None), {}),
+            (name, (), {"tree": tree}),
+        ]
+    for name in ("unflatten", "tree_unflatten"):
+        out += [
+            (name, (spec, leaves), {}),
+            (name, (spec, iter(leaves)), {}),
+            (name, (spec, leaves[:-1]), {}),
+            (name, (spec, [*leaves, 0]), {}),
+            (name, ("spec", leaves), {}),
+            (name, (spec,), {}),
+            (name, (spec, leaves), {"is_leaf": None}),
+            (name, (spec,), {"leaves": leaves}),
+        ]
+    out += [
+        ("tree_map", (identity, tree), {}),
+        ("tree_map", (identity, tree), {"is_leaf": is_list}),
+        ("tree_map", (identity, tree), {"rules": None}),
+        ("tree_map", (identity, tree), {"rules": RULES}),
+        ("tree_map", (add, tree, tree), {}),
+        ("tree_map", (add, tree, [tree]), {}),
+        ("tree_map", (identity,), {}),
+        ("tree_map", (identity, tree), {"bogus": None}),
+    ]
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(trees())
+def test_a_fast_call_does_what_its_def_does(tree: Any) -> None:
+    for name, args, kwargs in calls(tree):
+        copies = [copy.copy(a) if hasattr(a, "__next__") else a for a in args]
+        got = outcome(fast(name), *args, **kwargs)
+        want = outcome(DEFS[name], *copies, **kwargs)
+        assert got[0] == want[0], (name, args, kwargs, got, want)
+        if got[0] == "raise":
+            assert got[1:] == want[1:], (name, kwargs)
+        else:
+            same(name, want[1], got[1])
+
+
+def test_the_public_functions_do_what_their_defs_do() -> None:
+    tree = {"targets": [{"boxes": 1, "labels": [2, 3]}], "meta": (None, 4.0)}
+    for name, args, kwargs in calls(tree):
+        copies = [copy.copy(a) if hasattr(a, "__next__") else a for a in args]
+        got = outcome(public(name), *args, **kwargs)
+        want = outcome(DEFS[name], *copies, **kwargs)
+        assert got[0] == want[0], (name, kwargs)
+        if got[0] == "raise":
+            assert got[1:] == want[1:]
+        else:
+            same(name, want[1], got[1])
+
+
+def test_tree_map_calls_fn_in_leaf_order_and_stops_at_its_error() -> None:
+    class Boom(Exception):
+        pass
+
+    a, b, c = object(), object(), object()
+    tree = {"z": [a, b], "a": c}
+    seen: list[Any] = []
+
+    def fn(x: Any) -> Any:
+        seen.append(x)
+        if x is b:
+            raise Boom("at b")
+        return x
+
+    before = [sys.getrefcount(x) for x in (a, b, c)]
+    for _ in range(50):
+        with pytest.raises(Boom, match="at b"):
+            fast("tree_map")(fn, tree)
+    assert seen == [c, a, b] * 50
+    seen.clear()
+    assert [sys.getrefcount(x) for x in (a, b, c)] == before
+    assert fast("tree_map")(lambda x: [x], tree) == {"z": [[a], [b]], "a": [c]}
+
+
+def test_tree_maps_result_list_is_never_seen_half_filled() -> None:
+    """fn runs while the mapped list is being filled; the GC must not hand it out."""
+    tree = [1, (2, 3), {"k": 4}]
+
+    def fn(x: Any) -> Any:
+        for o in gc.get_objects():
+            if type(o) is list and len(o) == 4:
+                list(o)  # reads every slot
+        return x * 10
+
+    assert fast("tree_map")(fn, tree) == [10, (20, 30), {"k": 40}]
+
+
+def test_a_fast_call_binds_like_a_function() -> None:
+    class Holder:
+        leaves = fast("leaves")
+
+    h = Holder()
+    assert Holder.leaves is Holder.__dict__["leaves"]
+    # bound, the instance is the tree (as it would be for the def)
+    with pytest.raises(TypeError):
+        h.leaves(1)
+    assert h.leaves() == [h]
+    bound = h.leaves
+    assert bound.__self__ is h and bound.__func__ is Holder.leaves
+
+
+def test_a_fast_call_pickles_copies_and_is_weakly_referenced() -> None:
+    for name in DEFS:
+        fn = public(name)
+        assert pickle.loads(pickle.dumps(fn)) is fn
+        assert copy.copy(fn) is fn and copy.deepcopy(fn) is fn
+        r = weakref.ref(fn)
+        assert r() is fn
+
+
+def test_a_fast_call_in_a_cycle_is_collected() -> None:
+    fc = fast("leaves")
+    fc.me = fc  # a cycle through its __dict__
+    fc.__wrapped__ = fc
+    r = weakref.ref(fc)
+    del fc
+    gc.collect()
+    assert r() is None
+
+
+def test_fast_call_arguments_are_checked() -> None:
+    assert _speedups is not None
+    with pytest.raises(TypeError, match="callable"):
+        _speedups.FastCall(1, "leaves", TreeSpec)
+    with pytest.raises(ValueError, match="no fast call for nope"):
+        _speedups.FastCall(print, "nope", TreeSpec)
+    with pytest.raises(TypeError):
+        _speedups.FastCall(print, "leaves", "TreeSpec")
+
+
+@given(st.lists(st.integers(), max_size=5))
+def test_tree_map_with_is_leaf_by_keyword(xs: list[int]) -> None:
+    tree = (xs, {"k": xs})
+    got = fast("tree_map")(len, tree, is_leaf=is_list)
+    assert got == DEFS["tree_map"](len, tree, is_leaf=is_list) == (len(xs), {"k": len(xs)})
