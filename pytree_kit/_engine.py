@@ -44,9 +44,6 @@ if wants_c(os.environ.get("PYTREE_KIT_PURE"), getattr(sys, "_is_gil_enabled", No
         impl = _pure
     else:
         impl = _speedups
-        from . import _dynamo
-
-        _dynamo.install()
 
 ENGINE: str = impl.NAME
 _spec._impl = impl
@@ -68,6 +65,26 @@ def accelerate(name: str) -> Callable[[F], F]:
         if impl is _pure:
             return func
         fast: Any = functools.update_wrapper(impl.FastCall(func, name, _spec.TreeSpec), func)
+        # torch.compile's dynamo cannot read C; it traces the def of a wrapper
+        # marked this way (torch's own convention, from torch.jit's
+        # _script_if_tracing). Nothing here imports torch.
+        fast.__original_fn = func
+        fast.__script_if_tracing_wrapper = True
         return fast  # type: ignore[no-any-return]
 
     return wrap
+
+
+#: TreeSpec's methods that ``accelerate`` wraps (``_dynamo`` puts the defs back)
+SPEC_METHODS = ("unflatten", "flatten_up_to")
+for _name in SPEC_METHODS:
+    setattr(
+        _spec.TreeSpec,
+        _name,
+        accelerate(f"TreeSpec.{_name}")(_spec.TreeSpec.__dict__[_name]),
+    )
+
+if impl is not _pure:
+    from . import _dynamo
+
+    _dynamo.install()

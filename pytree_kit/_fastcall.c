@@ -1,6 +1,7 @@
 /* FastCall: the public API's common calls without Python in between.
  *
- * pytree_kit.api's functions are Python defs. Their keyword-only arguments and the check of rules= cost
+ * pytree_kit.api's functions and TreeSpec.unflatten / flatten_up_to are
+ * Python defs. Their keyword-only arguments and the check of rules= cost
  * about 0.1 µs a call, as much as flattening a dict of 10 leaves takes the
  * engine. When the C engine is active, _engine.accelerate wraps each def in
  * a FastCall, which takes the common shapes of call itself, calling the
@@ -24,7 +25,7 @@
 #include <stddef.h>
 #include <string.h>
 
-enum { OP_FLATTEN, OP_LEAVES, OP_WITH_PATH, OP_STRUCTURE, OP_UNFLATTEN, OP_TREE_MAP };
+enum { OP_FLATTEN, OP_LEAVES, OP_WITH_PATH, OP_STRUCTURE, OP_UNFLATTEN, OP_TREE_MAP, OP_UP_TO };
 
 typedef struct {
     const char *name;
@@ -47,6 +48,8 @@ static const Shape shapes[] = {
     {"tree_leaves", OP_LEAVES, 1, 1, 1, 0},
     {"tree_structure", OP_STRUCTURE, 1, 1, 1, 0},
     {"tree_unflatten", OP_UNFLATTEN, 2, 0, -1, 0},
+    {"TreeSpec.unflatten", OP_UNFLATTEN, 2, 0, -1, 0},
+    {"TreeSpec.flatten_up_to", OP_UP_TO, 2, 0, -1, 0},
 };
 
 typedef struct {
@@ -146,6 +149,11 @@ fastcall_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObje
             goto slow;
         }
         return pk_unflatten(args[0], args[1]);
+    case OP_UP_TO:
+        if ((PyObject *)Py_TYPE(args[0]) != fc->spec_type) {
+            goto slow;
+        }
+        return pk_flatten_up_to(args[0], args[1]);
     case OP_TREE_MAP:
         return tree_map1(args[0], args[1], is_leaf);
     }

@@ -3943,6 +3943,13 @@ pk_unflatten(PyObject *spec, PyObject *leaves)
     return sp_unflatten(NULL, args, 2);
 }
 
+PyObject *
+pk_flatten_up_to(PyObject *spec, PyObject *tree)
+{
+    PyObject *args[2] = {spec, tree};
+    return sp_flatten_up_to(NULL, args, 2);
+}
+
 static PyMethodDef methods[] = {
     {"flatten", (PyCFunction)(void (*)(void))sp_flatten, METH_FASTCALL,
      "flatten(tree, is_leaf=None, rules=None) -> (leaves, spec)"},

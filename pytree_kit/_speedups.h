@@ -20,6 +20,9 @@ PK_INTERNAL PyObject *pk_walk(PyObject *tree, PyObject *is_leaf, PyObject *rules
 /* unflatten(spec, leaves) */
 PK_INTERNAL PyObject *pk_unflatten(PyObject *spec, PyObject *leaves);
 
+/* flatten_up_to(spec, tree), with the default labels of its messages */
+PK_INTERNAL PyObject *pk_flatten_up_to(PyObject *spec, PyObject *tree);
+
 /* Adds the FastCall type to the module; -1 with an error set on failure. */
 PK_INTERNAL int pk_fastcall_add(PyObject *module);
 

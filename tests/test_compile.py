@@ -141,6 +141,38 @@ def test_fresh_process_importing_pytree_kit_before_torch():
     assert registered == str(engine == "c")
 
 
+_DYNAMO_FIRST = """
+import sys, warnings
+warnings.simplefilter("error")
+import torch, torch._dynamo   # before pytree_kit: it registers as it is imported
+import pytree_kit as pk
+from pytree_kit import _dynamo
+
+def f(tree):
+    leaves, spec = pk.flatten(tree)
+    out = pk.tree_map(lambda v: v + 1, tree)
+    return pk.unflatten(spec, [v * 2 for v in leaves]), spec.flatten_up_to(out), out
+
+got = torch.compile(f, fullgraph=True, backend="eager")({"b": [torch.ones(2)]})
+assert got[0]["b"][0].tolist() == [2.0, 2.0] and got[1][0].tolist() == [2.0, 2.0], got
+methods = [type(pk.TreeSpec.__dict__[n]).__name__ for n in ("unflatten", "flatten_up_to")]
+print(pk.ENGINE, _dynamo._registered, type(pk.flatten).__name__, *methods)
+"""
+
+
+def test_fresh_process_importing_torch_dynamo_before_pytree_kit():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", _DYNAMO_FIRST], capture_output=True, text=True, timeout=240, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    engine, registered, flatten, *methods = proc.stdout.split()[-5:]
+    assert engine == pk.ENGINE
+    assert registered == str(engine == "c")
+    assert flatten == ("FastCall" if engine == "c" else "function")
+    assert methods == ["function", "function"]
+
+
 def test_registration_is_idempotent():
     from pytree_kit import _dynamo
 

@@ -1,8 +1,9 @@
 """The public functions' fast calls (pytree_kit/_fastcall.c).
 
-With the C engine, pytree_kit.api's functions are ``_speedups.FastCall``
-objects: the common calls are made in C, every other call goes to the def
-they wrap. These tests hold a FastCall to its def: the same outcome for every
+With the C engine, pytree_kit.api's functions (and TreeSpec.unflatten and
+flatten_up_to, until torch.compile support gives them back their defs) are
+``_speedups.FastCall`` objects: the common calls are made in C, every other
+call goes to the def they wrap. These tests hold a FastCall to its def: the same outcome for every
 shape of call, the def's name, docstring and signature, and the behaviour of
 a function (binding, pickling, weak references, garbage collection). Under
 the pure engine (PYTREE_KIT_PURE=1) the public functions are the defs
@@ -55,6 +56,8 @@ DEFS: dict[str, Callable[..., Any]] = {
         "tree_unflatten",
     )
 }
+DEFS["TreeSpec.unflatten"] = inspect.unwrap(TreeSpec.__dict__["unflatten"])
+DEFS["TreeSpec.flatten_up_to"] = inspect.unwrap(TreeSpec.__dict__["flatten_up_to"])
 
 
 def fast(name: str) -> Any:
@@ -64,13 +67,22 @@ def fast(name: str) -> Any:
 
 
 def public(name: str) -> Any:
+    if name.startswith("TreeSpec."):
+        return TreeSpec.__dict__[name.split(".")[1]]
     return getattr(api, name)
+
+
+def dynamo_registered() -> bool:
+    """torch.compile support gives TreeSpec's methods back their defs."""
+    from pytree_kit import _dynamo
+
+    return pk.ENGINE == "c" and _dynamo._registered
 
 
 def test_public_functions_are_fast_calls_with_the_c_engine() -> None:
     for name, fn in DEFS.items():
         got = public(name)
-        if pk.ENGINE == "c":
+        if pk.ENGINE == "c" and not (name.startswith("TreeSpec.") and dynamo_registered()):
             assert type(got) is _speedups.FastCall, name
             assert got.__wrapped__ is fn
         else:
@@ -103,7 +115,7 @@ def outcome(fn: Any, *args: Any, **kwargs: Any) -> tuple:
 
 def same(name: str, a: Any, b: Any) -> None:
     """The same result of ``name``: leaves by identity, equal specs, alike trees."""
-    name = name.replace("tree_", "")
+    name = name.replace("TreeSpec.", "").replace("tree_", "")
     if name in ("flatten", "flatten_with_path"):
         assert type(a) is type(b) is tuple and len(a) == len(b) == 2
         same("structure", a[1], b[1])
@@ -113,7 +125,7 @@ def same(name: str, a: Any, b: Any) -> None:
     elif name == "pairs":
         assert [p for p, _ in a] == [p for p, _ in b]
         assert [id(x) for _, x in a] == [id(x) for _, x in b]
-    elif name == "leaves":
+    elif name in ("leaves", "flatten_up_to"):
         assert type(a) is type(b) is list
         assert [id(x) for x in a] == [id(x) for x in b]
     else:
@@ -165,7 +177,7 @@ def calls(tree: Any) -> list[tuple[str, tuple, dict]]:
             (name, (tree, None, None), {}),
             (name, (), {"tree": tree}),
         ]
-    for name in ("unflatten", "tree_unflatten"):
+    for name in ("unflatten", "tree_unflatten", "TreeSpec.unflatten"):
         out += [
             (name, (spec, leaves), {}),
             (name, (spec, iter(leaves)), {}),
@@ -177,6 +189,12 @@ def calls(tree: Any) -> list[tuple[str, tuple, dict]]:
             (name, (spec,), {"leaves": leaves}),
         ]
     out += [
+        ("TreeSpec.flatten_up_to", (spec, tree), {}),
+        ("TreeSpec.flatten_up_to", (spec, [tree]), {}),
+        ("TreeSpec.flatten_up_to", (spec, None), {}),
+        ("TreeSpec.flatten_up_to", ("spec", tree), {}),
+        ("TreeSpec.flatten_up_to", (spec,), {}),
+        ("TreeSpec.flatten_up_to", (spec, tree), {"is_leaf": None}),
         ("tree_map", (identity, tree), {}),
         ("tree_map", (identity, tree), {"is_leaf": is_list}),
         ("tree_map", (identity, tree), {"rules": None}),
@@ -254,6 +272,17 @@ def test_tree_maps_result_list_is_never_seen_half_filled() -> None:
 
 
 def test_a_fast_call_binds_like_a_function() -> None:
+    spec = pk.structure({"a": 0, "b": [0]})
+    for name in ("unflatten", "flatten_up_to"):
+        fc = fast(f"TreeSpec.{name}")
+        assert fc.__get__(None, TreeSpec) is fc
+        bound = fc.__get__(spec, TreeSpec)
+        assert bound.__self__ is spec and bound.__func__ is fc
+    assert fast("TreeSpec.unflatten").__get__(spec)([1, 2]) == {"a": 1, "b": [2]}
+    assert fast("TreeSpec.flatten_up_to").__get__(spec)({"b": [5], "a": 4}) == [4, 5]
+    assert spec.unflatten([7, 8]) == {"a": 7, "b": [8]}
+    assert spec.flatten_up_to({"b": [5], "a": 4}) == [4, 5]
+
     class Holder:
         leaves = fast("leaves")
 
