@@ -42,10 +42,13 @@ the other direction: ``leaves() time / floor time``, the multiple of the
 cheapest possible way to produce a list of that many references (always >= 1;
 lower is better).
 
-The pytree_kit engines are called directly (``engine.flatten(tree, None,
-None)`` and so on) so that both are measured regardless of which one
-``pk.ENGINE`` names; tree_map for an engine is what ``pk.tree_map`` does:
-``engine.unflatten(spec, [f(x) for x in leaves])`` after ``engine.flatten``.
+The active engine (``pk.ENGINE``, the C one when it is built) is timed through
+the public API, as users call it: ``pk.flatten(tree)``, ``pk.unflatten(spec,
+leaves)``, ``pk.leaves(tree)``, ``pk.tree_map(f, tree)`` and
+``spec.flatten_up_to(tree)``. The other engine, which the public API does not
+reach in this process, is called directly (``engine.flatten(tree, None, None)``
+and so on; tree_map as ``pk.tree_map`` does it: ``engine.unflatten(spec, [f(x)
+for x in leaves])`` after ``engine.flatten``).
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ from typing import Any, Callable, Optional
 
 import pytree_kit as pk
 from pytree_kit import _pure
+from pytree_kit._engine import impl as _active_engine
 
 try:  # the C engine, when it has been built; it has the pure engine's functions
     from pytree_kit import _speedups
@@ -237,7 +241,17 @@ def _pk_tree_map(engine: Any, fn: Callable[[Any], Any], tree: Any) -> Any:
 
 
 def _pk_lib(engine: Any, label: str) -> Lib:
+    public = engine is _active_engine
+
     def calls(tree: Any, spec: Any, leaves: list) -> dict[str, Call | str]:
+        if public:  # what users call: pk.flatten(tree), spec.flatten_up_to(tree), ...
+            return {
+                "flatten": functools.partial(pk.flatten, tree),
+                "unflatten": functools.partial(pk.unflatten, spec, leaves),
+                "leaves": functools.partial(pk.leaves, tree),
+                "tree_map": functools.partial(pk.tree_map, identity, tree),
+                "flatten_up_to": functools.partial(spec.flatten_up_to, tree),
+            }
         return {
             "flatten": functools.partial(engine.flatten, tree, None, None),
             "unflatten": functools.partial(engine.unflatten, spec, leaves),
@@ -899,8 +913,10 @@ def render(
         f"Each cell is `median µs per call (speedup{X})`, with **speedup = fastest peer's "
         f"median / this median** for that tree and operation: above 1{X} is faster than the "
         f"best peer, 1.00{X} is that best peer, 0.50{X} takes twice its time. "
-        f"Peers: {', '.join(peers) if peers else 'none'}. The pytree_kit engines are "
-        "called directly, so every engine is measured whichever one is active.",
+        f"Peers: {', '.join(peers) if peers else 'none'}. The active pytree_kit engine "
+        f"(`{pk.ENGINE}`) is timed through the public API (`pk.flatten(tree)`, "
+        "`pk.unflatten(spec, leaves)`, `pk.leaves(tree)`, `pk.tree_map(f, tree)`, "
+        "`spec.flatten_up_to(tree)`), as users call it; the other engine is called directly.",
         "",
         "Not comparable, so not timed: dm-tree has no spec object (its `flatten` is the "
         "`leaves` row; its `unflatten` is `unflatten_as(tree, leaves)` and its "

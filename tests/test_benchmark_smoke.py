@@ -183,3 +183,18 @@ def test_distributed_benchmark_smoke(tmp_path: Path) -> None:
     for label in ("10 x float32[8]", "1,000 x float32[8]", "1,000 x 3 dtypes"):
         assert f"| {label} |" in times, label
     assert "torch" in sections["Machine"]
+
+
+def test_leaves_bound_smoke(tmp_path: Path) -> None:
+    """benchmarks/leaves_bound.py compiles its bound, checks it gives the same
+    leaves as pk.leaves on each tree, and reports a row per tree (no timing is
+    judged here)."""
+    _run_quick("leaves_bound.py", tmp_path)
+    report = (tmp_path / "leaves_bound.md").read_text(encoding="utf-8")
+    header = next(line for line in report.splitlines() if line.startswith("| tree"))
+    assert [c.strip() for c in header.strip("|").split("|")][3:5] == ["bound", "pk.leaves"]
+    for label in TREE_LABELS[:4]:
+        row = next(line for line in report.splitlines() if line.startswith(f"| {label} |"))
+        multiples = re.findall(r"\(([0-9.]+)\N{MULTIPLICATION SIGN}\)", row)
+        assert len(multiples) >= 2 and all(float(m) > 0 for m in multiples), row
+    assert not any(line.startswith(f"| {TREE_LABELS[4]}") for line in report.splitlines())
