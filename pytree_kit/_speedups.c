@@ -1378,7 +1378,6 @@ typedef struct {
     PyObject *pycache; /* the pure engine's per-call cache, made when first needed */
     int atom_leaf[6];
     PyTypeObject *last_leaf; /* the type of the last leaf classified by type */
-    PyObject *last_dict_node; /* strong or NULL: reused for dicts with the same keys */
     PyObject *seq_nodes[2][16]; /* strong where seq_made has the bit: this call's tuple and
                                    list nodes by arity */
     uint32_t seq_made;
@@ -1428,7 +1427,6 @@ ctx_init(Ctx *c, PyObject *is_leaf, PyObject *rules, int mode)
     c->rules = NULL;
     c->pycache = NULL;
     c->last_leaf = NULL;
-    c->last_dict_node = NULL;
     c->seq_made = 0;
     c->is_leaf = is_leaf == Py_None ? NULL : is_leaf;
     c->mode = mode;
@@ -1459,7 +1457,6 @@ ctx_clear(Ctx *c)
 {
     tc_clear(&c->types);
     Py_CLEAR(c->pycache);
-    Py_CLEAR(c->last_dict_node);
     for (int i = 0; c->seq_made; i++, c->seq_made >>= 1) {
         if (c->seq_made & 1) {
             Py_DECREF(c->seq_nodes[i >> 4][i & 15]);
@@ -1846,14 +1843,31 @@ key_lt(PyObject *a, PyObject *b, int str)
     return PyObject_RichCompareBool(a, b, Py_LT);
 }
 
+/* The nodes of the last small dicts met, across calls, by a hash of the
+ * first key's address: a dict with the same key objects in the same
+ * insertion order (exact str or int, so their order never changes) takes its
+ * node and its key order from here instead of sorting again. perm[i] is the
+ * sorted position of the i-th key in insertion order. Only
+ * classify_small_dict reads or sets these, with no allocation (so no GC, no
+ * user code) between reading and using them. They hold the keys alive. */
+#define DICT_MEMO 8
+typedef struct {
+    PyObject *node; /* strong or NULL: (K_DICT, None, n, sorted keys) */
+    uint8_t perm[SMALL_DICT];
+    int permuted;
+} DictMemo;
+static DictMemo dict_memo[DICT_MEMO];
+
 /* A dict whose keys are all exact str or all exact int, with at most
- * SMALL_DICT entries: one pass over it and an insertion sort. The result is
- * what the general path gives, since nothing here can run user code.
+ * SMALL_DICT entries: one pass over it and an insertion sort (or the
+ * memo's order, for the keys of the last such dict). The result is what the
+ * general path gives, since nothing here can run user code.
  * Returns 1 done, 0 not such a dict, -1 error. */
 static int
 classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
 {
-    PyObject *ks[SMALL_DICT], *vs[SMALL_DICT], *ins[SMALL_DICT];
+    /* keys and values in insertion order (ins, vi), then in key order (ks, vs) */
+    PyObject *ks[SMALL_DICT], *vs[SMALL_DICT], *ins[SMALL_DICT], *vi[SMALL_DICT];
     Py_ssize_t n = PyDict_GET_SIZE(obj), pos = 0, i = 0;
     PyObject *k, *v;
     if (n > SMALL_DICT) {
@@ -1868,8 +1882,8 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
             k = p[0];
             str &= PyUnicode_CheckExact(k);
             num &= PyLong_CheckExact(k);
-            ks[i] = ins[i] = k;
-            vs[i] = p[1];
+            ins[i] = k;
+            vi[i] = p[1];
         }
     }
     else
@@ -1877,41 +1891,73 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
         while (PyDict_Next(obj, &pos, &k, &v)) {
             str &= PyUnicode_CheckExact(k);
             num &= PyLong_CheckExact(k);
-            ks[i] = ins[i] = k;
-            vs[i] = v;
+            ins[i] = k;
+            vi[i] = v;
             i++;
         }
     if (!(str || num) || i != n) {
         return 0;
     }
-    int permuted = 0;
-    for (Py_ssize_t a = 1; a < n; a++) {
-        PyObject *kk = ks[a], *vv = vs[a];
-        Py_ssize_t b = a;
-        while (b > 0 && key_lt(kk, ks[b - 1], str)) {
-            ks[b] = ks[b - 1];
-            vs[b] = vs[b - 1];
-            b--;
-        }
-        if (b != a) {
-            permuted = 1;
-            ks[b] = kk;
-            vs[b] = vv;
-        }
-    }
     PyObject *tkeys = NULL, *values = NULL, *order = NULL;
+    int permuted = 0, remember = 0;
+    uint8_t perm[SMALL_DICT];
+    DictMemo *m = &dict_memo[n ? (((size_t)ins[0] >> 4) ^ (size_t)n) % DICT_MEMO : 0];
     f->node = NULL;
-    if (c->last_dict_node != NULL) {
-        /* the same keys as the last dict: its node and keys serve again */
-        PyObject *lk = PyTuple_GET_ITEM(c->last_dict_node, 3);
+    if (m->node != NULL) {
+        PyObject *lk = PyTuple_GET_ITEM(m->node, 3);
         if (PyTuple_GET_SIZE(lk) == n) {
-            for (i = 0; i < n && PyTuple_GET_ITEM(lk, i) == ks[i]; i++) {
+            for (i = 0; i < n && PyTuple_GET_ITEM(lk, m->perm[i]) == ins[i]; i++) {
             }
             if (i == n) {
-                Py_INCREF(lk);
-                tkeys = lk;
-                Py_INCREF(c->last_dict_node);
-                f->node = c->last_dict_node;
+                /* the memo's keys, in the memo's order: its node serves */
+                for (i = 0; i < n; i++) {
+                    ks[m->perm[i]] = ins[i];
+                    vs[m->perm[i]] = vi[i];
+                }
+                permuted = m->permuted;
+                tkeys = Py_NewRef(lk);
+                f->node = Py_NewRef(m->node);
+            }
+        }
+    }
+    if (f->node == NULL) {
+        /* insertion sort; at[j] is where the j-th key in key order was inserted */
+        uint8_t at[SMALL_DICT];
+        for (i = 0; i < n; i++) {
+            ks[i] = ins[i];
+            vs[i] = vi[i];
+            at[i] = (uint8_t)i;
+        }
+        for (Py_ssize_t a = 1; a < n; a++) {
+            PyObject *kk = ks[a], *vv = vs[a];
+            Py_ssize_t b = a;
+            while (b > 0 && key_lt(kk, ks[b - 1], str)) {
+                ks[b] = ks[b - 1];
+                vs[b] = vs[b - 1];
+                at[b] = at[b - 1];
+                b--;
+            }
+            if (b != a) {
+                permuted = 1;
+                ks[b] = kk;
+                vs[b] = vv;
+                at[b] = (uint8_t)a;
+            }
+        }
+        for (i = 0; i < n; i++) {
+            perm[at[i]] = (uint8_t)i;
+        }
+        remember = 1;
+        if (m->node != NULL) {
+            /* the memo's keys in another insertion order: its node serves */
+            PyObject *lk = PyTuple_GET_ITEM(m->node, 3);
+            if (PyTuple_GET_SIZE(lk) == n) {
+                for (i = 0; i < n && PyTuple_GET_ITEM(lk, i) == ks[i]; i++) {
+                }
+                if (i == n) {
+                    tkeys = Py_NewRef(lk);
+                    f->node = Py_NewRef(m->node);
+                }
             }
         }
     }
@@ -1928,12 +1974,6 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
             f->direct_n = n;
         }
     }
-    int no_names = tkeys == NULL && f->direct_n && !c->mode;
-    if (no_names) {
-        /* leaves only, and no child to visit: no names are needed */
-        Py_INCREF(empty_tuple);
-        tkeys = empty_tuple;
-    }
     if (tkeys == NULL && (tkeys = seq_of(0, ks, n)) == NULL) {
         goto fail;
     }
@@ -1949,14 +1989,18 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
             goto fail;
         }
     }
-    if (f->node == NULL && !no_names) {
-        /* made in every mode: for leaves(), its keys serve the next such dict */
+    if (f->node == NULL) {
+        /* made in every mode: for leaves(), it is the memo for the next such dict */
         f->node = make_node(K_DICT, Py_None, n, tkeys);
         if (f->node == NULL) {
             goto fail;
         }
-        Py_INCREF(f->node);
-        Py_XSETREF(c->last_dict_node, f->node);
+    }
+    if (remember) {
+        /* after the last allocation: nothing can run between here and the end */
+        memcpy(m->perm, perm, (size_t)n);
+        m->permuted = permuted;
+        Py_XSETREF(m->node, Py_NewRef(f->node));
     }
     if (!c->mode) {
         Py_CLEAR(f->node);

@@ -1108,3 +1108,72 @@ def test_endless_leaves_are_an_error_not_a_hang() -> None:
     for leaves in (itertools.count(), iter(range(10**9)), (i for i in itertools.repeat(0))):
         a, b = same_outcome("unflatten", spec, leaves)
         assert a[0] == "raise" and a[2].endswith("but more than 3 were given")
+
+
+KEY_POOL = ["a", "b", "k0", "k1", "zz", "é", "\U0001f600", 3, -1, 10**30]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(),  # str keys or int keys
+            st.permutations(range(5)),  # an insertion order
+            st.integers(0, 5),  # how many keys
+            st.sampled_from(["leaves", "nested"]),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_dict_key_order_memo_across_calls(plan: list) -> None:
+    """The C engine remembers the key order of the last small dicts it met, by
+    key identity, across calls: dicts of the same keys in other insertion
+    orders, of other keys in the same memo slot, and in between calls, must
+    come out as the pure engine has them."""
+    strs, ints = KEY_POOL[:7], [k for k in KEY_POOL if isinstance(k, int)] + [7, 8]
+    for use_str, order, n, shape in plan:
+        pool = strs if use_str else ints
+        keys = [pool[i % len(pool)] for i in order[:n]]
+        d = {k: [i] if shape == "nested" else i for i, k in enumerate(keys)}
+        check_engines_agree(d)
+        check_engines_agree([d, {"x": d}, d])
+
+
+def test_dict_key_order_memo_survives_reentrant_calls() -> None:
+    """A finalizer run by the GC in the middle of a flatten flattens other dicts
+    (so the memo changes under the outer call): both calls stay exact."""
+    seen: list = []
+
+    class Reenter:
+        def __init__(self) -> None:
+            self.me = self  # a cycle: only the GC frees it
+
+        def __del__(self) -> None:
+            for keys in (("b", "a"), ("a", "b"), ("k1", "k0"), ("zz", "a", "b")):
+                d = dict.fromkeys(keys, 0)
+                seen.append(_speedups.flatten(d, None, None)[1] == _pure.flatten(d, None, None)[1])
+
+    old = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)  # collect at almost every allocation
+    try:
+        for _ in range(200):
+            Reenter()
+            tree = [{"b": 1, "a": 2}, {"a": 3, "b": 4}, {"k1": 5, "k0": {"zz": 6, "a": 7}}]
+            check_engines_agree(tree)
+    finally:
+        gc.set_threshold(*old)
+        gc.collect()
+    assert seen and all(seen)
+
+
+def test_dict_key_order_memo_holds_a_bounded_number_of_references() -> None:
+    key = "".join(["memo", "-key"])  # a str of its own, not interned
+    before = sys.getrefcount(key)
+    for i in range(1000):
+        _speedups.flatten({key: i, "other": i}, None, None)
+        _speedups.leaves([{key: i}, {"b": 1, key: 2}], None, None)
+    assert sys.getrefcount(key) <= before + 8  # a memo of 8 nodes, at most
+    for i in range(200):  # other dicts of every size push it out of every slot
+        _speedups.leaves({f"k{j}-{i}": j for j in range(i % 9)}, None, None)
+    assert sys.getrefcount(key) <= before + 8
