@@ -1378,6 +1378,7 @@ typedef struct {
     PyObject *pycache; /* the pure engine's per-call cache, made when first needed */
     int atom_leaf[6];
     PyTypeObject *last_leaf; /* the type of the last leaf classified by type */
+    int dict_misses;          /* small dicts in a row not found in dict_memo */
     PyObject *seq_nodes[2][16]; /* strong where seq_made has the bit: this call's tuple and
                                    list nodes by arity */
     uint32_t seq_made;
@@ -1427,6 +1428,7 @@ ctx_init(Ctx *c, PyObject *is_leaf, PyObject *rules, int mode)
     c->rules = NULL;
     c->pycache = NULL;
     c->last_leaf = NULL;
+    c->dict_misses = 0;
     c->seq_made = 0;
     c->is_leaf = is_leaf == Py_None ? NULL : is_leaf;
     c->mode = mode;
@@ -1843,20 +1845,53 @@ key_lt(PyObject *a, PyObject *b, int str)
     return PyObject_RichCompareBool(a, b, Py_LT);
 }
 
-/* The nodes of the last small dicts met, across calls, by a hash of the
- * first key's address: a dict with the same key objects in the same
+/* The key orders of the last small dicts met, across calls, by a hash of
+ * the first key's address: a dict with the same key objects in the same
  * insertion order (exact str or int, so their order never changes) takes its
- * node and its key order from here instead of sorting again. perm[i] is the
- * sorted position of the i-th key in insertion order. Only
- * classify_small_dict reads or sets these, with no allocation (so no GC, no
- * user code) between reading and using them. They hold the keys alive. */
+ * key order, and its node once one was made, from here instead of sorting
+ * again. perm[i] is the sorted position of the i-th key in insertion order.
+ * Only classify_small_dict reads or writes an entry; it writes a whole entry
+ * at once from its own copies, with no allocation (so no GC, no finalizer,
+ * no reentrant call) in between, and lets go of the old references last.
+ * The entries hold their keys alive: at most DICT_MEMO * SMALL_DICT. */
 #define DICT_MEMO 8
+/* misses in a row in one call after which it stops writing entries: a tree of
+ * dicts made with fresh key objects never hits, and would pay for nothing */
+#define DICT_MEMO_MISSES 8
 typedef struct {
-    PyObject *node; /* strong or NULL: (K_DICT, None, n, sorted keys) */
+    Py_ssize_t n;                /* -1 when unused */
+    PyObject *keys[SMALL_DICT];  /* strong: in key order */
     uint8_t perm[SMALL_DICT];
     int permuted;
+    PyObject *node; /* strong or NULL: (K_DICT, None, n, keys) once made */
 } DictMemo;
-static DictMemo dict_memo[DICT_MEMO];
+static DictMemo dict_memo[DICT_MEMO] = {
+    {.n = -1}, {.n = -1}, {.n = -1}, {.n = -1}, {.n = -1}, {.n = -1}, {.n = -1}, {.n = -1},
+};
+
+static void
+dict_memo_write(DictMemo *m, PyObject *const *ks, Py_ssize_t n, const uint8_t *perm,
+                int permuted, PyObject *node)
+{
+    PyObject *old[SMALL_DICT], *old_node = m->node;
+    Py_ssize_t old_n = m->n;
+    for (Py_ssize_t i = 0; i < old_n; i++) {
+        old[i] = m->keys[i];
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        m->keys[i] = Py_NewRef(ks[i]);
+        m->perm[i] = perm[i];
+    }
+    m->n = n;
+    m->permuted = permuted;
+    m->node = Py_XNewRef(node);
+    /* only now: a key or node freed here runs no user code, but keep the
+     * entry whole whatever happens */
+    for (Py_ssize_t i = 0; i < old_n; i++) {
+        Py_DECREF(old[i]);
+    }
+    Py_XDECREF(old_node);
+}
 
 /* A dict whose keys are all exact str or all exact int, with at most
  * SMALL_DICT entries: one pass over it and an insertion sort (or the
@@ -1882,8 +1917,8 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
             k = p[0];
             str &= PyUnicode_CheckExact(k);
             num &= PyLong_CheckExact(k);
-            ins[i] = k;
-            vi[i] = p[1];
+            ks[i] = ins[i] = k;
+            vs[i] = vi[i] = p[1];
         }
     }
     else
@@ -1891,41 +1926,46 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
         while (PyDict_Next(obj, &pos, &k, &v)) {
             str &= PyUnicode_CheckExact(k);
             num &= PyLong_CheckExact(k);
-            ins[i] = k;
-            vi[i] = v;
+            ks[i] = ins[i] = k;
+            vs[i] = vi[i] = v;
             i++;
         }
     if (!(str || num) || i != n) {
         return 0;
     }
-    PyObject *tkeys = NULL, *values = NULL, *order = NULL;
-    int permuted = 0, remember = 0;
+    PyObject *tkeys = NULL, *values = NULL, *order = NULL, *memo_node = NULL;
+    int permuted = 0, hit = 0, remember = 0;
     uint8_t perm[SMALL_DICT];
     DictMemo *m = &dict_memo[n ? (((size_t)ins[0] >> 4) ^ (size_t)n) % DICT_MEMO : 0];
     f->node = NULL;
-    if (m->node != NULL) {
-        PyObject *lk = PyTuple_GET_ITEM(m->node, 3);
-        if (PyTuple_GET_SIZE(lk) == n) {
-            for (i = 0; i < n && PyTuple_GET_ITEM(lk, m->perm[i]) == ins[i]; i++) {
-            }
-            if (i == n) {
-                /* the memo's keys, in the memo's order: its node serves */
-                for (i = 0; i < n; i++) {
-                    ks[m->perm[i]] = ins[i];
-                    vs[m->perm[i]] = vi[i];
-                }
-                permuted = m->permuted;
-                tkeys = Py_NewRef(lk);
-                f->node = Py_NewRef(m->node);
+    if (m->n == n) {
+        for (i = 0; i < n && m->keys[m->perm[i]] == ins[i]; i++) {
+        }
+        hit = i == n;
+    }
+    if (hit) {
+        /* the memo's keys, in the memo's insertion order: its order serves
+         * (ks and vs are in key order already when the keys were inserted so) */
+        permuted = m->permuted;
+        if (permuted) {
+            for (i = 0; i < n; i++) {
+                ks[m->perm[i]] = ins[i];
+                vs[m->perm[i]] = vi[i];
             }
         }
+        memo_node = m->node;
+        if (memo_node == NULL) { /* a node made below is written back with it */
+            memcpy(perm, m->perm, (size_t)n);
+        }
+        c->dict_misses = 0;
     }
-    if (f->node == NULL) {
-        /* insertion sort; at[j] is where the j-th key in key order was inserted */
+    else {
+        /* insertion sort; at[j] is where the j-th key in key order was
+         * inserted, kept while this call may still write the memo */
         uint8_t at[SMALL_DICT];
+        remember = c->dict_misses < DICT_MEMO_MISSES;
+        c->dict_misses += remember; /* stops at DICT_MEMO_MISSES */
         for (i = 0; i < n; i++) {
-            ks[i] = ins[i];
-            vs[i] = vi[i];
             at[i] = (uint8_t)i;
         }
         for (Py_ssize_t a = 1; a < n; a++) {
@@ -1944,22 +1984,23 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
                 at[b] = (uint8_t)a;
             }
         }
-        for (i = 0; i < n; i++) {
-            perm[at[i]] = (uint8_t)i;
-        }
-        remember = 1;
-        if (m->node != NULL) {
-            /* the memo's keys in another insertion order: its node serves */
-            PyObject *lk = PyTuple_GET_ITEM(m->node, 3);
-            if (PyTuple_GET_SIZE(lk) == n) {
-                for (i = 0; i < n && PyTuple_GET_ITEM(lk, i) == ks[i]; i++) {
-                }
-                if (i == n) {
-                    tkeys = Py_NewRef(lk);
-                    f->node = Py_NewRef(m->node);
-                }
+        if (remember) {
+            for (i = 0; i < n; i++) {
+                perm[at[i]] = (uint8_t)i;
             }
         }
+        if (m->n == n && m->node != NULL) {
+            /* the memo's keys in another insertion order: its node serves */
+            for (i = 0; i < n && m->keys[i] == ks[i]; i++) {
+            }
+            if (i == n) {
+                memo_node = m->node;
+            }
+        }
+    }
+    if (memo_node != NULL) {
+        tkeys = Py_NewRef(PyTuple_GET_ITEM(memo_node, 3));
+        f->node = Py_NewRef(memo_node);
     }
     f->direct_n = 0;
     if (c->is_leaf == NULL && c->mode != 2 && n > 0) {
@@ -1973,6 +2014,11 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
             memcpy(f->direct, vs, n * sizeof(PyObject *));
             f->direct_n = n;
         }
+    }
+    /* leaves only, and no child to visit: no names are needed */
+    int no_names = tkeys == NULL && f->direct_n && !c->mode;
+    if (no_names) {
+        tkeys = Py_NewRef(empty_tuple);
     }
     if (tkeys == NULL && (tkeys = seq_of(0, ks, n)) == NULL) {
         goto fail;
@@ -1989,18 +2035,18 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
             goto fail;
         }
     }
-    if (f->node == NULL) {
-        /* made in every mode: for leaves(), it is the memo for the next such dict */
+    int made = 0;
+    if (f->node == NULL && !no_names) {
+        /* made in every mode that names the keys: the memo keeps it */
         f->node = make_node(K_DICT, Py_None, n, tkeys);
         if (f->node == NULL) {
             goto fail;
         }
+        made = 1;
     }
-    if (remember) {
-        /* after the last allocation: nothing can run between here and the end */
-        memcpy(m->perm, perm, (size_t)n);
-        m->permuted = permuted;
-        Py_XSETREF(m->node, Py_NewRef(f->node));
+    if (remember || (made && hit)) {
+        /* after the last allocation, from this call's own copies */
+        dict_memo_write(m, ks, n, perm, permuted, f->node);
     }
     if (!c->mode) {
         Py_CLEAR(f->node);

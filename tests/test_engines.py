@@ -1177,3 +1177,25 @@ def test_dict_key_order_memo_holds_a_bounded_number_of_references() -> None:
     for i in range(200):  # other dicts of every size push it out of every slot
         _speedups.leaves({f"k{j}-{i}": j for j in range(i % 9)}, None, None)
     assert sys.getrefcount(key) <= before + 8
+
+
+def test_dict_key_order_memo_entry_gains_its_node_later() -> None:
+    """leaves() remembers a dict's order without a node; a later flatten of the
+    same keys finds the order, makes the node and writes it back."""
+    for keys in (("b", "a", "c"), ("k0", "k1"), (2, 1, 3), ("z",)):
+        d = dict.fromkeys(keys, 0)
+        for op in ("leaves", "leaves", "flatten", "flatten", "flatten_with_path"):
+            same = same_outcome(op, d, None, None)
+            if op != "leaves":
+                check_specs_equal(same[0][1][1], same[1][1][1])
+        check_engines_agree([d, d, {"x": d}])
+
+
+def test_dict_key_order_memo_stops_writing_after_misses_in_a_row() -> None:
+    """A tree of dicts made with fresh key objects misses every time; after a
+    few misses the call stops writing the memo, and every dict is still exact."""
+    fresh = [{"".join(["k", str(j)]): j for j in (3, 1, 2, 0)} for _ in range(40)]
+    same_keys = dict.fromkeys(("q", "p"), 1)
+    tree = [*fresh, same_keys, same_keys, *fresh[:3], same_keys]
+    check_engines_agree(tree)
+    check_engines_agree(tree)
