@@ -183,6 +183,7 @@ fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         if (strcmp(shapes[i].name, name) == 0) {
             sh = &shapes[i];
+            break;
         }
     }
     if (sh == NULL) {

@@ -756,7 +756,6 @@ plan_for(TypeEntry *e)
     return plan_saved(e) ? 0 : plan_made(e);
 }
 
-/* Decide an entry's plan again if its class changed since it was made. */
 /* Whether an entry's plan still holds: its class is unchanged since. */
 static inline int
 entry_fresh(TypeEntry *e)
@@ -764,6 +763,7 @@ entry_fresh(TypeEntry *e)
     return e->version != 0 && type_version(e->type) == e->version;
 }
 
+/* Decide an entry's plan again if its class changed since it was made. */
 static int
 entry_refresh(TypeEntry *e)
 {
@@ -1894,9 +1894,9 @@ dict_memo_write(DictMemo *m, PyObject *const *ks, Py_ssize_t n, const uint8_t *p
 }
 
 /* A dict whose keys are all exact str or all exact int, with at most
- * SMALL_DICT entries: one pass over it and an insertion sort (or the
- * memo's order, for the keys of the last such dict). The result is what the
- * general path gives, since nothing here can run user code.
+ * SMALL_DICT entries: one pass over it and an insertion sort (or, for keys
+ * that dict_memo has, its order). The result is what the general path gives,
+ * since nothing here can run user code.
  * Returns 1 done, 0 not such a dict, -1 error. */
 static int
 classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
