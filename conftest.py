@@ -11,4 +11,13 @@ process, under a timeout (as tests/test_docs_examples.py runs a docs page that
 starts a process group).
 """
 
+import importlib.util
+
 collect_ignore = ["pytree_kit/torch/_distributed.py"]
+
+# Without torch (every Python but the one its wheel is for), the modules that
+# import torch at the top are not collected: pytree_kit.torch's doctests and
+# the helper modules of the torch tests, which are not tests themselves. The
+# torch tests skip on their own (pytest.importorskip).
+if importlib.util.find_spec("torch") is None:
+    collect_ignore += ["pytree_kit/torch", "tests/dist_worker.py", "tests/tracing_models.py"]

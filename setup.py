@@ -1,17 +1,53 @@
 """Builds the optional C engine, pytree_kit._speedups.
 
 Everything else is in pyproject.toml. When the extension cannot be compiled
-(no compiler, another Python implementation), the install goes on and
-pytree_kit uses its pure-Python engine; set PYTREE_KIT_REQUIRE_C=1 to make
-that an error instead.
+(no compiler, no Python headers, another Python implementation), the install
+says so in one line starting with ``pytree_kit:`` and goes on with the
+pure-Python engine; ``pytree_kit.engine_info()`` then says which engine runs
+and why. Set these in the environment of the build:
+
+- ``PYTREE_KIT_REQUIRE_C=1``: a C engine that cannot be built is an error.
+- ``PYTREE_KIT_NO_FAST_PATHS=1``: build the C engine without the fast paths
+  that read CPython's own layouts (for testing the fallbacks; slower).
+- ``PYTREE_KIT_CFLAGS`` / ``PYTREE_KIT_LDFLAGS``: extra compiler and linker
+  flags (the sanitizer builds, ``-Werror`` in CI).
 """
 
 import os
 import platform
+import sys
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
-require_c = os.environ.get("PYTREE_KIT_REQUIRE_C", "") not in ("", "0")
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+require_c = _flag("PYTREE_KIT_REQUIRE_C")
+FALLBACK = (
+    "pytree_kit: the C engine could not be built ({why}); installing the pure-Python "
+    "engine, which is 10 to 20 times slower (set PYTREE_KIT_REQUIRE_C=1 to make this an error)"
+)
+
+
+class BuildExt(build_ext):
+    """build_ext that, unless the C engine is required, turns a failed build
+    into one clear line and an install of the pure engine."""
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # no compiler, a compiler or a linker error
+            if require_c:
+                raise
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())
+            if len(why) > 200:
+                why = why[:200] + "..."
+            print(FALLBACK.format(why=why), file=sys.stderr, flush=True)
+
+
 ext_modules = []
 if platform.python_implementation() == "CPython" or require_c:
     ext_modules.append(
@@ -19,10 +55,11 @@ if platform.python_implementation() == "CPython" or require_c:
             "pytree_kit._speedups",
             sources=["pytree_kit/_speedups.c", "pytree_kit/_fastcall.c"],
             depends=["pytree_kit/_speedups.h"],
-            optional=not require_c,
+            optional=not require_c,  # with the extension missing, the install goes on
+            define_macros=[("PK_NO_FAST_PATHS", "1")] if _flag("PYTREE_KIT_NO_FAST_PATHS") else [],
             extra_compile_args=os.environ.get("PYTREE_KIT_CFLAGS", "").split(),
             extra_link_args=os.environ.get("PYTREE_KIT_LDFLAGS", "").split(),
         )
     )
 
-setup(ext_modules=ext_modules)
+setup(ext_modules=ext_modules, cmdclass={"build_ext": BuildExt})

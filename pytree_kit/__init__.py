@@ -11,10 +11,11 @@ Examples:
 
 from __future__ import annotations
 
-from ._engine import ENGINE
+from ._engine import ENGINE, engine_info
 from ._keys import DictKey, GetAttrKey, SequenceKey, keystr
 from ._kinds import Rule
 from ._spec import TreeSpec
+from ._version import __version__
 from .api import (
     flatten,
     flatten_with_path,
@@ -29,8 +30,6 @@ from .api import (
     unflatten,
 )
 
-__version__ = "0.1.0"
-
 __all__ = [
     "ENGINE",
     "DictKey",
@@ -38,6 +37,8 @@ __all__ = [
     "Rule",
     "SequenceKey",
     "TreeSpec",
+    "__version__",
+    "engine_info",
     "flatten",
     "flatten_with_path",
     "keystr",

@@ -1,6 +1,8 @@
 """Chooses the engine: the C extension when importable, else the pure one.
 
 ``PYTREE_KIT_PURE=1`` in the environment forces the pure engine.
+``engine_info()`` says which engine runs, why, and which of the C engine's
+fast paths are on for this interpreter.
 
 On a free-threaded CPython (PEP 703) running without the GIL, the pure engine
 is chosen too: the C engine relies on the GIL (its per-type cache and its
@@ -13,10 +15,13 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import sys
+import sysconfig
 from typing import Any, Callable, Optional, TypeVar
 
 from . import _pure, _spec
+from ._version import __version__
 
 
 def wants_c(setting: Optional[str], gil_enabled: Optional[Callable[[], bool]]) -> bool:
@@ -37,15 +42,77 @@ def wants_c(setting: Optional[str], gil_enabled: Optional[Callable[[], bool]]) -
 
 
 impl: Any = _pure
-if wants_c(os.environ.get("PYTREE_KIT_PURE"), getattr(sys, "_is_gil_enabled", None)):
+#: why ``impl`` is the engine it is, in words (``engine_info()["reason"]``)
+_reason = ""
+_setting = os.environ.get("PYTREE_KIT_PURE")
+if wants_c(_setting, getattr(sys, "_is_gil_enabled", None)):
     try:
         from . import _speedups
-    except ImportError:  # not built (no compiler, or not CPython)
+    except ImportError as exc:  # not built (no compiler, or not CPython)
         impl = _pure
+        _reason = f"the C extension could not be imported ({exc})"
     else:
         impl = _speedups
+        _reason = "the C extension is built and imported"
+        if _setting == "0":
+            _reason += " (PYTREE_KIT_PURE=0)"
+elif _setting not in (None, "", "0"):
+    _reason = f"PYTREE_KIT_PURE={_setting} is set"
+else:
+    _reason = "this free-threaded Python runs without the GIL, which the C engine relies on"
 
 ENGINE: str = impl.NAME
+
+#: the C engine's fast paths (_speedups.c says what each reads, and on which versions)
+FAST_PATH_NAMES = ("type_version_tags", "int_digits", "instance_values", "dict_tables")
+#: the first and last CPython versions on which they were validated (as the C
+#: engine's PK_VALIDATED_PYTHON; tests/test_versions.py checks the two agree)
+VALIDATED_PYTHONS = ((3, 10), (3, 13))
+
+
+def engine_info() -> dict[str, Any]:
+    """Which engine runs pytree_kit here, why, and which fast paths are on.
+
+    Paste it into a report about speed: the C engine reads some of CPython's
+    own layouts directly, only on the versions where that was validated and
+    after checking them on import; everywhere else it reads through CPython's
+    public API, with the same results, more slowly.
+
+    Keys: ``pytree_kit`` (its version), ``engine`` (``"c"`` or ``"python"``,
+    as ``ENGINE``), ``reason``, ``python``, ``implementation``,
+    ``free_threaded``, ``validated_python`` (whether the C engine's fast paths
+    were validated on this Python version), ``no_fast_paths`` (a build that
+    leaves them out: ``PYTREE_KIT_NO_FAST_PATHS=1``), ``fast_paths`` (each one,
+    on or off), ``extension`` (the C engine's file, or None) and ``platform``.
+
+    Examples:
+        >>> import pytree_kit as pk
+        >>> info = pk.engine_info()
+        >>> info["engine"] == pk.ENGINE
+        True
+        >>> sorted(info["fast_paths"])
+        ['dict_tables', 'instance_values', 'int_digits', 'type_version_tags']
+    """
+    c = impl is not _pure
+    fast = dict(impl.FAST_PATHS) if c else {}
+    free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    return {
+        "pytree_kit": __version__,
+        "engine": ENGINE,
+        "reason": _reason,
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "free_threaded": free_threaded,
+        "validated_python": VALIDATED_PYTHONS[0] <= sys.version_info[:2] <= VALIDATED_PYTHONS[1]
+        and platform.python_implementation() == "CPython"
+        and not free_threaded,
+        "no_fast_paths": bool(impl.NO_FAST_PATHS) if c else False,
+        "fast_paths": {name: bool(fast.get(name, False)) for name in FAST_PATH_NAMES},
+        "extension": getattr(impl, "__file__", None) if c else None,
+        "platform": platform.platform(),
+    }
+
+
 _spec._impl = impl
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -27,6 +27,38 @@
 #include <string.h>
 
 /* ------------------------------------------------------------------------ */
+/* Fast paths that read CPython's own layouts
+ *
+ * Each is compiled only for the CPython versions on which it was validated
+ * (PK_VALIDATED_PYTHON below: 3.10 to 3.13, with the GIL), and checked again when the
+ * module is imported; a check that fails leaves its path off, and the engine
+ * reads through the public API instead, more slowly, with the same results.
+ * Building with PYTREE_KIT_NO_FAST_PATHS=1 (which defines PK_NO_FAST_PATHS)
+ * leaves every one out, so that the suite can show the fallbacks are right.
+ * They are listed, on or off, in FAST_PATHS (pytree_kit.engine_info()):
+ *   type_version_tags  a class's plan is remembered while its tp_version_tag
+ *                      holds (3.10-3.13; VERSION_TAGS, version_tags_check)
+ *   int_digits         a one-digit int's value read from ob_digit (3.10, 3.11;
+ *                      3.12 on has PyUnstable_Long_CompactValue; INT_DIGITS,
+ *                      int_digits_check)
+ *   instance_values    a record's fields read from its inline values (3.11;
+ *                      LAYOUT_311, values_reads_check)
+ *   dict_tables        a dict's table read and copied directly (3.11;
+ *                      LAYOUT_311, dict_layout_check) */
+#if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030E0000
+#define PK_VALIDATED_PYTHON 1
+#else
+#define PK_VALIDATED_PYTHON 0
+#endif
+#ifdef PK_NO_FAST_PATHS
+#define PK_VALIDATED 0
+#else
+#define PK_VALIDATED PK_VALIDATED_PYTHON
+#endif
+#define VERSION_TAGS PK_VALIDATED
+#define INT_DIGITS (PK_VALIDATED && PY_VERSION_HEX < 0x030C0000)
+
+/* ------------------------------------------------------------------------ */
 /* Kinds: keep in step with _kinds.py */
 
 enum {
@@ -165,15 +197,28 @@ type_attr(PyTypeObject *t, PyObject *name, PyObject **out)
     return 0;
 }
 
-static unsigned int
+/* set on import by version_tags_check, where compiled */
+static int version_tags_ok;
+
+/* A class's version tag, or 0 when it has no valid one (or the tags are not
+ * used here: then every plan is decided again when it is needed). Up to 3.12
+ * CPython marks a valid tag with Py_TPFLAGS_VALID_VERSION_TAG; 3.13 no longer
+ * sets that flag, and a tag is valid when it is not 0 (PyType_Modified sets it
+ * to 0 on every version). */
+static inline unsigned int
 type_version(PyTypeObject *t)
 {
-#ifdef Py_TPFLAGS_VALID_VERSION_TAG
+#if VERSION_TAGS
+#if PY_VERSION_HEX < 0x030D0000
     if (!PyType_HasFeature(t, Py_TPFLAGS_VALID_VERSION_TAG)) {
         return 0;
     }
 #endif
-    return t->tp_version_tag;
+    return version_tags_ok ? t->tp_version_tag : 0;
+#else
+    (void)t;
+    return 0;
+#endif
 }
 
 /* ------------------------------------------------------------------------ */
@@ -198,7 +243,7 @@ type_version(PyTypeObject *t)
 /* set on import by values_reads_check and dict_layout_check, where compiled */
 static int values_reads_ok, dict_layout_ok;
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && !defined(Py_GIL_DISABLED)
+#if PK_VALIDATED && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
 #define LAYOUT_311 1
 /* CPython 3.11's layout (Include/internal/pycore_object.h and pycore_dict.h):
  * an instance of a class with Py_TPFLAGS_MANAGED_DICT has, 4 pointers before
@@ -719,6 +764,9 @@ plan_saved(TypeEntry *e)
     return 0;
 }
 
+/* how many plans make_plan has made (for tests: _plans_made()) */
+static Py_ssize_t plans_made;
+
 /* make_plan, and remember what it found; may run user code (the class's
  * descriptors, its fields' metadata). */
 static int
@@ -727,6 +775,7 @@ plan_made(TypeEntry *e)
     PyTypeObject *t = e->type;
     SavedPlan *sp = saved_slot(t);
     unsigned int tv, mv;
+    plans_made++;
     if (make_plan(e) < 0) {
         return -1;
     }
@@ -2329,7 +2378,7 @@ dict_order(PyObject *node, PyObject *obj, PyObject *names)
  * one is), up to the first that is not: new references into leaves, and as
  * many leaf nodes into nodes unless it is NULL; fr->pos moves past them. Not
  * inlined: walk's loop is short of registers. */
-Py_NO_INLINE static int
+PK_NO_INLINE static int
 leaf_run_out(Ctx *c, Frame *fr, Vec *leaves, Vec *nodes)
 {
     PyObject **items = seq_items(fr->children);
@@ -2712,6 +2761,9 @@ spec_parts(PyObject *spec, PyObject **nodes, PyObject **orders, Py_ssize_t *num_
     return 0;
 }
 
+/* set on import by int_digits_check, where compiled */
+static int int_digits_ok;
+
 /* The value of an exact int known to be small and non-negative, read
  * without a call when the representation allows; -1 (maybe with an error
  * set) otherwise. */
@@ -2722,13 +2774,16 @@ small_long(PyObject *o)
     if (PyUnstable_Long_IsCompact((PyLongObject *)o)) {
         return (Py_ssize_t)PyUnstable_Long_CompactValue((PyLongObject *)o);
     }
-#else
-    Py_ssize_t size = Py_SIZE(o);
-    if (size == 0) {
-        return 0;
-    }
-    if (size == 1) {
-        return (Py_ssize_t)((PyLongObject *)o)->ob_digit[0];
+#elif INT_DIGITS
+    /* up to 3.11: the sign and number of digits in ob_size, then the digits */
+    if (int_digits_ok) {
+        Py_ssize_t size = Py_SIZE(o);
+        if (size == 0) {
+            return 0;
+        }
+        if (size == 1) {
+            return (Py_ssize_t)((PyLongObject *)o)->ob_digit[0];
+        }
     }
 #endif
     return PyLong_AsSsize_t(o);
@@ -2886,7 +2941,7 @@ typedef struct {
     Template v[TEMPLATES];
 } Templates;
 
-static Py_NO_INLINE void
+static PK_NO_INLINE void
 templates_clear(Templates *t)
 {
     for (int i = 0; i < TEMPLATES; i++) {
@@ -2992,7 +3047,7 @@ dict_from_template(Template *e, PyObject *const *vals, Py_ssize_t n, Py_ssize_t 
 /* dict(zip(keys, vals[0], vals[step], ...)) inserted in key order, from a
  * template when these keys were met before in this call: a new reference, the
  * references in vals now the dict's; or NULL on error, vals untouched. */
-static Py_NO_INLINE PyObject *
+static PK_NO_INLINE PyObject *
 dict_of(Templates *t, PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step)
 {
     PyObject *d;
@@ -3262,7 +3317,7 @@ read_leaves(PyObject *leaves, Py_ssize_t n)
 
 /* The node index of orders[i], a pair checked to start with an exact int
  * that fits. Not inlined: the unflatten loop is short of registers. */
-Py_NO_INLINE static Py_ssize_t
+PK_NO_INLINE static Py_ssize_t
 order_index(PyObject *orders, Py_ssize_t i)
 {
     return small_long(PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, i), 0));
@@ -4040,6 +4095,14 @@ pk_flatten_up_to(PyObject *spec, PyObject *tree)
     return sp_flatten_up_to(NULL, args, 2);
 }
 
+/* _plans_made(): how many times the engine has worked out how to read a
+ * class (for tests: a class met again, unchanged, is not read again) */
+static PyObject *
+sp_plans_made(PyObject *self, PyObject *unused)
+{
+    return PyLong_FromSsize_t(plans_made);
+}
+
 static PyMethodDef methods[] = {
     {"flatten", (PyCFunction)(void (*)(void))sp_flatten, METH_FASTCALL,
      "flatten(tree, is_leaf=None, rules=None) -> (leaves, spec)"},
@@ -4053,6 +4116,8 @@ static PyMethodDef methods[] = {
      "flatten_up_to(spec, tree, label='the spec', other='the tree') -> leaves"},
     {"_field_codes", (PyCFunction)(void (*)(void))sp_field_codes, METH_FASTCALL,
      "_field_codes(cls, names) -> how each field is read (for tests)"},
+    {"_plans_made", sp_plans_made, METH_NOARGS,
+     "_plans_made() -> how many times a class's plan was worked out (for tests)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -4192,6 +4257,84 @@ dict_layout_check(void)
 }
 #endif
 
+#if VERSION_TAGS
+/* Sets version_tags_ok when CPython keeps version tags as plan_saved and
+ * entry_fresh rely on: a class that has been looked up has a tag other than 0,
+ * its own; setting an attribute on a class changes its tag and its
+ * subclasses' tags (to 0, or to a new one once looked up again), and leaves
+ * its bases' alone. A failure of any kind leaves it off. */
+static void
+version_tags_check(void)
+{
+    PyObject *base = NULL, *sub = NULL, *bases = NULL, *name = NULL, *one = NULL;
+    int ok = 0;
+    version_tags_ok = 1;
+    base = PyObject_CallFunction((PyObject *)&PyType_Type, "s(){}", "_ProbeBase");
+    bases = base ? PyTuple_Pack(1, base) : NULL;
+    sub = bases ? PyObject_CallFunction((PyObject *)&PyType_Type, "sO{}", "_ProbeSub", bases)
+                : NULL;
+    name = PyUnicode_InternFromString("_probe_attribute");
+    one = PyLong_FromLong(1);
+    if (sub == NULL || name == NULL || one == NULL) {
+        goto done;
+    }
+    PyTypeObject *b = (PyTypeObject *)base, *t = (PyTypeObject *)sub;
+    /* a lookup gives a class a tag (CPython's method cache) */
+    (void)_PyType_Lookup(b, name);
+    (void)_PyType_Lookup(t, name);
+    unsigned int b0 = type_version(b), t0 = type_version(t);
+    if (b0 == 0 || t0 == 0 || b0 == t0 || PyObject_SetAttr(base, name, one) < 0 ||
+        type_version(b) == b0 || type_version(t) == t0) {
+        goto done;
+    }
+    (void)_PyType_Lookup(b, name);
+    (void)_PyType_Lookup(t, name);
+    unsigned int b1 = type_version(b), t1 = type_version(t);
+    if (b1 == 0 || t1 == 0 || b1 == t1 || b1 == b0 || b1 == t0 || t1 == b0 || t1 == t0 ||
+        PyObject_SetAttr(sub, name, one) < 0) {
+        goto done;
+    }
+    (void)_PyType_Lookup(t, name);
+    ok = type_version(b) == b1 && type_version(t) != t1 && type_version(t) != 0;
+done:
+    PyErr_Clear();
+    version_tags_ok = ok;
+    Py_XDECREF(one);
+    Py_XDECREF(name);
+    Py_XDECREF(sub);
+    Py_XDECREF(bases);
+    Py_XDECREF(base);
+}
+#endif
+
+#if INT_DIGITS
+/* Sets int_digits_ok when small_long's reads of ob_size and ob_digit give
+ * what PyLong_AsSsize_t gives, for ints of one digit and of several. */
+static void
+int_digits_check(void)
+{
+    static const long long probes[] = {
+        0, 1, 7, 255, 32767, 32768, (1LL << 30) - 1, 1LL << 30, 1LL << 31, 1LL << 62,
+    };
+    int ok = 1;
+    int_digits_ok = 1;
+    for (size_t i = 0; ok && i < sizeof(probes) / sizeof(probes[0]); i++) {
+        PyObject *o = PyLong_FromLongLong(probes[i]);
+        if (o == NULL) {
+            ok = 0;
+            break;
+        }
+        Py_ssize_t size = Py_SIZE(o);
+        /* zero has no digits; a digit holds at most 30 bits */
+        ok = (probes[i] == 0) == (size == 0) && (probes[i] < (1LL << 30) || size > 1) &&
+             small_long(o) == (Py_ssize_t)probes[i];
+        Py_DECREF(o);
+    }
+    PyErr_Clear();
+    int_digits_ok = ok;
+}
+#endif
+
 /* _field_codes(cls, names): the read codes for names of instances of cls
  * (0: getattr, > 0: a slot's offset, < 0: a shared-keys index), for tests. */
 static PyObject *
@@ -4251,7 +4394,21 @@ slot_offset(PyObject *cls, const char *name)
 static PyObject *
 object_own(PyObject *name)
 {
-    PyObject *v = PyDict_GetItemWithError(PyBaseObject_Type.tp_dict, name);
+    /* From 3.12 on, a static builtin type's tp_dict is NULL: its dict is
+     * kept per interpreter, and PyType_GetDict gives it. */
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *dict = PyType_GetDict(&PyBaseObject_Type);
+#else
+    PyObject *dict = Py_XNewRef(PyBaseObject_Type.tp_dict);
+#endif
+    if (dict == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError, "object has no __dict__");
+        }
+        return NULL;
+    }
+    PyObject *v = PyDict_GetItemWithError(dict, name);
+    Py_DECREF(dict);
     if (v == NULL && !PyErr_Occurred()) {
         PyErr_Format(PyExc_RuntimeError, "object has no %U", name);
     }
@@ -4351,12 +4508,33 @@ PyInit__speedups(void)
     INTERN(s_flatten, "flatten");
     INTERN(s_the_spec, "the spec");
     INTERN(s_the_tree, "the tree");
+#if VERSION_TAGS
+    version_tags_check();
+#endif
+#if INT_DIGITS
+    int_digits_check();
+#endif
 #if LAYOUT_311
     values_reads_check();
     dict_layout_check();
 #endif
-    if (PyModule_AddIntConstant(m, "VALUES_READS", LAYOUT_311 && values_reads_ok) < 0 ||
-        PyModule_AddIntConstant(m, "DICT_TABLES", LAYOUT_311 && dict_layout_ok) < 0) {
+    PyObject *fast = Py_BuildValue(
+        "{sNsNsNsN}", "type_version_tags", PyBool_FromLong(VERSION_TAGS && version_tags_ok),
+        "int_digits", PyBool_FromLong(INT_DIGITS && int_digits_ok), "instance_values",
+        PyBool_FromLong(LAYOUT_311 && values_reads_ok), "dict_tables",
+        PyBool_FromLong(LAYOUT_311 && dict_layout_ok));
+    int added = fast == NULL ? -1 : PyModule_AddObjectRef(m, "FAST_PATHS", fast);
+    Py_XDECREF(fast);
+#ifdef PK_NO_FAST_PATHS
+    const int no_fast_paths = 1;
+#else
+    const int no_fast_paths = 0;
+#endif
+    if (added < 0 ||
+        PyModule_AddIntConstant(m, "VALUES_READS", LAYOUT_311 && values_reads_ok) < 0 ||
+        PyModule_AddIntConstant(m, "DICT_TABLES", LAYOUT_311 && dict_layout_ok) < 0 ||
+        PyModule_AddIntConstant(m, "VALIDATED_PYTHON", PK_VALIDATED_PYTHON) < 0 ||
+        PyModule_AddIntConstant(m, "NO_FAST_PATHS", no_fast_paths) < 0) {
         goto fail;
     }
     Py_DECREF(pure);

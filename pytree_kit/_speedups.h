@@ -15,6 +15,15 @@
 #define PK_INTERNAL
 #endif
 
+/* Keep a function out of line (CPython's Py_NO_INLINE exists from 3.11 on). */
+#if defined(__GNUC__) || defined(__clang__)
+#define PK_NO_INLINE __attribute__((noinline))
+#elif defined(_MSC_VER)
+#define PK_NO_INLINE __declspec(noinline)
+#else
+#define PK_NO_INLINE
+#endif
+
 /* The engine's walk: mode 0 leaves(), 1 flatten(), 2 flatten_with_path(). */
 PK_INTERNAL PyObject *pk_walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode);
 /* unflatten(spec, leaves) */

@@ -9,6 +9,12 @@ NAME: str
 VALUES_READS: int
 #: 1 when dict tables are read directly and unflatten copies dicts of repeated keys
 DICT_TABLES: int
+#: 1 on the CPython versions whose layouts the fast paths were validated on (3.10-3.13)
+VALIDATED_PYTHON: int
+#: 1 when built with PYTREE_KIT_NO_FAST_PATHS=1: every layout-reading fast path left out
+NO_FAST_PATHS: int
+#: each fast path, on or off on this interpreter (after the checks made on import)
+FAST_PATHS: dict[str, bool]
 
 def flatten(
     tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None, rules: Any = None, /
@@ -24,6 +30,7 @@ def flatten_up_to(
     spec: TreeSpec, tree: Any, label: str = ..., other: str = ..., /
 ) -> list[Any]: ...
 def _field_codes(cls: type, names: tuple[str, ...], /) -> tuple[int, ...]: ...
+def _plans_made() -> int: ...
 
 class FastCall:
     """``func`` with its common calls made in C (see ``_engine.accelerate``)."""

@@ -40,6 +40,7 @@ import builtins
 import collections
 import copy
 import dataclasses
+import dis
 import enum
 import faulthandler
 import importlib
@@ -781,9 +782,17 @@ class ImportRecorder:
     and ``importlib.import_module`` (both wrapped, and restored on the way out,
     error or not), and modules that appear in or leave ``sys.modules``.
 
-    A relative import from inside pytree_kit of one of its submodules that is
-    already imported (``TreeSpec.from_json`` does ``from ._json import ...``)
-    loads nothing and is not recorded.
+    Two calls load nothing and are not recorded:
+
+    * a relative import from inside pytree_kit of one of its submodules that
+      is already imported (``TreeSpec.from_json`` does ``from ._json import
+      ...``);
+    * CPython's own: from 3.12 on, the C part of the json module reports a
+      syntax error by looking up ``json.decoder.JSONDecodeError`` with
+      ``PyImport_ImportModule``, which calls ``builtins.__import__``. Such a
+      call comes from C code running under the json package's Python code,
+      not from an ``import`` statement in it, and names a module that is
+      already loaded (anything it did load would still show in sys.modules).
     """
 
     def __init__(self) -> None:
@@ -800,7 +809,9 @@ class ImportRecorder:
         def spy_import(
             name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
         ) -> Any:
-            if not _own_loaded_submodule(name, globals, fromlist, level):
+            if not _own_loaded_submodule(name, globals, fromlist, level) and not (
+                _cpython_json_lookup(name, level, sys._getframe(1))
+            ):
                 calls.append(f"__import__({name!r}, level={level})")
             return real_import(name, globals, locals, fromlist, level)
 
@@ -839,6 +850,22 @@ def _own_loaded_submodule(name: str, globals: Any, fromlist: Any, level: int) ->
     if module is None:
         return False
     return all(hasattr(module, f) or f"{full}.{f}" in sys.modules for f in fromlist or ())
+
+
+_IMPORT_NAME = dis.opmap["IMPORT_NAME"]
+
+
+def _cpython_json_lookup(name: str, level: int, caller: Any) -> bool:
+    """Whether an ``__import__`` call is CPython's json C code looking up a
+    module that is already loaded: the Python frame it runs under belongs to
+    the json package and is not executing an ``import`` statement."""
+    module = caller.f_globals.get("__name__", "")
+    return (
+        level == 0
+        and name in sys.modules
+        and (module == "json" or module.startswith("json."))
+        and caller.f_code.co_code[caller.f_lasti] != _IMPORT_NAME
+    )
 
 
 _MISSING = object()

@@ -205,6 +205,26 @@ def test_import_recorder_lets_pytree_kit_reach_its_own_loaded_submodules() -> No
     assert _hooks_are_real()
 
 
+def test_import_recorder_lets_cpython_json_report_a_syntax_error() -> None:
+    # from 3.12 on, the json C code looks up json.decoder.JSONDecodeError with
+    # PyImport_ImportModule, which calls builtins.__import__
+    with fz.ImportRecorder() as rec:
+        with pytest.raises(json.JSONDecodeError):
+            json.loads('{"a" 1}')  # "Expecting ':' delimiter", raised in C
+    assert rec.calls == [] and rec.added == []
+    assert _hooks_are_real()
+
+
+def test_import_recorder_flags_an_import_statement_in_json_code() -> None:
+    # the exemption is for C code under the json package's frames, not for an
+    # ``import`` statement that runs in them
+    for name in ("json", "json.decoder"):
+        with fz.ImportRecorder() as rec:
+            exec("import json", {"__name__": name, "__builtins__": builtins})
+        assert rec.calls == ["__import__('json', level=0)"], name
+    assert _hooks_are_real()
+
+
 @pytest.mark.parametrize(
     "exc",
     [TypeError("t"), RecursionError("r"), KeyError("k"), MemoryError(), AttributeError("a")],

@@ -1,0 +1,157 @@
+"""What each supported Python gets: the engine, why, and the C engine's fast paths.
+
+The fast paths that read CPython's own layouts are compiled only for the
+versions they were validated on and checked on import (pytree_kit/_speedups.c,
+"Fast paths"). These tests pin down which are on for each version, so that a
+path that silently turns off (as the class memo did on 3.13, when CPython
+stopped setting Py_TPFLAGS_VALID_VERSION_TAG) fails here rather than only
+showing up as a slower benchmark. A build with PYTREE_KIT_NO_FAST_PATHS=1 has
+none, and runs the same suite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import pytree_kit as pk
+from pytree_kit import _engine
+
+C = pk.ENGINE == "c"
+needs_c = pytest.mark.skipif(not C, reason="the C engine is not active")
+
+
+def expected_fast_paths() -> dict[str, bool]:
+    """The fast paths that must be on here (in the C engine's build)."""
+    from pytree_kit import _speedups
+
+    v = sys.version_info[:2]
+    on = bool(_speedups.VALIDATED_PYTHON) and not _speedups.NO_FAST_PATHS
+    return {
+        "type_version_tags": on,
+        "int_digits": on and v <= (3, 11),  # 3.12 on: PyUnstable_Long_CompactValue
+        "instance_values": on and v == (3, 11),
+        "dict_tables": on and v == (3, 11),
+    }
+
+
+@needs_c
+def test_fast_paths_are_on_where_they_were_validated() -> None:
+    from pytree_kit import _speedups
+
+    assert _speedups.FAST_PATHS == expected_fast_paths()
+    assert pk.engine_info()["fast_paths"] == expected_fast_paths()
+    assert bool(_speedups.DICT_TABLES) == expected_fast_paths()["dict_tables"]
+    assert bool(_speedups.VALUES_READS) == expected_fast_paths()["instance_values"]
+
+
+@needs_c
+def test_the_engine_and_python_agree_on_the_validated_versions() -> None:
+    from pytree_kit import _speedups
+
+    assert pk.engine_info()["validated_python"] == bool(_speedups.VALIDATED_PYTHON)
+    assert _engine.VALIDATED_PYTHONS == ((3, 10), (3, 13))
+
+
+@needs_c
+def test_no_fast_paths_build_is_what_the_environment_asked_for() -> None:
+    # the CI job that builds with PYTREE_KIT_NO_FAST_PATHS=1 sets it for the run too
+    from pytree_kit import _speedups
+
+    asked = os.environ.get("PYTREE_KIT_NO_FAST_PATHS", "") not in ("", "0")
+    assert bool(_speedups.NO_FAST_PATHS) == asked
+    assert pk.engine_info()["no_fast_paths"] == asked
+
+
+@dataclasses.dataclass
+class _Memo:
+    a: object
+    b: object
+
+
+@needs_c
+def test_a_class_met_again_unchanged_is_not_read_again() -> None:
+    from pytree_kit import _speedups
+
+    tree = [_Memo(1, {"x": _Memo(2, 3)}), _Memo(4, 5)]
+    pk.flatten(tree)
+    before = _speedups._plans_made()
+    leaves, spec = pk.flatten(tree)
+    again = _speedups._plans_made() - before
+    if expected_fast_paths()["type_version_tags"]:
+        assert again == 0
+    else:  # every class is worked out again, each time it is met
+        assert again >= 3
+    assert leaves == [1, 2, 3, 4, 5]
+    # a changed class is read again, and what changed is seen
+    _Memo.__tree_flatten__ = lambda self: ([self.a], None)  # type: ignore[attr-defined]
+    _Memo.__tree_unflatten__ = classmethod(lambda cls, aux, ch: cls(ch[0], None))  # type: ignore[attr-defined]
+    try:
+        before = _speedups._plans_made()
+        assert pk.leaves(tree) == [1, 4]  # each one's first field only
+        assert _speedups._plans_made() > before
+    finally:
+        del _Memo.__tree_flatten__, _Memo.__tree_unflatten__  # type: ignore[attr-defined]
+    assert pk.leaves(tree) == [1, 2, 3, 4, 5]
+
+
+def test_engine_info_tells_the_truth() -> None:
+    info = pk.engine_info()
+    assert info["engine"] == pk.ENGINE
+    assert info["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert info["pytree_kit"] == pk.__version__
+    if C:
+        from pytree_kit import _speedups
+
+        assert info["extension"] == _speedups.__file__
+        assert info["reason"].startswith("the C extension is built and imported")
+    else:
+        assert info["extension"] is None
+        assert not any(info["fast_paths"].values())
+    if os.environ.get("PYTREE_KIT_PURE", "") not in ("", "0"):
+        assert info["engine"] == "python" and "PYTREE_KIT_PURE" in info["reason"]
+
+
+def _info_in_child(code: str = "", **env: str) -> dict:
+    script = textwrap.dedent(code) + "import pytree_kit as pk\nprint(repr(pk.engine_info()))\n"
+    full = {k: v for k, v in os.environ.items() if k != "PYTREE_KIT_PURE"}
+    full.update(env)
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=full, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    return eval(out.stdout)  # a dict of str, bool, None
+
+
+def test_engine_info_says_why_the_pure_engine_runs() -> None:
+    info = _info_in_child(PYTREE_KIT_PURE="1")
+    assert info["engine"] == "python" and info["reason"] == "PYTREE_KIT_PURE=1 is set"
+    assert info["extension"] is None
+
+
+def test_engine_info_says_when_the_extension_is_missing() -> None:
+    # what a user gets when the install could not compile the C engine
+    blocker = """
+        import sys
+        class NoSpeedups:
+            def find_spec(self, name, path=None, target=None):
+                if name == "pytree_kit._speedups":
+                    raise ImportError("No module named 'pytree_kit._speedups'")
+        sys.meta_path.insert(0, NoSpeedups())
+    """
+    info = _info_in_child(blocker)
+    assert info["engine"] == "python"
+    assert info["reason"] == (
+        "the C extension could not be imported (No module named 'pytree_kit._speedups')"
+    )
+
+
+@needs_c
+def test_engine_info_with_pure_0_asks_for_the_c_engine() -> None:
+    info = _info_in_child(PYTREE_KIT_PURE="0")
+    assert info["engine"] == "c" and info["reason"].endswith("(PYTREE_KIT_PURE=0)")
