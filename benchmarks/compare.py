@@ -13,7 +13,9 @@ the cost per leaf of flatten and leaves from 10^3 to 10^6 leaves.
     python benchmarks/compare.py --out /tmp/b    # write the outputs elsewhere
     python benchmarks/compare.py --only optree   # pytree_kit and the peers named
 
-The markdown report goes to stdout and to ``OUT/compare.md``; the charts to
+The markdown report goes to stdout and to ``OUT/compare.md``, its figures for
+pytree_kit's C engine to ``OUT/compare.json`` (``benchmarks/versions.py``
+gathers those of several Pythons into one page); the charts to
 ``OUT/compare.png`` (speedups per tree and operation) and ``OUT/scaling.png``
 (ns per leaf). ``OUT`` defaults to ``benchmarks/results``.
 
@@ -60,6 +62,7 @@ import gc
 import importlib
 import importlib.metadata
 import itertools
+import json
 import math
 import os
 import platform
@@ -1088,6 +1091,52 @@ def plot_scaling(
 # --------------------------------------------------------------------------
 
 
+def summary(
+    libs: list[Lib], cells: dict[tuple[str, str, str], Any], floor: dict[str, float], revision: str
+) -> dict[str, Any]:
+    """The figures of the fastest pytree_kit engine, for compare.json: per
+    operation and tree, its µs, the fastest peer and its µs, and the speedup;
+    leaves() against its floor; flatten_up_to against flatten in the same rounds."""
+    ours = [lib for lib in libs if not lib.peer]
+    lib = next((x for x in ours if x.name.endswith("(c)")), ours[0] if ours else None)
+    out: dict[str, Any] = {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "pytree_kit": revision,
+        "engine": lib.name if lib else None,
+        "engine_info": pk.engine_info(),
+        "peers": {x.name: x.version for x in libs if x.peer},
+        "trees": {c.key: c.label for c in TREES},
+        "ops": {},
+        "leaves_floor": {},
+        "flatten_up_to_vs_flatten": {},
+    }
+    if lib is None:
+        return out
+    for op in OPS:
+        per_tree: dict[str, Any] = {}
+        for case in TREES:
+            v = cells.get((lib.name, case.key, op))
+            best = best_peer(libs, cells, case.key, op)
+            if isinstance(v, float) and best is not None:
+                per_tree[case.key] = {
+                    "us": v * 1e6,
+                    "fastest_peer": best[0],
+                    "peer_us": best[1] * 1e6,
+                    "speedup": best[1] / v,
+                }
+        out["ops"][op] = per_tree
+    for case in TREES:
+        v = cells.get((lib.name, case.key, "leaves"))
+        if isinstance(v, float) and case.key in floor:
+            out["leaves_floor"][case.key] = v / floor[case.key]
+        up = cells.get((lib.name, case.key, "flatten_up_to"))
+        flat = cells.get((lib.name, case.key, SAME_ROUNDS))
+        if isinstance(up, float) and isinstance(flat, float):
+            out["flatten_up_to_vs_flatten"][case.key] = flat / up
+    return out
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smoke mode: tiny repeats, no tree (f)")
@@ -1136,6 +1185,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(report)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "compare.md").write_text(report, encoding="utf-8")
+    figures = summary(libs, cells, floor, revision)
+    (args.out / "compare.json").write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
     if not args.no_plot:
         try:
             import matplotlib

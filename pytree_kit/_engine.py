@@ -14,6 +14,7 @@ asks for the C engine anyway, and with it the GIL. See docs/reliability.md.
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import platform
 import sys
@@ -47,8 +48,15 @@ _reason = ""
 _setting = os.environ.get("PYTREE_KIT_PURE")
 if wants_c(_setting, getattr(sys, "_is_gil_enabled", None)):
     try:
-        from . import _speedups
-    except ImportError as exc:  # not built (no compiler, or not CPython)
+        _speedups = importlib.import_module("pytree_kit._speedups")
+    except ModuleNotFoundError as exc:  # not built (no compiler, or not CPython)
+        impl = _pure
+        _reason = (
+            "the C extension is not installed (the install could not compile it)"
+            if exc.name == "pytree_kit._speedups"
+            else f"the C extension could not be imported ({exc})"
+        )
+    except ImportError as exc:  # built, but it does not load here
         impl = _pure
         _reason = f"the C extension could not be imported ({exc})"
     else:

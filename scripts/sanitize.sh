@@ -65,6 +65,10 @@ elif [ -x "$root/.venv/bin/python" ]; then
 else
     python=python3
 fi
+case $python in # the build and the run happen in a copy, elsewhere
+/*) ;;
+*/*) python=$PWD/$python ;;
+esac
 command -v "$python" >/dev/null || {
     echo "sanitize: no Python interpreter: $python" >&2
     exit 1

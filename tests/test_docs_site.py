@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.once  # the same on every engine and Python
 def test_mkdocs_build_strict(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings")

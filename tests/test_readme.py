@@ -28,7 +28,9 @@ def test_readme_example_is_at_most_20_lines():
 
 def test_ci_runs_the_readme_test_command():
     command = re.search(r"<!-- test-command -->\n```sh\n(.*?)\n```", README).group(1)
-    assert "pytest" in command
+    assert command == "python3 scripts/ci.py"  # the matrix: pytest on every Python, both engines
+    matrix = (ROOT / "scripts" / "ci.py").read_text()
+    assert '"-m", "pytest"' in matrix and 'PYTREE_KIT_PURE": "1"' in matrix
     ci = (ROOT / ".ci" / "run").read_text()
     assert "test-command" in ci  # .ci/run reads the command from the README
 

@@ -134,21 +134,29 @@ def test_engine_info_says_why_the_pure_engine_runs() -> None:
     assert info["extension"] is None
 
 
+_BLOCKER = """
+    import sys
+    class Blocker:
+        def find_spec(self, name, path=None, target=None):
+            if name == "pytree_kit._speedups":
+                raise {error}
+    sys.meta_path.insert(0, Blocker())
+"""
+
+
 def test_engine_info_says_when_the_extension_is_missing() -> None:
     # what a user gets when the install could not compile the C engine
-    blocker = """
-        import sys
-        class NoSpeedups:
-            def find_spec(self, name, path=None, target=None):
-                if name == "pytree_kit._speedups":
-                    raise ImportError("No module named 'pytree_kit._speedups'")
-        sys.meta_path.insert(0, NoSpeedups())
-    """
-    info = _info_in_child(blocker)
+    missing = "ModuleNotFoundError('No module named x', name='pytree_kit._speedups')"
+    info = _info_in_child(_BLOCKER.format(error=missing))
     assert info["engine"] == "python"
-    assert info["reason"] == (
-        "the C extension could not be imported (No module named 'pytree_kit._speedups')"
-    )
+    assert info["reason"] == "the C extension is not installed (the install could not compile it)"
+
+
+def test_engine_info_says_why_an_extension_did_not_load() -> None:
+    broken = "ImportError('undefined symbol: PyFoo')"
+    info = _info_in_child(_BLOCKER.format(error=broken))
+    assert info["engine"] == "python"
+    assert info["reason"] == "the C extension could not be imported (undefined symbol: PyFoo)"
 
 
 @needs_c

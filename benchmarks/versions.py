@@ -1,0 +1,110 @@
+"""One page of the C engine's speedups on every supported Python.
+
+    python benchmarks/versions.py     # reads benchmarks/results/python3.*/compare.json
+
+Each ``benchmarks/results/python3.X/`` holds a full run of
+``benchmarks/compare.py`` made with that Python (``--out`` pointing there).
+This page puts their figures side by side, one table per version, and lists
+every tree and operation where the C engine is slower than the fastest peer
+(speedup below 1x). It writes ``benchmarks/results/versions.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+X = "\N{MULTIPLICATION SIGN}"
+OPS = ("flatten", "unflatten", "leaves", "tree_map")
+
+
+def _version_key(path: Path) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", path.parent.name))
+
+
+def render(runs: list[dict]) -> str:
+    lines = [
+        "# The C engine on every supported Python",
+        "",
+        "`python benchmarks/versions.py`, from the runs of `benchmarks/compare.py` in",
+        "`benchmarks/results/python3.X/` (each one's `compare.md` has every library's",
+        "µs, the machine and the peers' versions). Each cell is the speedup of pytree_kit's",
+        "C engine against the fastest peer on that tree and operation, with that peer's",
+        "initial (j jax.tree_util, o optree, t torch.utils._pytree, c torch.utils._cxx_pytree,",
+        f"d dm-tree); below 1{X} is slower than it.",
+        "torch is installed for 3.11 only on this machine, so the other versions have",
+        "no torch columns.",
+        "",
+    ]
+    behind = []
+    for run in runs:
+        info = run["engine_info"]
+        on = [k for k, v in info["fast_paths"].items() if v] or ["none"]
+        peers = ", ".join(f"{k} {v}" for k, v in run["peers"].items())
+        lines += [
+            f"## Python {run['python']}",
+            "",
+            f"pytree_kit {run['pytree_kit']}, engine `{info['engine']}`, fast paths on: "
+            f"{', '.join(on)}. Peers: {peers}.",
+            "",
+        ]
+        trees = run["trees"]
+        header = ["op", *trees.values()]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for op in OPS:
+            row = [op]
+            for key in trees:
+                cell = run["ops"].get(op, {}).get(key)
+                if cell is None:
+                    row.append("-")
+                    continue
+                initial = _initial(cell["fastest_peer"])
+                row.append(f"{cell['speedup']:.2f}{X} ({initial})")
+                if cell["speedup"] < 1.0:
+                    behind.append(
+                        f"Python {run['python']}, {op} on {trees[key]}: "
+                        f"{cell['speedup']:.2f}{X} ({cell['us']:.3g} µs against "
+                        f"{cell['fastest_peer']}'s {cell['peer_us']:.3g} µs)"
+                    )
+            lines.append("| " + " | ".join(row) + " |")
+        row = ["flatten_up_to / flatten"]
+        row += [
+            f"{run['flatten_up_to_vs_flatten'][k]:.2f}{X}"
+            if k in run["flatten_up_to_vs_flatten"]
+            else "-"
+            for k in trees
+        ]
+        lines += ["| " + " | ".join(row) + " |", ""]
+    lines += ["## Where the C engine is behind the fastest peer", ""]
+    lines += [f"- {b}" for b in behind] or [f"Nowhere: every cell above is at least 1{X}."]
+    return "\n".join(lines) + "\n"
+
+
+def _initial(name: str) -> str:
+    return {
+        "jax.tree_util": "j",
+        "optree": "o",
+        "torch.utils._pytree": "t",
+        "torch.utils._cxx_pytree": "c",
+        "dm-tree": "d",
+    }.get(name, name)
+
+
+def main() -> int:
+    paths = sorted(RESULTS.glob("python3.*/compare.json"), key=_version_key)
+    if not paths:
+        print("no benchmarks/results/python3.*/compare.json: run compare.py --out first")
+        return 1
+    runs = [json.loads(p.read_text()) for p in paths]
+    page = render(runs)
+    (RESULTS / "versions.md").write_text(page, encoding="utf-8")
+    print(page)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

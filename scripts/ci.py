@@ -1,0 +1,433 @@
+#!/usr/bin/env python3
+"""CI: the test matrix on every Python pytree_kit declares (the README's test command).
+
+    python3 scripts/ci.py                 # everything, two jobs at a time
+    python3 scripts/ci.py --python 3.12   # one version's jobs (repeatable)
+    python3 scripts/ci.py --list          # the jobs, and the interpreters found
+
+For each supported CPython (``VERSIONS``) it makes a virtual environment in
+``.venvs/3.X`` with the C engine built in place (``PYTREE_KIT_REQUIRE_C=1``,
+``-Werror``), then runs:
+
+- the suite on the C engine, then on the pure engine (``PYTREE_KIT_PURE=1``).
+  On ``FULL`` (3.11, the Python torch's wheel on this machine is for) that is
+  the whole suite with torch and the docs tools; on the others the core suite:
+  torch is not installed there, and every torch test skips. Tests marked
+  ``once`` (lint, types, the docs site: nothing an engine or a Python version
+  changes) run only in FULL's C-engine job;
+- the engine tests against a build with every layout-reading fast path left
+  out (``PYTREE_KIT_NO_FAST_PATHS=1``), in a copy of the repository;
+- ``scripts/sanitize.sh --quick`` (ASan + UBSan), on ``SANITIZED`` versions;
+- the package: ``python -m build`` makes an sdist and, from it, a wheel; the
+  wheel must hold the compiled extension, and is installed into a fresh
+  virtual environment outside the checkout, where ``pytree_kit.ENGINE`` must
+  be ``"c"``.
+
+Interpreters are found as people find them: ``python3.X`` on PATH, then pyenv's
+``versions/3.X.*`` (``pyenv root``, ``$PYENV_ROOT`` or ``~/.pyenv``). With
+``CI=true`` a missing one fails the run; otherwise its jobs are skipped, with
+a line saying so.
+
+Jobs run two at a time (the machine has 2 cores), those with the longest work
+behind them first (a setup before the suites that wait for it), each one's
+output in ``build/ci-logs/<job>.log``; a failed job's log tail is printed. The
+last line totals every pytest run (``ci: N passed, N failed, N skipped``). A
+pytest run that collects no test exits 5, which fails its job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Callable, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+VERSIONS = ("3.10", "3.11", "3.12", "3.13")
+FULL = "3.11"
+SANITIZED = ("3.11", "3.12", "3.13")
+LOGS = ROOT / "build" / "ci-logs"
+# the engine tests (what the no-fast-paths build changes), as sanitize.sh --quick has them
+ENGINE_TESTS = (
+    "tests/test_engines.py",
+    "tests/test_kinds.py",
+    "tests/test_errors.py",
+    "tests/test_depth.py",
+    "tests/test_laws.py",
+    "tests/test_fastcall.py",
+    "tests/test_versions.py",
+    "tests/test_threads.py",
+)
+SUMMARY = re.compile(
+    r"^=*\s*((?:\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|warnings?|deselected)"
+    r"(?:, )?)+) in [\d.]+s"
+)
+
+
+def log(message: str) -> None:
+    print(f"ci: {message}", flush=True)
+
+
+# -- interpreters ---------------------------------------------------------------------
+
+
+def _version_of(python: str) -> Optional[str]:
+    """'3.X' for a working GIL CPython interpreter, else None."""
+    code = (
+        "import platform, sys, sysconfig; "
+        "print('%d.%d' % sys.version_info[:2], platform.python_implementation(), "
+        "bool(sysconfig.get_config_var('Py_GIL_DISABLED')))"
+    )
+    try:
+        out = subprocess.run(
+            [python, "-c", code], capture_output=True, text=True, timeout=60
+        ).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if len(out) != 3 or out[1] != "CPython" or out[2] != "False":
+        return None
+    return out[0]
+
+
+def _pyenv_root() -> Optional[Path]:
+    if shutil.which("pyenv"):
+        out = subprocess.run(["pyenv", "root"], capture_output=True, text=True).stdout.strip()
+        if out:
+            return Path(out)
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    return Path(root) if os.path.isdir(root) else None
+
+
+def find_python(version: str) -> Optional[str]:
+    """An interpreter for version '3.X': python3.X on PATH (a pyenv shim for a
+    version that is not selected fails its check), else pyenv's newest 3.X.*."""
+    candidates = []
+    on_path = shutil.which(f"python{version}")
+    if on_path:
+        candidates.append(on_path)
+    root = _pyenv_root()
+    if root is not None:
+        found = glob.glob(str(root / "versions" / f"{version}.*" / "bin" / f"python{version}"))
+
+        def patch(path: str) -> int:
+            m = re.search(rf"/{re.escape(version)}\.(\d+)/", path)
+            return int(m.group(1)) if m else -1
+
+        candidates += sorted(found, key=patch, reverse=True)
+    for python in candidates:
+        if _version_of(python) == version:
+            return python
+    return None
+
+
+# -- jobs -----------------------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    name: str
+    estimate: float  # seconds, for ordering (longest first)
+    run: Callable[[Path], None]  # raises on failure; writes to the log at the path
+    after: tuple = ()
+    status: str = "waiting"  # waiting, running, passed, failed, skipped
+    seconds: float = 0.0
+    summaries: list = field(default_factory=list)
+    detail: str = ""
+
+
+class Failed(Exception):
+    pass
+
+
+def sh(cmd: list, log_path: Path, *, env: Optional[dict] = None, cwd: Path = ROOT) -> str:
+    """Runs cmd, appending its output to the log; raises Failed on a nonzero exit."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    with open(log_path, "a") as f:
+        f.write(f"\n$ {' '.join(map(str, cmd))}\n")
+        f.flush()
+        proc = subprocess.run(
+            [str(c) for c in cmd],
+            cwd=cwd,
+            env=full_env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    if proc.returncode != 0:
+        raise Failed(f"{Path(str(cmd[0])).name} ... exited with {proc.returncode}")
+    return log_path.read_text()
+
+
+def venv_python(version: str) -> Path:
+    return ROOT / ".venvs" / version / "bin" / "python"
+
+
+def copy_checkout(dest: Path) -> None:
+    """The repository's files (tracked and untracked, not ignored) copied to dest."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "-co", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in files:
+        if not name:
+            continue
+        src = ROOT / os.fsdecode(name)
+        if src.is_file():
+            (dest / os.fsdecode(name)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / os.fsdecode(name))
+
+
+BUILD_ENV = {"PYTREE_KIT_REQUIRE_C": "1", "PYTREE_KIT_CFLAGS": "-Werror"}
+
+
+def pytest_cmd(v: str) -> list:
+    return [venv_python(v), "-m", "pytest", "-p", "no:cacheprovider", "-q"]
+
+
+def job_setup(v: str, python: str, logp: Path) -> None:
+    extras = "test,torch,docs" if v == FULL else "test"
+    sh([python, "-m", "venv", "--clear", ROOT / ".venvs" / v], logp)
+    pip = [venv_python(v), "-m", "pip", "install", "-q", "-c", "constraints.txt"]
+    sh([*pip, "-e", f".[{extras}]"], logp, env=BUILD_ENV)
+    sh([venv_python(v), "-c", "import pytree_kit as pk; assert pk.ENGINE == 'c'"], logp)
+
+
+def job_c_engine(v: str, python: str, logp: Path) -> None:
+    sh(pytest_cmd(v) + ([] if v == FULL else ["-m", "not once"]), logp)
+
+
+def job_pure_engine(v: str, python: str, logp: Path) -> None:
+    sh([*pytest_cmd(v), "-m", "not once"], logp, env={"PYTREE_KIT_PURE": "1"})
+
+
+def job_no_fast_paths(v: str, python: str, logp: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix=f"pytree_kit-nofast-{v}-") as tmp:
+        copy = Path(tmp)
+        copy_checkout(copy)
+        env = dict(BUILD_ENV, PYTREE_KIT_NO_FAST_PATHS="1")
+        sh([venv_python(v), "setup.py", "build_ext", "--inplace"], logp, env=env, cwd=copy)
+        sh(
+            [*pytest_cmd(v), "-m", "not once", *ENGINE_TESTS],
+            logp,
+            env={"PYTREE_KIT_NO_FAST_PATHS": "1", "PYTHONPATH": str(copy)},
+            cwd=copy,
+        )
+
+
+def job_sanitizers(v: str, python: str, logp: Path) -> None:
+    sh(["bash", "scripts/sanitize.sh", "--quick"], logp, env={"PYTHON": str(venv_python(v))})
+
+
+def job_package(v: str, python: str, logp: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix=f"pytree_kit-dist-{v}-") as tmp:
+        dist, env_dir = Path(tmp) / "dist", Path(tmp) / "venv"
+        sh([venv_python(v), "-m", "build", "--outdir", dist, ROOT], logp, env=BUILD_ENV)
+        sdists, wheels = list(dist.glob("*.tar.gz")), list(dist.glob("*.whl"))
+        if len(sdists) != 1 or len(wheels) != 1:
+            raise Failed(f"expected one sdist and one wheel, got {sorted(dist.iterdir())}")
+        names = zipfile.ZipFile(wheels[0]).namelist()
+        tag = "cpython-" + v.replace(".", "")
+        so = [n for n in names if re.fullmatch(rf"pytree_kit/_speedups\.{tag}-.*\.so", n)]
+        wanted = ("pytree_kit/py.typed", "pytree_kit/_speedups.pyi")
+        lacks = [w for w in wanted if w not in names]
+        lacks += [] if so else ["the compiled extension"]
+        lacks += [] if any(n.endswith("/LICENSE") for n in names) else ["LICENSE"]
+        if lacks:
+            raise Failed(f"{wheels[0].name} lacks {', '.join(lacks)}")
+        sh([python, "-m", "venv", env_dir], logp)
+        pip = [env_dir / "bin" / "python", "-m", "pip", "install", "-q"]
+        sh([*pip, "--no-index", "--no-deps", wheels[0]], logp)
+        check = (
+            "import pytree_kit as pk; info = pk.engine_info(); print(info); "
+            "assert pk.ENGINE == 'c', info; "
+            f"assert pk.__file__.startswith({str(env_dir)!r}), pk.__file__; "
+            "assert pk.unflatten(*pk.flatten({'a': [1]})[::-1]) == {'a': [1]}"
+        )
+        sh([env_dir / "bin" / "python", "-c", check], logp, cwd=Path(tmp))
+
+
+def make_jobs(pythons: dict) -> list:
+    """The jobs for the interpreters found ({version: path}), with each one's
+    estimated seconds (measured on 2 cores, for ordering) and what it needs."""
+    jobs = []
+    previous_setup: tuple = ()
+    # FULL first: its jobs are the longest
+    for v, python in sorted(pythons.items(), key=lambda item: item[0] != FULL):
+        full = v == FULL
+        needs = (f"{v} setup",)
+        # one build in the checkout at a time: each setup waits for the one before
+        jobs.append(
+            Job(f"{v} setup", 120 if full else 60, partial(job_setup, v, python), previous_setup)
+        )
+        previous_setup = needs
+        jobs.append(
+            Job(f"{v} C engine", 300 if full else 180, partial(job_c_engine, v, python), needs)
+        )
+        jobs.append(
+            Job(
+                f"{v} pure engine", 290 if full else 220, partial(job_pure_engine, v, python), needs
+            )
+        )
+        jobs.append(Job(f"{v} no fast paths", 90, partial(job_no_fast_paths, v, python), needs))
+        if v in SANITIZED:
+            jobs.append(Job(f"{v} sanitizers", 240, partial(job_sanitizers, v, python), needs))
+        jobs.append(Job(f"{v} package", 60, partial(job_package, v, python), needs))
+    return jobs
+
+
+# -- running ----------------------------------------------------------------------------
+
+
+def priorities(jobs: list) -> dict:
+    """Each job's estimate plus the longest chain of jobs waiting on it: a
+    setup, which the longest jobs wait for, comes before them."""
+    waiting: dict = {j.name: [] for j in jobs}
+    for j in jobs:
+        for a in j.after:
+            waiting[a].append(j)
+    out: dict = {}
+
+    def chain(j: Job) -> float:
+        if j.name not in out:
+            out[j.name] = j.estimate + max((chain(d) for d in waiting[j.name]), default=0.0)
+        return out[j.name]  # type: ignore[no-any-return]
+
+    for j in jobs:
+        chain(j)
+    return out
+
+
+def run_jobs(jobs: list, workers: int) -> None:
+    by_name = {j.name: j for j in jobs}
+    priority = priorities(jobs)
+    lock = threading.Condition()
+
+    def ready(j: Job) -> bool:
+        return j.status == "waiting" and all(by_name[a].status == "passed" for a in j.after)
+
+    def doomed(j: Job) -> bool:
+        return j.status == "waiting" and any(
+            by_name[a].status in ("failed", "skipped") for a in j.after
+        )
+
+    def work(j: Job) -> None:
+        logp = LOGS / (re.sub(r"[^\w.]+", "-", j.name) + ".log")
+        logp.write_text(f"# {j.name}\n")
+        t0 = time.monotonic()
+        try:
+            j.run(logp)
+            j.status = "passed"
+        except Exception as exc:  # a job's failure is reported, the others go on
+            j.status = "failed"
+            j.detail = str(exc)
+        j.seconds = time.monotonic() - t0
+        text = logp.read_text(errors="replace")
+        j.summaries = [m.group(1) for m in map(SUMMARY.match, text.splitlines()) if m]
+        with lock:
+            shown = "; ".join(j.summaries) or j.detail
+            log(f"{j.status:6} {j.name} ({j.seconds:.0f} s){': ' + shown if shown else ''}")
+            if j.status == "failed":
+                tail = text.splitlines()[-150:]
+                print("\n".join(f"ci:   | {line}" for line in tail), flush=True)
+            lock.notify_all()
+
+    running = 0
+    with lock:
+        while True:
+            for j in jobs:
+                if doomed(j):
+                    j.status = "skipped"
+                    j.detail = "a job it needs did not pass"
+                    log(f"skip   {j.name}: {j.detail}")
+            todo = sorted((j for j in jobs if ready(j)), key=lambda j: -priority[j.name])
+            while todo and running < workers:
+                j = todo.pop(0)
+                j.status = "running"
+                running += 1
+                log(f"start  {j.name}")
+
+                def target(j: Job = j) -> None:
+                    nonlocal running
+                    try:
+                        work(j)
+                    finally:
+                        with lock:
+                            running -= 1
+                            lock.notify_all()
+
+                threading.Thread(target=target, daemon=True).start()
+            if running == 0 and not any(ready(j) for j in jobs):
+                break
+            lock.wait()
+
+
+def totals(jobs: list) -> dict:
+    out = {"passed": 0, "failed": 0, "skipped": 0}
+    for j in jobs:
+        for s in j.summaries:
+            for n, what in re.findall(r"(\d+) (passed|failed|errors?|skipped)", s):
+                out["failed" if what.startswith("error") else what] += int(n)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--python", action="append", choices=VERSIONS, help="only these")
+    parser.add_argument("--jobs", type=int, default=2, help="jobs at a time (default 2)")
+    parser.add_argument("--list", action="store_true", help="list the jobs and exit")
+    args = parser.parse_args()
+    strict = os.environ.get("CI", "").lower() in ("true", "1")
+    wanted = args.python or list(VERSIONS)
+    pythons, missing = {}, []
+    for v in wanted:
+        python = find_python(v)
+        if python is None:
+            missing.append(v)
+            log(f"Python {v} not found (python{v} on PATH, pyenv): its jobs are skipped")
+        else:
+            pythons[v] = python
+            log(f"Python {v}: {python}")
+    if missing and strict:
+        log(f"FAILED: CI=true and no interpreter for Python {', '.join(missing)}")
+        return 1
+    jobs = make_jobs(pythons)
+    if args.list:
+        for j in jobs:
+            print(f"{j.name:22} after {', '.join(j.after) or '-'}")
+        return 0
+    if not jobs:
+        log("FAILED: no interpreter found, nothing was tested")
+        return 1
+    LOGS.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    run_jobs(jobs, max(1, args.jobs))
+    bad = [j for j in jobs if j.status != "passed"]
+    count = totals(jobs)
+    log(f"{len(jobs) - len(bad)} of {len(jobs)} jobs passed in {time.monotonic() - t0:.0f} s")
+    for j in bad:
+        log(f"  {j.status}: {j.name}{': ' + j.detail if j.detail else ''}")
+    if missing:
+        log(f"not tested: Python {', '.join(missing)} (no interpreter)")
+    if count["passed"] == 0:
+        bad.append(Job("no tests", 0, lambda p: None))
+        log("FAILED: no test passed")
+    log(f"{count['passed']} passed, {count['failed']} failed, {count['skipped']} skipped")
+    return 1 if bad or (missing and strict) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""scripts/ci.py, the README's test command: it finds the interpreters as people
+do, fails under CI=true when one is missing, and totals every pytest run."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.once  # about the repository's CI, not an engine
+
+
+def _ci() -> Any:
+    spec = importlib.util.spec_from_file_location("_pytree_kit_ci", ROOT / "scripts" / "ci.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fake_pythons(tmp_path: Path, version: str) -> dict[str, str]:
+    """A PATH whose python<version> is a pyenv-style shim that fails, and a
+    pyenv root whose versions/<version>.99 has this interpreter."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / f"python{version}"
+    shim.write_text(f"#!/bin/sh\necho 'pyenv: python{version}: command not found' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    real = tmp_path / "pyenv" / "versions" / f"{version}.99" / "bin"
+    real.mkdir(parents=True)
+    (real / f"python{version}").symlink_to(sys.executable)
+    return {
+        "PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "PYENV_ROOT": str(tmp_path / "pyenv"),
+    }
+
+
+def test_a_failing_shim_on_path_falls_back_to_pyenv(tmp_path: Path, monkeypatch: Any) -> None:
+    here = "{}.{}".format(*sys.version_info[:2])
+    for k, v in _fake_pythons(tmp_path, here).items():
+        monkeypatch.setenv(k, v)
+    ci = _ci()
+    assert ci.find_python(here) == str(
+        tmp_path / "pyenv" / "versions" / f"{here}.99" / "bin" / f"python{here}"
+    )
+    assert ci.find_python("3.99") is None
+
+
+def test_a_missing_python_fails_under_ci_and_is_named_otherwise(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    env = dict(os.environ, PATH=str(tmp_path / "empty"), PYENV_ROOT=str(tmp_path / "none"))
+    env["HOME"] = str(tmp_path)  # no ~/.pyenv either
+    cmd = [sys.executable, str(ROOT / "scripts" / "ci.py"), "--list"]
+    strict = subprocess.run(cmd, env=dict(env, CI="true"), capture_output=True, text=True)
+    assert strict.returncode == 1
+    assert "ci: Python 3.12 not found (python3.12 on PATH, pyenv): its jobs are skipped" in (
+        strict.stdout
+    )
+    assert (
+        "ci: FAILED: CI=true and no interpreter for Python 3.10, 3.11, 3.12, 3.13" in strict.stdout
+    )
+    # a person without the interpreters is told, and nothing is tested
+    relaxed = subprocess.run(cmd, env=dict(env, CI=""), capture_output=True, text=True)
+    assert relaxed.returncode == 0 and "not found" in relaxed.stdout
+
+
+def test_totals_add_every_pytest_summary() -> None:
+    ci = _ci()
+    a, b = ci.Job("a", 1, print), ci.Job("b", 1, print)
+    lines = [
+        "= 926 passed, 30 skipped, 8 deselected in 176.00s (0:02:56) =",
+        "1 failed, 1062 passed, 13 skipped, 8 deselected, 19 warnings in 504.1s",
+        "3 errors in 1.0s",
+    ]
+    a.summaries = [m.group(1) for m in map(ci.SUMMARY.match, lines[:2]) if m]
+    b.summaries = [m.group(1) for m in map(ci.SUMMARY.match, lines[2:]) if m]
+    assert ci.totals([a, b]) == {"passed": 1988, "failed": 4, "skipped": 43}
+
+
+def test_jobs_cover_every_version_and_what_the_issue_asks() -> None:
+    ci = _ci()
+    jobs = ci.make_jobs({v: sys.executable for v in ci.VERSIONS})
+    names = {j.name for j in jobs}
+    for v in ci.VERSIONS:
+        for kind in ("setup", "C engine", "pure engine", "no fast paths", "package"):
+            assert f"{v} {kind}" in names
+    assert {f"{v} sanitizers" for v in ci.SANITIZED} <= names
+    # the setups come first: everything else waits for its version's
+    prio = ci.priorities(jobs)
+    assert max(prio, key=prio.get) == f"{ci.FULL} setup"

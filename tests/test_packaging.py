@@ -1,0 +1,120 @@
+"""The package as users install it: the declared Pythons are the tested ones,
+the license, and an install that cannot compile the C engine.
+
+scripts/ci.py's package job builds the sdist and wheel with ``python -m build``
+on every supported Python and imports the wheel from a fresh virtual
+environment; these tests cover what that job does not.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytree_kit import _engine
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.once  # the same on every engine; CI runs them on 3.11
+
+
+def _ci() -> Any:
+    spec = importlib.util.spec_from_file_location("_pytree_kit_ci", ROOT / "scripts" / "ci.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib")  # 3.11 on
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())  # type: ignore[no-any-return]
+
+
+def test_every_declared_python_is_a_tested_python() -> None:
+    project = _pyproject()["project"]
+    declared = tuple(
+        m.group(1)
+        for c in project["classifiers"]
+        if (m := re.fullmatch(r"Programming Language :: Python :: (3\.\d+)", c))
+    )
+    ci = _ci()
+    assert declared == ci.VERSIONS
+    assert project["requires-python"] == f">={ci.VERSIONS[0]}"
+    first, last = (tuple(map(int, v.split("."))) for v in (ci.VERSIONS[0], ci.VERSIONS[-1]))
+    assert _engine.VALIDATED_PYTHONS == (first, last)
+    assert ci.FULL in ci.VERSIONS and set(ci.SANITIZED) <= set(ci.VERSIONS)
+
+
+def test_the_license_is_apache_2() -> None:
+    project = _pyproject()["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+
+
+def _wheel_without_compiler(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """``pip wheel`` of a copy of the checkout with no C compiler to be found."""
+    src = tmp_path / "src"
+    _ci().copy_checkout(src)
+    full = dict(os.environ, CC=str(tmp_path / "no-such-cc"), **env)
+    full.pop("PYTREE_KIT_CFLAGS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation"]
+        + ["--no-index", "-w", str(tmp_path / "dist"), str(src)],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_without_a_compiler_the_install_says_so_and_has_the_pure_engine(tmp_path: Path) -> None:
+    pytest.importorskip("setuptools")
+    proc = _wheel_without_compiler(tmp_path, PYTREE_KIT_REQUIRE_C="0")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [
+        line.strip()
+        for line in (proc.stdout + proc.stderr).splitlines()
+        if line.strip().startswith("pytree_kit:")
+    ]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("pytree_kit: the C engine could not be built (")
+    assert "installing the pure-Python engine" in lines[0]
+    assert "PYTREE_KIT_REQUIRE_C=1" in lines[0]
+    (wheel,) = (tmp_path / "dist").glob("pytree_kit-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "pytree_kit/_pure.py" in names and not [n for n in names if n.endswith(".so")]
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    # -S: no site-packages, so nothing but the unpacked wheel provides pytree_kit
+    code = (
+        f"import sys; sys.path.insert(0, {str(site)!r}); import pytree_kit as pk; "
+        "info = pk.engine_info(); print(info['engine'], '|', info['reason']); "
+        "assert pk.__file__.startswith(sys.path[0]); "
+        "assert pk.unflatten(*pk.flatten([1, {'a': 2}])[::-1]) == [1, {'a': 2}]"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTREE_KIT")}
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (
+        "python | the C extension is not installed (the install could not compile it)"
+    )
+
+
+def test_require_c_makes_a_failed_build_an_error(tmp_path: Path) -> None:
+    pytest.importorskip("setuptools")
+    proc = _wheel_without_compiler(tmp_path, PYTREE_KIT_REQUIRE_C="1")
+    assert proc.returncode != 0
+    assert "no-such-cc" in proc.stdout + proc.stderr
+    assert not list((tmp_path / "dist").glob("*.whl"))
