@@ -172,6 +172,7 @@ def test_pinning_benchmark_smoke(tmp_path: Path) -> None:
         assert "no CUDA device here, so nothing was measured" in proc.stdout
 
 
+@pytest.mark.once  # a script's smoke run (torch only): the C-engine job on 3.11
 def test_distributed_benchmark_smoke(tmp_path: Path) -> None:
     """benchmarks/distributed.py --quick starts two gloo ranks and writes its report."""
     pytest.importorskip("torch")

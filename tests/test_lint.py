@@ -39,8 +39,16 @@ def test_ruff_format():
 def test_mypy_on_the_package():
     pytest.importorskip("mypy")
     proc = subprocess.run(
-        [sys.executable, "-m", "mypy", "pytree_kit", "--ignore-missing-imports"]
-        + ["--python-version", "3.10"],  # the oldest Python we support
+        # --python-version: the oldest Python we support
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "pytree_kit",
+            "--ignore-missing-imports",
+            "--python-version",
+            "3.10",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

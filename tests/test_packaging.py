@@ -68,8 +68,19 @@ def _wheel_without_compiler(tmp_path: Path, **env: str) -> subprocess.CompletedP
     full = dict(os.environ, CC=str(tmp_path / "no-such-cc"), **env)
     full.pop("PYTREE_KIT_CFLAGS", None)
     return subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation"]
-        + ["--no-index", "-w", str(tmp_path / "dist"), str(src)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-v",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
         env=full,
         capture_output=True,
         text=True,
