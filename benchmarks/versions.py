@@ -40,6 +40,20 @@ def render(runs: list[dict]) -> str:
         "no torch columns.",
         "",
     ]
+    header = ["worst speedup over the trees", *(f"Python {r['python']}" for r in runs)]
+    lines += ["## Worst case per operation", "", "| " + " | ".join(header) + " |"]
+    lines.append("|" + "---|" * len(header))
+    for op in OPS:
+        row = [op]
+        for run in runs:
+            cells = run["ops"].get(op, {})
+            if not cells:
+                row.append("-")
+                continue
+            key = min(cells, key=lambda k: cells[k]["speedup"])
+            row.append(f"{cells[key]['speedup']:.2f}{X} {run['trees'][key].split(' ')[0]}")
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
     behind = []
     for run in runs:
         info = run["engine_info"]

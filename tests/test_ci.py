@@ -3,7 +3,6 @@ do, fails under CI=true when one is missing, and totals every pytest run."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -14,15 +13,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.once  # about the repository's CI, not an engine
-
-
-def _ci() -> Any:
-    spec = importlib.util.spec_from_file_location("_pytree_kit_ci", ROOT / "scripts" / "ci.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def _fake_pythons(tmp_path: Path, version: str) -> dict[str, str]:
@@ -42,11 +32,12 @@ def _fake_pythons(tmp_path: Path, version: str) -> dict[str, str]:
     }
 
 
-def test_a_failing_shim_on_path_falls_back_to_pyenv(tmp_path: Path, monkeypatch: Any) -> None:
+def test_a_failing_shim_on_path_falls_back_to_pyenv(
+    tmp_path: Path, monkeypatch: Any, ci: Any
+) -> None:
     here = "{}.{}".format(*sys.version_info[:2])
     for k, v in _fake_pythons(tmp_path, here).items():
         monkeypatch.setenv(k, v)
-    ci = _ci()
     assert ci.find_python(here) == str(
         tmp_path / "pyenv" / "versions" / f"{here}.99" / "bin" / f"python{here}"
     )
@@ -71,8 +62,7 @@ def test_a_missing_python_fails_under_ci_and_is_named_otherwise(tmp_path: Path) 
     assert relaxed.returncode == 0 and "not found" in relaxed.stdout
 
 
-def test_totals_add_every_pytest_summary() -> None:
-    ci = _ci()
+def test_totals_add_every_pytest_summary(ci: Any) -> None:
     a, b = ci.Job("a", 1, print), ci.Job("b", 1, print)
     lines = [
         "= 926 passed, 30 skipped, 8 deselected in 176.00s (0:02:56) =",
@@ -84,8 +74,7 @@ def test_totals_add_every_pytest_summary() -> None:
     assert ci.totals([a, b]) == {"passed": 1988, "failed": 4, "skipped": 43}
 
 
-def test_jobs_cover_every_version_and_what_the_issue_asks() -> None:
-    ci = _ci()
+def test_jobs_cover_every_version_and_what_the_issue_asks(ci: Any) -> None:
     jobs = ci.make_jobs({v: sys.executable for v in ci.VERSIONS})
     names = {j.name for j in jobs}
     for v in ci.VERSIONS:

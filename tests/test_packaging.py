@@ -8,7 +8,6 @@ environment; these tests cover what that job does not.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -25,28 +24,18 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.once  # the same on every engine; CI runs them on 3.11
 
 
-def _ci() -> Any:
-    spec = importlib.util.spec_from_file_location("_pytree_kit_ci", ROOT / "scripts" / "ci.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def _pyproject() -> dict:
     tomllib = pytest.importorskip("tomllib")  # 3.11 on
     return tomllib.loads((ROOT / "pyproject.toml").read_text())  # type: ignore[no-any-return]
 
 
-def test_every_declared_python_is_a_tested_python() -> None:
+def test_every_declared_python_is_a_tested_python(ci: Any) -> None:
     project = _pyproject()["project"]
     declared = tuple(
         m.group(1)
         for c in project["classifiers"]
         if (m := re.fullmatch(r"Programming Language :: Python :: (3\.\d+)", c))
     )
-    ci = _ci()
     assert declared == ci.VERSIONS
     assert project["requires-python"] == f">={ci.VERSIONS[0]}"
     first, last = (tuple(map(int, v.split("."))) for v in (ci.VERSIONS[0], ci.VERSIONS[-1]))
@@ -61,10 +50,10 @@ def test_the_license_is_apache_2() -> None:
     assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
 
 
-def _wheel_without_compiler(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+def _wheel_without_compiler(ci: Any, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     """``pip wheel`` of a copy of the checkout with no C compiler to be found."""
     src = tmp_path / "src"
-    _ci().copy_checkout(src)
+    ci.copy_checkout(src)
     full = dict(os.environ, CC=str(tmp_path / "no-such-cc"), **env)
     full.pop("PYTREE_KIT_CFLAGS", None)
     return subprocess.run(
@@ -88,9 +77,11 @@ def _wheel_without_compiler(tmp_path: Path, **env: str) -> subprocess.CompletedP
     )
 
 
-def test_without_a_compiler_the_install_says_so_and_has_the_pure_engine(tmp_path: Path) -> None:
+def test_without_a_compiler_the_install_says_so_and_has_the_pure_engine(
+    ci: Any, tmp_path: Path
+) -> None:
     pytest.importorskip("setuptools")
-    proc = _wheel_without_compiler(tmp_path, PYTREE_KIT_REQUIRE_C="0")
+    proc = _wheel_without_compiler(ci, tmp_path, PYTREE_KIT_REQUIRE_C="0")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = [
         line.strip()
@@ -123,9 +114,9 @@ def test_without_a_compiler_the_install_says_so_and_has_the_pure_engine(tmp_path
     )
 
 
-def test_require_c_makes_a_failed_build_an_error(tmp_path: Path) -> None:
+def test_require_c_makes_a_failed_build_an_error(ci: Any, tmp_path: Path) -> None:
     pytest.importorskip("setuptools")
-    proc = _wheel_without_compiler(tmp_path, PYTREE_KIT_REQUIRE_C="1")
+    proc = _wheel_without_compiler(ci, tmp_path, PYTREE_KIT_REQUIRE_C="1")
     assert proc.returncode != 0
     assert "no-such-cc" in proc.stdout + proc.stderr
     assert not list((tmp_path / "dist").glob("*.whl"))
