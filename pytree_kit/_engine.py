@@ -52,7 +52,8 @@ if wants_c(_setting, getattr(sys, "_is_gil_enabled", None)):
     except ModuleNotFoundError as exc:  # not built (no compiler, or not CPython)
         impl = _pure
         _reason = (
-            "the C extension is not installed (the install could not compile it)"
+            "the C extension is not installed "
+            "(it was not built: no C compiler at install time, or not CPython)"
             if exc.name == "pytree_kit._speedups"
             else f"the C extension could not be imported ({exc})"
         )

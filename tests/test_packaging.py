@@ -110,7 +110,7 @@ def test_without_a_compiler_the_install_says_so_and_has_the_pure_engine(
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
-        "python | the C extension is not installed (the install could not compile it)"
+        "python | the C extension is not installed (it was not built: no C compiler at install time, or not CPython)"
     )
 
 

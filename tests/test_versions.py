@@ -149,7 +149,10 @@ def test_engine_info_says_when_the_extension_is_missing() -> None:
     missing = "ModuleNotFoundError('No module named x', name='pytree_kit._speedups')"
     info = _info_in_child(_BLOCKER.format(error=missing))
     assert info["engine"] == "python"
-    assert info["reason"] == "the C extension is not installed (the install could not compile it)"
+    assert (
+        info["reason"]
+        == "the C extension is not installed (it was not built: no C compiler at install time, or not CPython)"
+    )
 
 
 def test_engine_info_says_why_an_extension_did_not_load() -> None:
