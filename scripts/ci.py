@@ -151,7 +151,7 @@ class Failed(Exception):
     pass
 
 
-def sh(cmd: list, log_path: Path, *, env: Optional[dict] = None, cwd: Path = ROOT) -> str:
+def sh(cmd: list, log_path: Path, *, env: Optional[dict] = None, cwd: Path = ROOT) -> None:
     """Runs cmd, appending its output to the log; raises Failed on a nonzero exit."""
     full_env = dict(os.environ)
     full_env.update(env or {})
@@ -168,7 +168,6 @@ def sh(cmd: list, log_path: Path, *, env: Optional[dict] = None, cwd: Path = ROO
         )
     if proc.returncode != 0:
         raise Failed(f"{Path(str(cmd[0])).name} ... exited with {proc.returncode}")
-    return log_path.read_text()
 
 
 def venv_python(version: str) -> Path:
@@ -424,10 +423,9 @@ def main() -> int:
     if missing:
         log(f"not tested: Python {', '.join(missing)} (no interpreter)")
     if count["passed"] == 0:
-        bad.append(Job("no tests", 0, lambda p: None))
         log("FAILED: no test passed")
     log(f"{count['passed']} passed, {count['failed']} failed, {count['skipped']} skipped")
-    return 1 if bad or (missing and strict) else 0
+    return 1 if bad or count["passed"] == 0 else 0
 
 
 if __name__ == "__main__":
