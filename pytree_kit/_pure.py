@@ -643,3 +643,14 @@ def flatten_up_to(
         else:
             break
     return out
+
+
+def flatten_up_to_columns(
+    spec: TreeSpec, trees: Any, label: str = "the spec", other: str = "the tree"
+) -> list:
+    """flatten_up_to of each tree, as one list per leaf of the spec:
+    ``columns[j][k]`` is leaf ``j`` of ``trees[k]``."""
+    rows = [flatten_up_to(spec, t, label, other) for t in tuple(trees)]
+    return (
+        [list(column) for column in zip(*rows)] if rows else [[] for _ in range(spec._num_leaves)]
+    )

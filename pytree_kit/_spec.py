@@ -187,6 +187,22 @@ class TreeSpec:
         """
         return _impl.flatten_up_to(self, tree)
 
+    def columns(self, trees: Iterable[Any]) -> list[list[Any]]:
+        """The leaves of many trees of this structure, column by column:
+        ``spec.columns(trees)[j][k]`` is leaf ``j`` of ``trees[k]``.
+
+        It is ``flatten_up_to`` of each tree, transposed, in one call: a tree
+        whose structure differs raises flatten_up_to's ValueError. Batching
+        code (``collate``) uses it.
+
+        Examples:
+            >>> import pytree_kit as pk
+            >>> spec = pk.structure({"x": 0, "y": 0})
+            >>> spec.columns([{"x": 1, "y": 2}, {"x": 3, "y": 4}])
+            [[1, 3], [2, 4]]
+        """
+        return _impl.flatten_up_to_columns(self, trees)  # type: ignore[no-any-return]
+
     def to_json(self) -> str:
         """A stable, readable JSON document for this spec (see ``from_json``).
 

@@ -3902,41 +3902,13 @@ leaf_run(PyObject *nodes, Py_ssize_t i, Py_ssize_t n)
     return 1;
 }
 
-static PyObject *
-sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* The leaves of obj up to the spec's nodes, appended to out (the caller has
+ * set up u, c and an empty s; s is empty again on success). */
+static int
+up_to_into(PyObject *nodes, PyObject *obj, Vec *out, Up *u, Ctx *c, Stack *s)
 {
-    if (nargs < 2 || nargs > 4) {
-        PyErr_SetString(PyExc_TypeError,
-                        "flatten_up_to(spec, tree, label='the spec', other='the tree') takes 2 to 4 "
-                        "arguments");
-        return NULL;
-    }
-    PyObject *spec = args[0], *obj = args[1];
-    PyObject *nodes, *orders;
-    Py_ssize_t nleaves;
-    if (spec_parts(spec, &nodes, &orders, &nleaves) < 0) {
-        return NULL;
-    }
-    Stack s;
-    Ctx c;
-    Up u;
-    stack_init(&s);
-    ctx_init(&c, Py_None, NULL, 1); /* cannot fail without rules */
-    u.s = &s;
-    u.label = nargs > 2 ? args[2] : s_the_spec;
-    u.other = nargs > 3 ? args[3] : s_the_tree;
-    Py_INCREF(u.label);
-    Py_INCREF(u.other);
-    PyObject *result = NULL;
-    Vec out;
-    vec_init(&out);
-    Py_INCREF(nodes);
-    Py_INCREF(obj);
     Py_ssize_t nn = PyTuple_GET_SIZE(nodes), i = 0;
-    /* a spec has no more leaves than nodes */
-    if (nleaves > VEC_INLINE && vec_reserve(&out, nleaves < nn ? nleaves : nn) < 0) {
-        goto error;
-    }
+    Py_INCREF(obj);
     for (;;) {
         if (i >= nn) {
             PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: the nodes end early");
@@ -3949,7 +3921,7 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             goto error;
         }
         if (kind == K_LEAF) {
-            if (emit(&out, obj) < 0) {
+            if (emit(out, obj) < 0) {
                 goto error;
             }
         }
@@ -3977,7 +3949,7 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                     goto error;
                 }
                 if (j == arity) {
-                    if (vec_extend(&out, vals, arity) < 0) {
+                    if (vec_extend(out, vals, arity) < 0) {
                         goto error;
                     }
                     i += arity;
@@ -3988,10 +3960,10 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 (PyObject *)Py_TYPE(obj) == PyTuple_GET_ITEM(node, 1) && !PyDict_Check(obj) &&
                 leaf_run(nodes, i, arity)) {
                 /* a record of leaves, every field set: its values, nothing to visit */
-                if (stack_freeze(&s) < 0) {
+                if (stack_freeze(s) < 0) {
                     goto error;
                 }
-                int r = record_leaves(&u, &c, kind, arity, node, obj, &out);
+                int r = record_leaves(u, c, kind, arity, node, obj, out);
                 if (r < 0) {
                     goto error;
                 }
@@ -4001,10 +3973,10 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 }
             }
             if (kind != K_TUPLE && kind != K_LIST && kind != K_NONE && kind != K_DICT &&
-                kind != K_NAMEDTUPLE && stack_freeze(&s) < 0) {
+                kind != K_NAMEDTUPLE && stack_freeze(s) < 0) {
                 goto error;
             }
-            if (match(&u, &c, kind, arity, node, obj, &children, &names, &keymode, &live) < 0) {
+            if (match(u, c, kind, arity, node, obj, &children, &names, &keymode, &live) < 0) {
                 goto error;
             }
             Py_ssize_t nch = PyTuple_Check(children) ? PyTuple_GET_SIZE(children)
@@ -4012,7 +3984,7 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             if (nch) {
                 /* the leading children that are leaves of the spec are taken now;
                  * a frame reads the rest, if any */
-                Py_ssize_t k = take_leaves(&out, seq_items(children), nch, nodes, i);
+                Py_ssize_t k = take_leaves(out, seq_items(children), nch, nodes, i);
                 if (k == nch || k < 0) {
                     Py_DECREF(children);
                     Py_XDECREF(names);
@@ -4020,11 +3992,11 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                         goto error;
                     }
                 }
-                else if (stack_push(&s, obj, children, names, keymode, live, 0) < 0) {
+                else if (stack_push(s, obj, children, names, keymode, live, 0) < 0) {
                     goto error;
                 }
                 else {
-                    s.v[s.n - 1].pos = k;
+                    s->v[s->n - 1].pos = k;
                 }
                 i += k;
             }
@@ -4035,13 +4007,13 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
     next:
         Py_CLEAR(obj);
-        while (s.n) {
-            Frame *fr = &s.v[s.n - 1];
+        while (s->n) {
+            Frame *fr = &s->v[s->n - 1];
             if (fr->pos < fr->n) {
                 if (frame_check(fr) < 0) {
                     goto error;
                 }
-                Py_ssize_t k = take_leaves(&out, seq_items(fr->children) + fr->pos,
+                Py_ssize_t k = take_leaves(out, seq_items(fr->children) + fr->pos,
                                            fr->n - fr->pos, nodes, i);
                 if (k < 0) {
                     goto error;
@@ -4058,22 +4030,135 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 Py_INCREF(obj);
                 break;
             }
-            stack_pop(&s);
+            stack_pop(s);
         }
         if (obj == NULL) {
             break;
         }
     }
-    result = vec_to_list(&out);
+    return 0;
+error:
+    Py_XDECREF(obj);
+    return -1;
+}
+
+static int
+up_to_setup(PyObject *const *args, Py_ssize_t nargs, const char *usage, PyObject **nodes,
+            Py_ssize_t *nleaves, Up *u, Ctx *c, Stack *s)
+{
+    if (nargs < 2 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    PyObject *orders;
+    if (spec_parts(args[0], nodes, &orders, nleaves) < 0) {
+        return -1;
+    }
+    stack_init(s);
+    ctx_init(c, Py_None, NULL, 1); /* cannot fail without rules */
+    u->s = s;
+    u->label = nargs > 2 ? args[2] : s_the_spec;
+    u->other = nargs > 3 ? args[3] : s_the_tree;
+    Py_INCREF(u->label);
+    Py_INCREF(u->other);
+    Py_INCREF(*nodes);
+    return 0;
+}
+
+static void
+up_to_clear(PyObject *nodes, Up *u, Ctx *c, Stack *s)
+{
+    Py_DECREF(nodes);
+    Py_XDECREF(u->label);
+    Py_XDECREF(u->other);
+    stack_clear(s);
+    ctx_clear(c);
+}
+
+static PyObject *
+sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *nodes;
+    Py_ssize_t nleaves;
+    Stack s;
+    Ctx c;
+    Up u;
+    if (up_to_setup(args, nargs,
+                    "flatten_up_to(spec, tree, label='the spec', other='the tree') takes 2 to 4 "
+                    "arguments",
+                    &nodes, &nleaves, &u, &c, &s) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Vec out;
+    vec_init(&out);
+    Py_ssize_t nn = PyTuple_GET_SIZE(nodes);
+    /* a spec has no more leaves than nodes */
+    if ((nleaves <= VEC_INLINE || vec_reserve(&out, nleaves < nn ? nleaves : nn) == 0) &&
+        up_to_into(nodes, args[1], &out, &u, &c, &s) == 0) {
+        result = vec_to_list(&out);
+    }
+    vec_clear(&out);
+    up_to_clear(nodes, &u, &c, &s);
+    return result;
+}
+
+/* flatten_up_to_columns(spec, trees): flatten_up_to of each tree, as one list
+ * per leaf of the spec: columns[j][k] is leaf j of trees[k]. */
+static PyObject *
+sp_flatten_up_to_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *nodes;
+    Py_ssize_t nleaves;
+    Stack s;
+    Ctx c;
+    Up u;
+    if (up_to_setup(args, nargs,
+                    "flatten_up_to_columns(spec, trees, label='the spec', other='the tree') "
+                    "takes 2 to 4 arguments",
+                    &nodes, &nleaves, &u, &c, &s) < 0) {
+        return NULL;
+    }
+    PyObject *columns = NULL;
+    /* a tuple of its own: user code run while flattening cannot change it */
+    PyObject *trees = PySequence_Tuple(args[1]);
+    Vec out;
+    vec_init(&out);
+    if (trees == NULL || (columns = PyList_New(nleaves)) == NULL) {
+        goto error;
+    }
+    Py_ssize_t ntrees = PyTuple_GET_SIZE(trees);
+    for (Py_ssize_t j = 0; j < nleaves; j++) {
+        PyObject *col = PyList_New(ntrees);
+        if (col == NULL) {
+            goto error;
+        }
+        PyList_SET_ITEM(columns, j, col);
+    }
+    for (Py_ssize_t k = 0; k < ntrees; k++) {
+        if (up_to_into(nodes, PyTuple_GET_ITEM(trees, k), &out, &u, &c, &s) < 0) {
+            goto error;
+        }
+        if (out.n != nleaves) {
+            PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: num_leaves does not match");
+            goto error;
+        }
+        for (Py_ssize_t j = 0; j < nleaves; j++) {
+            /* moves the reference: the list item was NULL */
+            PyList_SET_ITEM(PyList_GET_ITEM(columns, j), k, out.v[j]);
+        }
+        out.n = 0;
+    }
+    vec_clear(&out);
+    Py_DECREF(trees);
+    up_to_clear(nodes, &u, &c, &s);
+    return columns;
 error:
     vec_clear(&out);
-    Py_XDECREF(obj);
-    Py_DECREF(nodes);
-    Py_XDECREF(u.label);
-    Py_XDECREF(u.other);
-    stack_clear(&s);
-    ctx_clear(&c);
-    return result;
+    Py_XDECREF(trees);
+    Py_XDECREF(columns);
+    up_to_clear(nodes, &u, &c, &s);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -4112,6 +4197,9 @@ static PyMethodDef methods[] = {
      "flatten_with_path(tree, is_leaf=None, rules=None) -> ([(path, leaf), ...], spec)"},
     {"unflatten", (PyCFunction)(void (*)(void))sp_unflatten, METH_FASTCALL,
      "unflatten(spec, leaves) -> tree"},
+    {"flatten_up_to_columns", (PyCFunction)(void (*)(void))sp_flatten_up_to_columns,
+     METH_FASTCALL,
+     "flatten_up_to_columns(spec, trees, label='the spec', other='the tree') -> columns"},
     {"flatten_up_to", (PyCFunction)(void (*)(void))sp_flatten_up_to, METH_FASTCALL,
      "flatten_up_to(spec, tree, label='the spec', other='the tree') -> leaves"},
     {"_field_codes", (PyCFunction)(void (*)(void))sp_field_codes, METH_FASTCALL,

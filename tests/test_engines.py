@@ -140,6 +140,52 @@ def test_flatten_up_to_mismatches(a: Any, b: Any) -> None:
     same_outcome("flatten_up_to", spec, b, "the first tree", "rest[0]")
 
 
+@given(trees(), st.lists(trees(), max_size=3), st.booleans())
+def test_flatten_up_to_columns_is_flatten_up_to_of_each_tree(
+    a: Any, others: list, same_first: bool
+) -> None:
+    """Both engines' columns: the leaves of each tree, transposed, or the same
+    error as flatten_up_to of the first tree that does not fit."""
+    spec = _pure.flatten(a, None, RULES)[1]
+    batch = [a, *others] if same_first else others
+    x, y = same_outcome("flatten_up_to_columns", spec, batch)
+    rows = [outcome(_pure.flatten_up_to, spec, t) for t in batch]
+    bad = [r for r in rows if r[0] == "raise"]
+    if bad:
+        assert x[1:] == bad[0][1:]
+        return
+    assert len(x[1]) == len(y[1]) == spec.num_leaves
+    for j, (cx, cy) in enumerate(zip(x[1], y[1])):
+        check_leaves_identical(cx, cy)
+        check_leaves_identical(cx, [r[1][j] for r in rows])
+    same_outcome("flatten_up_to_columns", spec, iter(batch), "the first tree", "rest[0]")
+
+
+def test_flatten_up_to_columns_holds_its_own_copy_of_the_trees() -> None:
+    """A __tree_flatten__ that empties the caller's list cannot make the C
+    engine read freed memory: it works on a tuple of its own."""
+    trees_list: list = []
+
+    class Shrinks:
+        def __tree_flatten__(self) -> tuple:
+            trees_list.clear()
+            return (1,), None
+
+        @classmethod
+        def __tree_unflatten__(cls, aux: Any, children: Any) -> Any:
+            return cls()
+
+    trees_list.extend(Shrinks() for _ in range(50))
+    spec = _pure.flatten(Shrinks(), None, None)[1]
+    for impl in (_pure, _speedups):
+        trees_list[:] = [Shrinks() for _ in range(50)]
+        assert impl.flatten_up_to_columns(spec, trees_list) == [[1] * 50]
+    with pytest.raises(TypeError):
+        _speedups.flatten_up_to_columns(spec)
+    with pytest.raises(ValueError, match="the spec has a list of 2, the tree has a tuple"):
+        pk.structure([0, 0]).columns([[1, 2], (3, 4)])
+
+
 @given(trees())
 def test_specs_cross_engines_through_pickle_and_json(tree: Any) -> None:
     leaves, spec = _speedups.flatten(tree, None, RULES)
