@@ -186,6 +186,26 @@ def test_distributed_benchmark_smoke(tmp_path: Path) -> None:
     assert "torch" in sections["Machine"]
 
 
+@pytest.mark.once  # a script's smoke run (torch only): the C-engine job on 3.11
+def test_batches_benchmark_smoke(tmp_path: Path) -> None:
+    """benchmarks/batches.py --quick checks collate against default_collate on
+    every input (same values), consolidate against tensordict when installed,
+    and runs a DataLoader with 2 forked workers; no timing is judged here."""
+    pytest.importorskip("torch")
+    _run_quick("batches.py", tmp_path)
+    report = (tmp_path / "batches.md").read_text(encoding="utf-8")
+    rows = [line for line in report.splitlines() if line.startswith("| ")]
+    collate_rows = [r for r in rows if "(x" in r.split("|")[1]]
+    assert len(collate_rows) == 12, rows
+    for row in collate_rows:
+        assert re.search(r"\| [0-9.]+ \|$", row), row
+    loaders = {r.split("|")[1].strip(): r for r in rows if r.startswith(("| plain", "| consol"))}
+    assert set(loaders) == {"plain", "consolidated"}
+    # one storage a batch, against one per tensor
+    assert loaders["consolidated"].split("|")[3].strip() == "1"
+    assert loaders["plain"].split("|")[3].strip() == "1,000"
+
+
 def test_leaves_bound_smoke(tmp_path: Path) -> None:
     """benchmarks/leaves_bound.py compiles its bound, checks it gives the same
     leaves as pk.leaves on each tree, and reports a row per tree (no timing is

@@ -336,7 +336,8 @@ def test_to_device_from_a_coalesced_batch_copies_once_per_buffer(device, monkeyp
     monkeypatch.setattr(torch.Tensor, "to", counting_to)
     out = to_device(packed, device, pool=pool, non_blocking=True)
     monkeypatch.undo()
-    assert len(copies) == 2  # one per dtype buffer, not 401
+    # one per dtype buffer, not 401 (to the device they are on: no more than that)
+    assert len(copies) == 2 if device == "meta" else len(copies) <= 2
     assert out["meta"].labels == "keep me" and type(out["meta"]) is Target
     for a, b in zip(pk.leaves(batch), pk.leaves(out)):
         if isinstance(a, torch.Tensor):

@@ -5,7 +5,8 @@ Importing this module imports torch; ``import pytree_kit`` alone never does.
 
 from __future__ import annotations
 
-from ._data import PinnedLoader, PinnedPool, collate, default_pool, pin_memory, to_device
+from ._collate import Padded, SampleList, collate, select, uncollate
+from ._data import PinnedLoader, PinnedPool, default_pool, pin_memory, to_device
 from ._distributed import (
     DistributedDataParallel,
     TreeWork,
@@ -14,13 +15,16 @@ from ._distributed import (
     broadcast_tree,
 )
 from ._flatspec import FlatSpec
+from ._storage import consolidate, is_consolidated
 from ._tracing import TracedModel, TracingAdapter, export, load, save, trace
 
 __all__ = [
     "DistributedDataParallel",
     "FlatSpec",
+    "Padded",
     "PinnedLoader",
     "PinnedPool",
+    "SampleList",
     "TracedModel",
     "TracingAdapter",
     "TreeWork",
@@ -28,11 +32,15 @@ __all__ = [
     "all_reduce_tree",
     "broadcast_tree",
     "collate",
+    "consolidate",
     "default_pool",
     "export",
+    "is_consolidated",
     "load",
     "pin_memory",
     "save",
+    "select",
     "to_device",
     "trace",
+    "uncollate",
 ]

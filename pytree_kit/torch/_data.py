@@ -1,9 +1,11 @@
-"""Data loading for arbitrary nested batches: collate, pin_memory, to_device.
+"""Moving nested batches: pin_memory, to_device, and PinnedLoader.
 
 torch's DataLoader machinery understands tensors, numbers, dicts, lists and
 namedtuples. A dataclass or a class of your own batch is skipped by
-``pin_memory`` and rejected by ``default_collate``. These functions work on any
-tree pytree_kit understands, and keep every container's type.
+``pin_memory``. These functions work on any tree pytree_kit understands, and
+keep every container's type. Tensors that share one storage (a consolidated
+batch, see ``_storage``) move with one allocation and one copy in all.
+(``collate`` and the way back from a batch are in ``_collate``.)
 """
 
 from __future__ import annotations
@@ -17,109 +19,12 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 import torch
 
 from .. import api
-from .._keys import where
 from .._kinds import Rule
+from ._storage import move_storage, storage_groups
 
-__all__ = ["PinnedLoader", "PinnedPool", "collate", "pin_memory", "to_device"]
+__all__ = ["PinnedLoader", "PinnedPool", "pin_memory", "to_device"]
 
 Rules = Optional[Mapping[type, Rule]]
-
-_NUMBERS = (bool, int, float, complex)
-
-
-# --------------------------------------------------------------------------
-# collate
-
-
-def collate(samples: Iterable[Any], *, rules: Rules = None) -> Any:
-    """Turn a list of samples of one structure into one batch of the same types.
-
-    Tensors are stacked along a new first dimension; numbers become a tensor;
-    strings and any other leaves become a list; None stays None. Dataclasses,
-    namedtuples, protocol classes and dicts keep their type. A structure
-    mismatch, or tensors that cannot be stacked, raise ValueError naming the
-    path. Use it as ``DataLoader(dataset, collate_fn=collate)``.
-
-    Examples:
-        >>> import dataclasses, torch
-        >>> from pytree_kit.torch import collate
-        >>> @dataclasses.dataclass
-        ... class Sample:
-        ...     image: torch.Tensor
-        ...     label: int
-        ...     name: str
-        ...     mask: object = None
-        >>> batch = collate([Sample(torch.zeros(3), 1, "a"), Sample(torch.ones(3), 0, "b")])
-        >>> type(batch).__name__, tuple(batch.image.shape), batch.label, batch.name, batch.mask
-        ('Sample', (2, 3), tensor([1, 0]), ['a', 'b'], None)
-    """
-    samples = list(samples)
-    if not samples:
-        raise ValueError("collate: no samples")
-    pairs, spec = api.flatten_with_path(samples[0], rules=rules)
-    columns: list[list] = [[leaf] for _, leaf in pairs]
-    for k in range(1, len(samples)):
-        try:
-            leaves = spec.flatten_up_to(samples[k])
-        except ValueError as e:
-            raise ValueError(
-                f"collate: sample {k} does not have the structure of sample 0: {e}"
-            ) from None
-        for column, leaf in zip(columns, leaves):
-            column.append(leaf)
-    return spec.unflatten(
-        [_collate_leaf(path, col, rules) for (path, _), col in zip(pairs, columns)]
-    )
-
-
-def _category(x: Any) -> str:
-    if isinstance(x, torch.Tensor):
-        return "tensor"
-    if isinstance(x, _NUMBERS):
-        return "number"
-    return "other"
-
-
-def _collate_leaf(path: tuple, values: list, rules: Rules) -> Any:
-    kinds = {_category(v) for v in values}
-    if len(kinds) > 1 or "other" in kinds:
-        # Sample 0 has a leaf here; so must every other sample (not a subtree).
-        for k, v in enumerate(values[1:], 1):
-            if not api.structure(v, rules=rules).is_leaf():
-                raise ValueError(
-                    f"collate: sample {k} does not have the structure of sample 0: "
-                    f"{where(path)}: sample 0 has a leaf of type {type(values[0]).__qualname__}, "
-                    f"sample {k} has a {type(v).__qualname__} container"
-                )
-    if len(kinds) > 1:
-        found = ", ".join(sorted({type(v).__qualname__ for v in values}))
-        raise ValueError(
-            f"collate: {where(path)}: the samples hold different kinds of values here ({found})"
-        )
-    kind = kinds.pop()
-    if kind == "number":
-        return torch.tensor(values)
-    if kind == "other":
-        return values
-    first = values[0]
-    shapes = {tuple(v.shape) for v in values}
-    if len(shapes) > 1 or len({v.dtype for v in values}) > 1 or len({v.device for v in values}) > 1:
-        detail = ", ".join(f"{tuple(v.shape)} {v.dtype} {v.device}" for v in values[:8])
-        raise ValueError(
-            f"collate: {where(path)}: cannot stack tensors of differing shape, dtype "
-            f"or device: {detail}"
-        )
-    out = None
-    if torch.utils.data.get_worker_info() is not None and first.layout == torch.strided:
-        # In a worker process, stack straight into shared memory, as default_collate
-        # does, to save a copy when the batch is sent to the main process.
-        try:
-            numel = sum(v.numel() for v in values)
-            storage = first.untyped_storage()._new_shared(numel * first.element_size())
-            out = first.new(storage).resize_(len(values), *first.shape)
-        except Exception:  # pragma: no cover - private API changed: plain stack
-            out = None
-    return torch.stack(values, 0, out=out)
 
 
 # --------------------------------------------------------------------------
@@ -288,11 +193,29 @@ def pin_memory(
         )
         return batch
     leaves, spec = api.flatten(batch, rules=rules)
+    return spec.unflatten(_pin_leaves(leaves, coalesce, pool))
+
+
+def _pin_storage(whole: torch.Tensor) -> torch.Tensor:
+    return whole.pin_memory()
+
+
+def _pin_leaves(leaves: list, coalesce: bool, pool: Optional[PinnedPool]) -> list:
+    """The leaves with every CPU tensor pinned: a storage the tensors share
+    (a consolidated batch) with one pinned allocation and one copy."""
+    whole, singles = storage_groups(leaves)
+    out = list(leaves)
+    for idx in whole:
+        if leaves[idx[0]].device.type == "cpu" and not leaves[idx[0]].is_pinned():
+            move_storage(leaves, idx, _pin_storage, out)
     if coalesce:
-        new = (pool or default_pool()).pack(leaves)
+        packed = (pool or default_pool()).pack([leaves[i] for i in singles])
+        for i, x in zip(singles, packed):
+            out[i] = x
     else:
-        new = [x.pin_memory() if isinstance(x, torch.Tensor) else x for x in leaves]
-    return spec.unflatten(new)
+        for i in singles:
+            out[i] = leaves[i].pin_memory()
+    return out
 
 
 def to_device(
@@ -319,20 +242,26 @@ def to_device(
     device = torch.device(device)
     pool = pool or _default_pool
     leaves, spec = api.flatten(batch, rules=rules)
+    whole, singles = storage_groups(leaves)
+    out = list(leaves)
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device, non_blocking=non_blocking)
+
+    for idx in whole:
+        if leaves[idx[0]].device != device:
+            move_storage(leaves, idx, move, out)
     copies: dict[int, torch.Tensor] = {}
-    out = []
-    for x in leaves:
-        if not isinstance(x, torch.Tensor):
-            out.append(x)
-            continue
+    for i in singles:
+        x = leaves[i]
         buf = pool.buffer_of(x) if pool is not None else None
         if buf is None:
-            out.append(x.to(device, non_blocking=non_blocking))
+            out[i] = x.to(device, non_blocking=non_blocking)
             continue
         copy = copies.get(id(buf))
         if copy is None:
             copy = copies[id(buf)] = buf.data[: buf.used].to(device, non_blocking=non_blocking)
-        out.append(copy.as_strided(x.shape, x.stride(), x.storage_offset()))
+        out[i] = copy.as_strided(x.shape, x.stride(), x.storage_offset())
     return spec.unflatten(out)
 
 

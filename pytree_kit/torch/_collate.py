@@ -1,0 +1,772 @@
+"""Batches: collate (with ragged fields), and the way back (uncollate, select).
+
+``collate`` turns a list of samples of one structure into one batch of the
+same types. Its fast path does what ``default_collate`` does and nothing more:
+flatten each sample up to sample 0's spec, and stack each column. Every check
+that would cost per sample runs only after the fast path fails, to say where
+and why.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import sys
+from array import array
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Union
+
+import torch
+
+from .. import api
+from .._keys import DictKey, GetAttrKey, SequenceKey, keystr, where
+from .._kinds import LEAF_NODE, Rule
+from .._spec import TreeSpec, _subtree_end
+from . import _storage
+
+__all__ = ["Padded", "SampleList", "collate", "select", "uncollate"]
+
+Rules = Optional[Mapping[type, Rule]]
+Ragged = Union[None, str, Mapping[Any, str], Callable[[tuple], Optional[str]]]
+
+_NUMBERS = (bool, int, float, complex)
+_Tensor = torch.Tensor
+_dtype_of = operator.attrgetter("dtype")
+MODES = ("list", "pad", "nested")
+
+
+class SampleList(list):  # type: ignore[type-arg]
+    """A list with one entry per sample: what ``collate`` makes of strings and
+    other non-tensor leaves, and of fields collated with ``ragged="list"``.
+
+    It is a ``list`` in every way, and a container to pytree_kit (its entries
+    are children), so ``to_device`` and ``pin_memory`` reach the tensors in
+    it; ``uncollate`` and ``select`` know it holds one entry per sample.
+
+    Examples:
+        >>> from pytree_kit.torch import SampleList
+        >>> names = SampleList(["a", "b"])
+        >>> names == ["a", "b"], isinstance(names, list)
+        (True, True)
+    """
+
+    __slots__ = ()
+
+    def __tree_flatten__(self) -> tuple[list, None]:
+        return list(self), None
+
+    @classmethod
+    def __tree_unflatten__(cls, aux: None, children: Iterable[Any]) -> SampleList:
+        return cls(children)
+
+
+class Padded(NamedTuple):
+    """A field of tensors of differing shapes, padded to the largest: what
+    ``collate(..., ragged="pad")`` makes.
+
+    ``data`` is the batch, ``(batch, *largest shape)``; ``sizes`` is an int64
+    tensor ``(batch, ndim)`` holding each sample's own shape, so
+    ``data[i][tuple(slice(0, s) for s in sizes[i])]`` is sample ``i``'s tensor.
+
+    Examples:
+        >>> import torch
+        >>> from pytree_kit.torch import collate
+        >>> batch = collate([{"x": torch.ones(2)}, {"x": torch.ones(3)}], ragged="pad")
+        >>> batch["x"].data
+        tensor([[1., 1., 0.],
+                [1., 1., 1.]])
+        >>> batch["x"].lengths
+        tensor([2, 3])
+        >>> batch["x"].mask()
+        tensor([[ True,  True, False],
+                [ True,  True,  True]])
+    """
+
+    data: torch.Tensor
+    sizes: torch.Tensor
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """Each sample's size in its first dimension: ``sizes[:, 0]``."""
+        return self.sizes[:, 0]
+
+    def mask(self) -> torch.Tensor:
+        """A bool tensor shaped like ``data``: True where a sample's own values are."""
+        data, sizes = self.data, self.sizes
+        batch, ndim = sizes.shape[0], sizes.shape[1]
+        mask = torch.ones(data.shape, dtype=torch.bool, device=data.device)
+        for d in range(ndim):
+            shape = [1] * data.dim()
+            shape[d + 1] = data.shape[d + 1]
+            span = torch.arange(data.shape[d + 1], device=data.device).view(shape)
+            limit = sizes[:, d].to(data.device).view([batch] + [1] * (data.dim() - 1))
+            mask &= span < limit
+        return mask
+
+    def unpad(self, i: int) -> torch.Tensor:
+        """Sample ``i``'s tensor, as it was before padding (a view of ``data``)."""
+        size = self.sizes[i].tolist()
+        return self.data[i][tuple(slice(0, s) for s in size)]
+
+
+# --------------------------------------------------------------------------
+# ragged=: which paths get which treatment
+
+
+def _key_name(key: Any) -> Any:
+    if type(key) is DictKey:
+        return key.key
+    if type(key) is GetAttrKey:
+        return key.name
+    if type(key) is SequenceKey:
+        return key.idx
+    return key
+
+
+def _selector_matches(sel: Any, path: tuple) -> bool:
+    if callable(sel):
+        return bool(sel(path))
+    if isinstance(sel, str):
+        text = sel[4:] if sel.startswith("tree") else sel
+        if text.startswith(("[", ".")) or text == "":
+            return keystr(path) == text
+        parts = text.split(".")
+        if len(parts) > len(path):
+            return False
+        tail = path[len(path) - len(parts) :]
+        return all(str(_key_name(k)) == p for k, p in zip(tail, parts))
+    if isinstance(sel, tuple):
+        return len(sel) == len(path) and all(s == k or s == _key_name(k) for s, k in zip(sel, path))
+    raise TypeError(
+        f"collate: a ragged= selector is a keystr, a path tuple or a callable on the path, "
+        f"got {type(sel).__name__}"
+    )
+
+
+def _check_mode(mode: Any, sel: Any) -> str:
+    if mode not in MODES:
+        raise ValueError(
+            f"collate: ragged mode for {sel!r} must be one of {', '.join(map(repr, MODES))}, "
+            f"got {mode!r}"
+        )
+    return str(mode)
+
+
+def _resolve(ragged: Ragged, paths: list[tuple]) -> list[Optional[tuple[str, int]]]:
+    """For each leaf path: (mode, depth of the node the mode applies to), or None.
+
+    Each selector is tried on every prefix of a path, shortest first; the first
+    selector (in the mapping's order) that matches some prefix decides.
+    """
+    if ragged is None:
+        return [None] * len(paths)
+    if isinstance(ragged, str):
+        mode = _check_mode(ragged, "every path")
+        return [(mode, len(p)) for p in paths]
+    if callable(ragged) and not isinstance(ragged, Mapping):
+        out: list[Optional[tuple[str, int]]] = []
+        for p in paths:
+            found = None
+            for d in range(len(p) + 1):
+                asked = ragged(p[:d])
+                if asked is not None:
+                    found = (_check_mode(asked, ragged), d)
+                    break
+            out.append(found)
+        return out
+    if not isinstance(ragged, Mapping):
+        raise TypeError(
+            "collate: ragged= takes a mode, a mapping from paths to modes, or a callable "
+            f"(path -> mode or None), got {type(ragged).__name__}"
+        )
+    selectors = [(sel, _check_mode(mode, sel)) for sel, mode in ragged.items()]
+    used = set()
+    out = []
+    for p in paths:
+        found = None
+        for n, (sel, mode) in enumerate(selectors):
+            for d in range(len(p) + 1):
+                if _selector_matches(sel, p[:d]):
+                    found = (mode, d)
+                    used.add(n)
+                    break
+            if found:
+                break
+        out.append(found)
+    for n, (sel, _) in enumerate(selectors):
+        if n not in used and not callable(sel):
+            examples = ", ".join(repr(keystr(p)) for p in paths[:3])
+            raise ValueError(
+                f"collate: ragged= names {sel!r}, which is no path of the samples "
+                f"(their leaves are at {examples}{', ...' if len(paths) > 3 else ''})"
+            )
+    return out
+
+
+def _collapse(spec: TreeSpec, paths: list[tuple], modes: list) -> tuple[TreeSpec, list, list]:
+    """Make every node that a "list" mode names above a leaf into a leaf of the
+    spec, so each sample's whole subtree there becomes one entry of a list.
+
+    Returns the new spec, and the paths and modes of its leaves.
+    """
+    nodes = spec._nodes
+    # the node index of each leaf, and of each node's ancestors by depth
+    leaf_nodes = []
+    ancestors: list[int] = []  # the open nodes, root first
+    remaining: list[int] = []  # children left to visit in each open node
+    chains = []
+    for i, node in enumerate(nodes):
+        while remaining and remaining[-1] == 0:
+            remaining.pop()
+            ancestors.pop()
+        if remaining:
+            remaining[-1] -= 1
+        if node[0] == LEAF_NODE[0]:
+            leaf_nodes.append(i)
+            chains.append(list(ancestors))
+        elif node[2]:
+            ancestors.append(i)
+            remaining.append(node[2])
+    cut: dict[int, int] = {}  # node index -> the leaf index that names it
+    for j, m in enumerate(modes):
+        if m is not None and m[0] == "list" and m[1] < len(paths[j]):
+            start = chains[j][m[1]]
+            cut.setdefault(start, j)
+    if not cut:
+        return spec, paths, modes
+    new_nodes: list = []
+    keep_orders = []
+    new_paths, new_modes = [], []
+    index = {}  # old node index -> new node index
+    i = 0
+    leaf_no = {n: j for j, n in enumerate(leaf_nodes)}
+    while i < len(nodes):
+        index[i] = len(new_nodes)
+        if i in cut:
+            j = cut[i]
+            new_nodes.append(LEAF_NODE)
+            new_paths.append(paths[j][: modes[j][1]])
+            new_modes.append(("list", modes[j][1]))
+            i = _subtree_end(nodes, i)
+            continue
+        new_nodes.append(nodes[i])
+        if i in leaf_no:
+            new_paths.append(paths[leaf_no[i]])
+            new_modes.append(modes[leaf_no[i]])
+        i += 1
+    for i, order in spec._orders:
+        if i in index and nodes[i] is new_nodes[index[i]]:
+            keep_orders.append((index[i], order))
+    new = TreeSpec._make(tuple(new_nodes), tuple(keep_orders), len(new_paths))
+    return new, new_paths, new_modes
+
+
+# --------------------------------------------------------------------------
+# collate
+
+
+def _category(x: Any) -> str:
+    if isinstance(x, _Tensor) or _is_ndarray(x):
+        return "tensor"
+    if isinstance(x, _NUMBERS):
+        return "number"
+    return "other"
+
+
+def _is_ndarray(x: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(x, np.ndarray)
+
+
+class _Columns:
+    """What collate knows of the samples, for its messages: paths are made only
+    when a message needs them."""
+
+    def __init__(self, samples: Any, rules: Rules, paths: Optional[list]) -> None:
+        self.samples = samples
+        self.rules = rules
+        self._paths = paths
+
+    def path(self, j: int) -> str:
+        if self._paths is None:
+            pairs, _ = api.flatten_with_path(self.samples[0], rules=self.rules)
+            self._paths = [p for p, _ in pairs]
+        return where(self._paths[j])
+
+    def problem(self, j: int, values: Any) -> Optional[ValueError]:
+        """What is wrong with a column whose values are not all of one kind, if anything."""
+        path = self.path(j)
+        kinds = {_category(v) for v in values}
+        if len(kinds) > 1 or "other" in kinds:
+            # Sample 0 has a leaf here; so must every other sample (not a subtree).
+            for k, v in enumerate(values[1:], 1):
+                if not api.structure(v, rules=self.rules).is_leaf():
+                    return ValueError(
+                        f"collate: sample {k} does not have the structure of sample 0: "
+                        f"{path}: sample 0 has a leaf of type {type(values[0]).__qualname__}, "
+                        f"sample {k} has a {type(v).__qualname__} container"
+                    )
+        if len(kinds) > 1:
+            found = ", ".join(sorted({type(v).__qualname__ for v in values}))
+            return ValueError(
+                f"collate: {path}: the samples hold different kinds of values here ({found})"
+            )
+        return None
+
+    def explain(self, j: int, values: Any, error: Optional[BaseException] = None) -> ValueError:
+        """The ValueError for a column that could not be collated."""
+        path = self.path(j)
+        values = list(values)
+        problem = self.problem(j, values)
+        if problem is not None:
+            return problem
+        kinds = {_category(v) for v in values}
+        tensors = [torch.as_tensor(v) if _is_ndarray(v) else v for v in values]
+        if kinds == {"tensor"}:
+            shapes = {tuple(v.shape) for v in tensors}
+            if (
+                len(shapes) > 1
+                or len({v.dtype for v in tensors}) > 1
+                or len({v.device for v in tensors}) > 1
+            ):
+                detail = ", ".join(f"{tuple(v.shape)} {v.dtype} {v.device}" for v in tensors[:8])
+                hint = (
+                    " (for a field whose shape differs between samples, pass "
+                    "ragged={...: 'list' | 'pad' | 'nested'})"
+                    if len(shapes) > 1
+                    else ""
+                )
+                return ValueError(
+                    f"collate: {path}: cannot stack tensors of differing shape, dtype "
+                    f"or device: {detail}{hint}"
+                )
+        return ValueError(f"collate: {path}: {error}")
+
+
+def _numbers(column: Any, t: type) -> Optional[torch.Tensor]:
+    """A tensor of a column of exact ints, floats or bools (type ``t``), made
+    fast; None for any other column."""
+    try:
+        if t is int:
+            return torch.frombuffer(array("q", column), dtype=torch.int64).clone()
+        if t is float:
+            return torch.frombuffer(array("d", column), dtype=torch.float64).to(
+                torch.get_default_dtype(), copy=True
+            )
+        if t is bool:
+            return torch.frombuffer(bytearray(column), dtype=torch.bool).clone()
+    except OverflowError:
+        return None
+    return None
+
+
+def _mode_of(modes: Optional[list], j: int) -> Optional[str]:
+    m = modes[j] if modes else None
+    return m[0] if m else None
+
+
+class _Stack:
+    """A column to stack later, into a region of one storage (consolidate=True)."""
+
+    __slots__ = ("j", "values")
+
+    def __init__(self, j: int, values: Any) -> None:
+        self.j, self.values = j, values
+
+
+def _stack(cols: _Columns, j: int, column: Any, out: Optional[torch.Tensor]) -> torch.Tensor:
+    first = column[0]
+    if out is not None:
+        # stacking into ``out`` casts to its dtype: find torch.stack's own dtype
+        dtypes = set(map(_dtype_of, column))
+        if len(dtypes) > 1 and functools.reduce(torch.promote_types, dtypes) != first.dtype:
+            raise cols.explain(j, column)
+    try:
+        result = torch.stack(column, 0, out=out)
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise cols.explain(j, column, e) from None
+    if result.dtype != first.dtype:  # torch.stack promoted: the dtypes differ
+        raise cols.explain(j, column)
+    return result
+
+
+def _shared_out(first: torch.Tensor, n: int) -> Optional[torch.Tensor]:
+    """A tensor in shared memory to stack a column into, as default_collate does
+    in a worker (it saves a copy when the batch is sent to the main process)."""
+    if type(first) is not _Tensor or first.layout != torch.strided or first.device.type != "cpu":
+        return None
+    try:
+        storage = first.untyped_storage()._new_shared(n * first.numel() * first.element_size())
+        return first.new(storage).resize_(n, *first.shape)
+    except Exception:  # pragma: no cover - private API changed: plain stack
+        return None
+
+
+def _pad(cols: _Columns, j: int, column: Any, pad_value: Any) -> Padded:
+    first = column[0]
+    shapes = [tuple(t.shape) for t in column]
+    if len({len(s) for s in shapes}) > 1 or len({t.dtype for t in column}) > 1:
+        detail = ", ".join(f"{s} {t.dtype}" for s, t in zip(shapes[:8], column))
+        raise ValueError(
+            f"collate: {cols.path(j)}: ragged='pad' needs tensors of one dtype and one "
+            f"number of dimensions: {detail}"
+        )
+    largest = [max(s[d] for s in shapes) for d in range(first.dim())]
+    sizes = torch.tensor(shapes, dtype=torch.int64).view(len(column), first.dim())
+    if first.dim() and all(s[1:] == shapes[0][1:] for s in shapes):
+        data = torch.nn.utils.rnn.pad_sequence(
+            list(column), batch_first=True, padding_value=pad_value
+        )
+    else:
+        data = first.new_full((len(column), *largest), pad_value)
+        for i, t in enumerate(column):
+            data[i][tuple(slice(0, s) for s in t.shape)] = t
+    return Padded(data, sizes)
+
+
+def _nested(cols: _Columns, j: int, column: Any) -> torch.Tensor:
+    shapes = [tuple(t.shape) for t in column]
+    if any(len(s) == 0 for s in shapes) or len({s[1:] for s in shapes}) > 1:
+        raise ValueError(
+            f"collate: {cols.path(j)}: ragged='nested' makes a jagged tensor, which lets "
+            f"the samples differ in their first dimension only, got shapes "
+            f"{', '.join(map(str, shapes[:8]))} (use 'pad' or 'list')"
+        )
+    if len({t.dtype for t in column}) > 1:
+        raise cols.explain(j, column)
+    return torch.nested.as_nested_tensor(list(column), layout=torch.jagged)
+
+
+def _collate_column(
+    cols: _Columns,
+    j: int,
+    column: Any,
+    mode: Optional[str],
+    pad_value: Any,
+    in_worker: bool,
+    defer: bool,
+) -> Any:
+    first = column[0]
+    if not isinstance(first, _Tensor) and _is_ndarray(first):
+        if first.dtype.kind not in "biufc":  # strings, objects: a list, as other leaves
+            return SampleList(column)
+        try:
+            column = [torch.as_tensor(a) for a in column]
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise cols.explain(j, column, e) from None
+        first = column[0]
+    if isinstance(first, _Tensor):
+        if mode is None:
+            if defer:
+                return _Stack(j, column)
+            return _stack(cols, j, column, _shared_out(first, len(column)) if in_worker else None)
+        if mode == "list":
+            return SampleList(column)
+        if mode == "pad":
+            return _pad(cols, j, column, pad_value)
+        return _nested(cols, j, column)
+    if mode == "list":
+        return SampleList(column)
+    types = set(map(type, column))
+    if len(types) == 1:
+        fast = _numbers(column, next(iter(types)))
+        if fast is not None:
+            return fast
+    if all(isinstance(v, _NUMBERS) for v in column):
+        try:
+            return torch.tensor(column)
+        except (OverflowError, ValueError, RuntimeError) as e:  # an int beyond int64
+            raise ValueError(f"collate: {cols.path(j)}: {e}") from None
+    if types <= {str, bytes} and not (cols.rules and types & set(cols.rules)):
+        return SampleList(column)
+    problem = cols.problem(j, column)
+    if problem is not None:
+        raise problem
+    return SampleList(column)  # other leaves, every one of them a leaf
+
+
+def collate(
+    samples: Iterable[Any],
+    *,
+    rules: Rules = None,
+    ragged: Ragged = None,
+    pad_value: Any = 0,
+    consolidate: bool = False,
+) -> Any:
+    """Turn a list of samples of one structure into one batch of the same types.
+
+    Tensors (and numpy arrays) are stacked along a new first dimension; numbers
+    become a tensor (ints int64, floats the default dtype); strings and other
+    leaves become a :class:`SampleList`; None stays None. Dataclasses,
+    namedtuples, protocol classes and dicts keep their type. A structure
+    mismatch, or tensors that cannot be stacked, raise ValueError naming the
+    path. The stacked dtype is the one ``torch.stack`` gives, and it must be
+    sample 0's. Use it as ``DataLoader(dataset, collate_fn=collate)``.
+
+    ``ragged=`` says what to do with fields whose shapes differ between samples:
+    a mode for every tensor, a mapping from paths to modes, or a callable
+    ``path -> mode or None``. A path is a keystr (``"['boxes']"``, ``"[1].mask"``,
+    ``tree`` in front or not), a dotted name matched at the end of a path
+    (``"boxes"``, ``"target.boxes"``), a tuple of keys, or a callable on the
+    path; each is tried on every node, the outermost first. The modes:
+
+    - ``"list"``: a :class:`SampleList` of each sample's value; named on a
+      container, each sample's whole subtree there (torchvision's detection
+      interface: ``ragged={"[0]": "list", "[1]": "list"}`` on ``(image,
+      target)`` samples gives a list of images and a list of target dicts).
+      The subtrees may differ in structure.
+    - ``"pad"``: a :class:`Padded` ``(data, sizes)``, padded with ``pad_value``.
+    - ``"nested"``: a ``torch.nested`` jagged tensor.
+
+    ``consolidate=True`` builds the batch in one storage (see
+    :func:`consolidate`); in a DataLoader worker it is shared memory, so the
+    batch travels to the main process as one storage.
+
+    Examples:
+        >>> import dataclasses, torch
+        >>> from pytree_kit.torch import collate
+        >>> @dataclasses.dataclass
+        ... class Sample:
+        ...     image: torch.Tensor
+        ...     label: int
+        ...     name: str
+        ...     mask: object = None
+        >>> batch = collate([Sample(torch.zeros(3), 1, "a"), Sample(torch.ones(3), 0, "b")])
+        >>> type(batch).__name__, tuple(batch.image.shape), batch.label, batch.name, batch.mask
+        ('Sample', (2, 3), tensor([1, 0]), ['a', 'b'], None)
+        >>> samples = [{"b": torch.ones(1, 4)}, {"b": torch.ones(2, 4)}]
+        >>> boxes = collate(samples, ragged={"b": "list"})
+        >>> [tuple(t.shape) for t in boxes["b"]]
+        [(1, 4), (2, 4)]
+    """
+    if not isinstance(samples, (list, tuple)):
+        samples = list(samples)
+    n = len(samples)
+    if not n:
+        raise ValueError("collate: no samples")
+    spec = api.structure(samples[0], rules=rules)
+    paths = modes = None
+    if ragged is not None:
+        pairs, _ = api.flatten_with_path(samples[0], rules=rules)
+        paths = [p for p, _ in pairs]
+        modes = _resolve(ragged, paths)
+        spec, paths, modes = _collapse(spec, paths, modes)
+    cols = _Columns(samples, rules, paths)
+    in_worker = torch.utils.data.get_worker_info() is not None
+    if spec.is_leaf():  # the samples are the one column
+        result = _collate_column(
+            cols,
+            0,
+            samples,
+            _mode_of(modes, 0),
+            pad_value,
+            in_worker,
+            consolidate,
+        )
+        if consolidate:
+            return _consolidated(spec, cols, [result])
+        return result
+    try:
+        columns = spec.columns(samples)
+    except ValueError:
+        for k in range(1, n):
+            try:
+                spec.flatten_up_to(samples[k])
+            except ValueError as e:
+                raise ValueError(
+                    f"collate: sample {k} does not have the structure of sample 0: {e}"
+                ) from None
+        raise
+    results = [
+        _collate_column(
+            cols,
+            j,
+            column,
+            _mode_of(modes, j),
+            pad_value,
+            in_worker,
+            consolidate,
+        )
+        for j, column in enumerate(columns)
+    ]
+    if consolidate:
+        return _consolidated(spec, cols, results)
+    return spec.unflatten(results)
+
+
+def _consolidated(spec: TreeSpec, cols: _Columns, results: list) -> Any:
+    """The batch with every tensor in one storage: the deferred columns are
+    stacked straight into it, the other tensors (numbers, pads, lists) copied."""
+    pairs, bspec = api.flatten_with_path(spec.unflatten(results))
+    flat = [x for _, x in pairs]
+    stacks: dict[int, tuple[Any, Callable[[Any, torch.Tensor], Any]]] = {
+        i: (x.values, functools.partial(_stack, cols, x.j))
+        for i, x in enumerate(flat)
+        if type(x) is _Stack
+    }
+    packed = _storage.pack(
+        flat,
+        lambda i: where(pairs[i][0]),
+        what="collate(consolidate=True)",
+        stacks=stacks,
+    )
+    return bspec.unflatten(packed)
+
+
+# --------------------------------------------------------------------------
+# The way back: uncollate and select
+
+
+def _batched(x: Any) -> bool:
+    return type(x) is SampleList or type(x) is Padded
+
+
+def _batch_size(pairs: list) -> int:
+    size = None
+    source: tuple = ()
+    for path, x in pairs:
+        if isinstance(x, _Tensor):
+            if x.dim() == 0:
+                raise ValueError(
+                    f"{where(path)}: a 0-d tensor has no batch dimension; a batch's tensors "
+                    f"have the samples along their first dimension"
+                )
+            rows = x.size(0)
+        elif type(x) is SampleList:
+            rows = len(x)
+        elif type(x) is Padded:
+            rows = x.data.size(0)
+        else:
+            continue
+        if size is None:
+            size, source = rows, path
+        elif rows != size:
+            raise ValueError(
+                f"{where(path)}: has {rows} rows, but {where(source)} has {size}: "
+                f"a batch's fields must have one row per sample"
+            )
+    if size is None:
+        raise ValueError("the batch holds no tensor and no SampleList: its size is unknown")
+    return size
+
+
+def _unbind(x: Any) -> Any:
+    if isinstance(x, _Tensor):
+        return x.unbind(0)
+    if type(x) is SampleList:
+        return x
+    if type(x) is Padded:
+        return [x.unpad(i) for i in range(x.data.size(0))]
+    return None
+
+
+def uncollate(batch: Any, *, rules: Rules = None) -> list:
+    """The list of samples in a batch: the inverse of :func:`collate`.
+
+    Tensors are split along their first dimension (the samples' tensors are
+    views of the batch's); a :class:`SampleList` gives each sample its entry,
+    and a :class:`Padded` field each sample's tensor cut back to its own
+    shape; jagged nested tensors are unbound. Other leaves (numbers, strings
+    outside a SampleList) are given to every sample as they are. Numbers that
+    ``collate`` made into a tensor come back as 0-d tensors.
+
+    Examples:
+        >>> import torch
+        >>> from pytree_kit.torch import collate, uncollate
+        >>> samples = [{"x": torch.tensor([1, 2]), "name": "a"},
+        ...            {"x": torch.tensor([3, 4]), "name": "b"}]
+        >>> back = uncollate(collate(samples))
+        >>> back[1]["name"], back[1]["x"]
+        ('b', tensor([3, 4]))
+    """
+    pairs, spec = api.flatten_with_path(batch, is_leaf=_batched, rules=rules)
+    size = _batch_size(pairs)
+    columns = [_unbind(x) for _, x in pairs]
+    leaves = [x for _, x in pairs]
+    out = []
+    for i in range(size):
+        row = [leaf if col is None else col[i] for leaf, col in zip(leaves, columns)]
+        out.append(spec.unflatten(row))
+    return out
+
+
+def _index_of(index: Any, size: int) -> Any:
+    if isinstance(index, bool):
+        raise TypeError("select: index must be an int, a slice, or an int or bool tensor")
+    if isinstance(index, int):
+        if not -size <= index < size:
+            raise IndexError(f"select: index {index} is out of range for a batch of {size}")
+        return index % size
+    if isinstance(index, slice):
+        return index
+    if isinstance(index, (list, tuple)):
+        index = torch.as_tensor(index, dtype=torch.int64)
+    if isinstance(index, _Tensor):
+        if index.dtype == torch.bool:
+            if index.shape != (size,):
+                raise IndexError(
+                    f"select: a bool index must have one entry per sample ({size}), "
+                    f"got shape {tuple(index.shape)}"
+                )
+            return index.nonzero().flatten()
+        if index.dtype.is_floating_point or index.dim() != 1:
+            raise TypeError("select: a tensor index must be a 1-d int or bool tensor")
+        if index.numel() and not bool(((index >= -size) & (index < size)).all()):
+            raise IndexError(f"select: an index is out of range for a batch of {size}")
+        return index % size
+    raise TypeError(
+        f"select: index must be an int, a slice, or an int or bool tensor, got "
+        f"{type(index).__name__}"
+    )
+
+
+def select(batch: Any, index: Any, *, rules: Rules = None) -> Any:
+    """Index every batched leaf of a batch along its first dimension.
+
+    ``index`` is an int (sample ``i``, as ``uncollate(batch)[i]`` gives it), a
+    slice, a list of ints, or a 1-d int or bool tensor (a smaller batch of the
+    same types). Tensors, :class:`SampleList` and :class:`Padded` fields are
+    indexed; other leaves are kept. A field whose size differs from the
+    others' raises ValueError naming its path.
+
+    Examples:
+        >>> import torch
+        >>> from pytree_kit.torch import collate, select
+        >>> batch = collate([{"x": torch.tensor(i), "name": f"s{i}"} for i in range(4)])
+        >>> sub = select(batch, torch.tensor([True, False, True, False]))
+        >>> sub["x"], sub["name"]
+        (tensor([0, 2]), ['s0', 's2'])
+        >>> select(batch, -1)
+        {'x': tensor(3), 'name': 's3'}
+    """
+    pairs, spec = api.flatten_with_path(batch, is_leaf=_batched, rules=rules)
+    size = _batch_size(pairs)
+    idx = _index_of(index, size)
+    row: list = []
+    if isinstance(idx, int):
+        for _, x in pairs:
+            if isinstance(x, _Tensor):
+                row.append(x[idx])
+            elif type(x) is SampleList:
+                row.append(x[idx])
+            elif type(x) is Padded:
+                row.append(x.unpad(idx))
+            else:
+                row.append(x)
+        return spec.unflatten(row)
+    positions = range(size)[idx] if isinstance(idx, slice) else idx.tolist()
+    for _, x in pairs:
+        if isinstance(x, _Tensor):
+            if x.is_nested:
+                parts = x.unbind(0)
+                row.append(
+                    torch.nested.as_nested_tensor([parts[i] for i in positions], layout=x.layout)
+                )
+            else:
+                row.append(x[idx])
+        elif type(x) is SampleList:
+            row.append(SampleList(x[i] for i in positions))
+        elif type(x) is Padded:
+            row.append(Padded(x.data[idx], x.sizes[idx]))
+        else:
+            row.append(x)
+    return spec.unflatten(row)
