@@ -4042,64 +4042,67 @@ error:
     return -1;
 }
 
+/* What one flatten_up_to call (of one tree or of many) holds. */
+typedef struct {
+    PyObject *nodes; /* the spec's, strong */
+    Py_ssize_t nleaves;
+    Stack s;
+    Ctx c;
+    Up u;
+} UpCall;
+
 static int
-up_to_setup(PyObject *const *args, Py_ssize_t nargs, const char *usage, PyObject **nodes,
-            Py_ssize_t *nleaves, Up *u, Ctx *c, Stack *s)
+up_to_setup(UpCall *call, PyObject *const *args, Py_ssize_t nargs, const char *usage)
 {
     if (nargs < 2 || nargs > 4) {
         PyErr_SetString(PyExc_TypeError, usage);
         return -1;
     }
     PyObject *orders;
-    if (spec_parts(args[0], nodes, &orders, nleaves) < 0) {
+    if (spec_parts(args[0], &call->nodes, &orders, &call->nleaves) < 0) {
         return -1;
     }
-    stack_init(s);
-    ctx_init(c, Py_None, NULL, 1); /* cannot fail without rules */
-    u->s = s;
-    u->label = nargs > 2 ? args[2] : s_the_spec;
-    u->other = nargs > 3 ? args[3] : s_the_tree;
-    Py_INCREF(u->label);
-    Py_INCREF(u->other);
-    Py_INCREF(*nodes);
+    stack_init(&call->s);
+    ctx_init(&call->c, Py_None, NULL, 1); /* cannot fail without rules */
+    call->u.s = &call->s;
+    call->u.label = nargs > 2 ? args[2] : s_the_spec;
+    call->u.other = nargs > 3 ? args[3] : s_the_tree;
+    Py_INCREF(call->u.label);
+    Py_INCREF(call->u.other);
+    Py_INCREF(call->nodes);
     return 0;
 }
 
 static void
-up_to_clear(PyObject *nodes, Up *u, Ctx *c, Stack *s)
+up_to_clear(UpCall *call)
 {
-    Py_DECREF(nodes);
-    Py_XDECREF(u->label);
-    Py_XDECREF(u->other);
-    stack_clear(s);
-    ctx_clear(c);
+    Py_DECREF(call->nodes);
+    Py_XDECREF(call->u.label);
+    Py_XDECREF(call->u.other);
+    stack_clear(&call->s);
+    ctx_clear(&call->c);
 }
 
 static PyObject *
 sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *nodes;
-    Py_ssize_t nleaves;
-    Stack s;
-    Ctx c;
-    Up u;
-    if (up_to_setup(args, nargs,
+    UpCall call;
+    if (up_to_setup(&call, args, nargs,
                     "flatten_up_to(spec, tree, label='the spec', other='the tree') takes 2 to 4 "
-                    "arguments",
-                    &nodes, &nleaves, &u, &c, &s) < 0) {
+                    "arguments") < 0) {
         return NULL;
     }
     PyObject *result = NULL;
     Vec out;
     vec_init(&out);
-    Py_ssize_t nn = PyTuple_GET_SIZE(nodes);
+    Py_ssize_t nn = PyTuple_GET_SIZE(call.nodes), nleaves = call.nleaves;
     /* a spec has no more leaves than nodes */
     if ((nleaves <= VEC_INLINE || vec_reserve(&out, nleaves < nn ? nleaves : nn) == 0) &&
-        up_to_into(nodes, args[1], &out, &u, &c, &s) == 0) {
+        up_to_into(call.nodes, args[1], &out, &call.u, &call.c, &call.s) == 0) {
         result = vec_to_list(&out);
     }
     vec_clear(&out);
-    up_to_clear(nodes, &u, &c, &s);
+    up_to_clear(&call);
     return result;
 }
 
@@ -4108,17 +4111,13 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 sp_flatten_up_to_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *nodes;
-    Py_ssize_t nleaves;
-    Stack s;
-    Ctx c;
-    Up u;
-    if (up_to_setup(args, nargs,
+    UpCall call;
+    if (up_to_setup(&call, args, nargs,
                     "flatten_up_to_columns(spec, trees, label='the spec', other='the tree') "
-                    "takes 2 to 4 arguments",
-                    &nodes, &nleaves, &u, &c, &s) < 0) {
+                    "takes 2 to 4 arguments") < 0) {
         return NULL;
     }
+    Py_ssize_t nleaves = call.nleaves;
     PyObject *columns = NULL;
     /* a tuple of its own: user code run while flattening cannot change it */
     PyObject *trees = PySequence_Tuple(args[1]);
@@ -4136,7 +4135,8 @@ sp_flatten_up_to_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         PyList_SET_ITEM(columns, j, col);
     }
     for (Py_ssize_t k = 0; k < ntrees; k++) {
-        if (up_to_into(nodes, PyTuple_GET_ITEM(trees, k), &out, &u, &c, &s) < 0) {
+        if (up_to_into(call.nodes, PyTuple_GET_ITEM(trees, k), &out, &call.u, &call.c,
+                       &call.s) < 0) {
             goto error;
         }
         if (out.n != nleaves) {
@@ -4151,13 +4151,13 @@ sp_flatten_up_to_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     vec_clear(&out);
     Py_DECREF(trees);
-    up_to_clear(nodes, &u, &c, &s);
+    up_to_clear(&call);
     return columns;
 error:
     vec_clear(&out);
     Py_XDECREF(trees);
     Py_XDECREF(columns);
-    up_to_clear(nodes, &u, &c, &s);
+    up_to_clear(&call);
     return NULL;
 }
 

@@ -515,3 +515,32 @@ def test_a_dataloader_with_workers_sends_consolidated_batches():
 
 def _consolidated_list_collate(samples):
     return collate(samples, ragged={"pts": "list"}, consolidate=True)
+
+
+def test_views_a_moved_storage_cannot_rebuild_faithfully_move_one_by_one(monkeypatch):
+    """A conjugate view, a view that requires grad, or a Parameter would lose
+    its bit, its history or its type if rebuilt on a moved storage: such
+    tensors move one by one, even when their storage is shared and covered."""
+    whole_moves = []
+
+    def pin(whole):
+        whole_moves.append(whole.numel())
+        return whole.clone()
+
+    monkeypatch.setattr(_data, "_pinning_available", lambda: True)
+    monkeypatch.setattr(_data, "_pin_storage", pin)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self.clone())  # no accelerator
+    c = torch.rand(4, dtype=torch.complex64)
+    w = torch.rand(4, requires_grad=True)
+    p = torch.nn.Parameter(torch.rand(4))
+    tree = {"c": c, "conj": c.conj(), "w0": w[:2], "w1": w[2:], "p": p, "pv": p[:2]}
+    out = _data.pin_memory(tree)
+    assert whole_moves == []
+    assert torch.equal(out["conj"], c.conj()) and torch.equal(out["c"], c)
+    assert out["w0"].requires_grad and out["w1"].grad_fn is not None
+    assert torch.equal(out["p"], p) and torch.equal(out["pv"], p[:2].detach())
+    # the same tree without them is one storage moved whole
+    plain = {"a": c.real.clone(), "b": c.imag.clone()}
+    one = consolidate(plain)
+    _data.pin_memory(one)
+    assert len(whole_moves) == 1

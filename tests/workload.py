@@ -62,6 +62,7 @@ OPS = (
     "leaves",
     "flatten_up_to",
     "tree_map_with_path",
+    "columns",
 )
 ERRORS = "errors"
 
@@ -282,6 +283,7 @@ class Api:
     leaves: Callable[..., Any]
     flatten_with_path: Callable[..., Any]
     flatten_up_to: Callable[[pk.TreeSpec, Any], Any]
+    columns: Callable[[pk.TreeSpec, Any], Any]
     tree_map: Callable[..., Any]
     tree_map_with_path: Callable[..., Any]
 
@@ -295,6 +297,7 @@ def public_api() -> Api:
         leaves=pk.leaves,
         flatten_with_path=pk.flatten_with_path,
         flatten_up_to=pk.TreeSpec.flatten_up_to,
+        columns=pk.TreeSpec.columns,
         tree_map=pk.tree_map,
         tree_map_with_path=pk.tree_map_with_path,
     )
@@ -315,6 +318,9 @@ def direct_api(engine: Any) -> Api:
 
     def flatten_up_to(spec: pk.TreeSpec, tree: Any) -> Any:
         return engine.flatten_up_to(spec, tree)
+
+    def columns(spec: pk.TreeSpec, trees: Any) -> Any:
+        return engine.flatten_up_to_columns(spec, trees)
 
     def rest_leaves(spec: pk.TreeSpec, rest: tuple) -> list:
         return [
@@ -344,6 +350,7 @@ def direct_api(engine: Any) -> Api:
         leaves=leaves,
         flatten_with_path=flatten_with_path,
         flatten_up_to=flatten_up_to,
+        columns=columns,
         tree_map=tree_map,
         tree_map_with_path=tree_map_with_path,
     )
@@ -360,7 +367,7 @@ def op_calls(api: Api, case: Case) -> dict[str, Call]:
     kw = {"is_leaf": case.is_leaf, "rules": case.rules}
     leaves, spec = api.flatten(tree, **kw)
     flatten, unflatten, leaves_ = api.flatten, api.unflatten, api.leaves
-    with_path, up_to = api.flatten_with_path, api.flatten_up_to
+    with_path, up_to, columns = api.flatten_with_path, api.flatten_up_to, api.columns
     tree_map, tree_map_with_path = api.tree_map, api.tree_map_with_path
 
     def do_flatten() -> object:
@@ -384,6 +391,9 @@ def op_calls(api: Api, case: Case) -> dict[str, Call]:
     def do_tree_map_with_path() -> object:
         return tree_map_with_path(path_first, tree, **kw)
 
+    def do_columns() -> object:
+        return columns(spec, (tree, tree))
+
     calls: dict[str, Call] = {
         "flatten": do_flatten,
         "unflatten": do_unflatten,
@@ -392,6 +402,7 @@ def op_calls(api: Api, case: Case) -> dict[str, Call]:
         "leaves": do_leaves,
         "flatten_up_to": do_flatten_up_to,
         "tree_map_with_path": do_tree_map_with_path,
+        "columns": do_columns,
     }
     assert tuple(calls) == OPS
     return calls
@@ -517,6 +528,13 @@ def error_calls(api: Api, base: Optional[Case] = None) -> dict[str, Call]:
         "up_to/tree_flatten_raises": e(
             lambda: up_to(flaky_spec, flaky_other), RuntimeError, "flaky"
         ),
+        "columns/second_tree": e(
+            lambda: api.columns(list_spec, [list_other, list_other]), ValueError, "mismatch"
+        ),
+        "columns/deep": e(
+            lambda: api.columns(mismatch_big_spec, [mismatch_big_other]), ValueError, "mismatch"
+        ),
+        "columns/not_iterable": e(lambda: api.columns(list_spec, 5), TypeError, "iterable"),
         "up_to/rule_raises": e(lambda: up_to(rule_spec, opaque_none[0]), TypeError, "iterable"),
         "up_to/describe_raises": e(lambda: up_to(list_spec, list_boom[0]), ValueError, "mismatch"),
         "tree_map/fn_raises": e(lambda: tree_map(raising_fn, big, **big_kw), RuntimeError, "fn"),

@@ -692,6 +692,8 @@ def uncollate(batch: Any, *, rules: Rules = None) -> list:
 def _index_of(index: Any, size: int) -> Any:
     if isinstance(index, bool):
         raise TypeError("select: index must be an int, a slice, or an int or bool tensor")
+    if not isinstance(index, (int, _Tensor)) and hasattr(index, "__index__"):
+        index = operator.index(index)  # a numpy integer, say
     if isinstance(index, int):
         if not -size <= index < size:
             raise IndexError(f"select: index {index} is out of range for a batch of {size}")

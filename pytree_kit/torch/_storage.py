@@ -139,7 +139,7 @@ def empty_bytes(nbytes: int, device: torch.device, shared: Optional[bool]) -> to
     (None: when this process is a DataLoader worker, as default_collate does)."""
     if shared is None:
         shared = device.type == "cpu" and torch.utils.data.get_worker_info() is not None
-    if shared and device.type == "cpu":
+    if shared and device.type == "cpu" and nbytes:
         storage = torch.UntypedStorage._new_shared(nbytes)
         return torch.empty(0, dtype=torch.uint8).set_(storage)
     return torch.empty(nbytes, dtype=torch.uint8, device=device)
@@ -213,7 +213,15 @@ def storage_groups(leaves: list) -> tuple[list[list[int]], list[int]]:
     for i, x in enumerate(leaves):
         if not isinstance(x, _Tensor):
             continue
-        if x.layout != _strided or x.is_nested:
+        if (
+            type(x) is not _Tensor
+            or x.layout != _strided
+            or x.requires_grad
+            or x.is_conj()
+            or x.is_neg()
+        ):
+            # a view rebuilt on a moved storage would lose the subclass, the
+            # autograd history, or the conjugate / negative bit: moved one by one
             singles.append(i)
             continue
         storage = x.untyped_storage()
