@@ -75,6 +75,17 @@ class RecordP:
         return cls(*children)
 
 
+class RecordD(RecordP):
+    """The same, with its children as a dict (named paths)."""
+
+    def __tree_flatten__(self) -> tuple:
+        return {"image": self.image, "boxes": self.boxes, "label": self.label}, None
+
+    @classmethod
+    def __tree_unflatten__(cls, aux: Any, children: Any) -> RecordD:
+        return cls(**children)
+
+
 def record(i: int, side: int = 8) -> dict:
     return {"image": torch.rand(3, side, side), "boxes": torch.rand(2, 4), "label": i}
 
@@ -95,6 +106,14 @@ def inputs(n: int) -> dict[str, tuple[list, list]]:
             [{"image": d["image"].numpy(), "boxes": d["boxes"].numpy()} for d in dicts],
         )
         * 2,
+        f"dict of numpy scalars: int64, float32 (x{n})": (
+            [{"i": np.int64(i), "f": np.float32(i / 3)} for i in range(n)],
+        )
+        * 2,
+        f"dict: image 3x8x8, name str (x{n})": (
+            [{"image": d["image"], "name": f"img{i}"} for i, d in enumerate(dicts)],
+        )
+        * 2,
         f"nested dicts, 6 tensors (x{n})": (
             [
                 {
@@ -111,6 +130,10 @@ def inputs(n: int) -> dict[str, tuple[list, list]]:
         f"dataclass vs the same dicts (x{n})": ([Record(**d) for d in dicts], dicts),
         f"namedtuple vs the same dicts (x{n})": ([RecordNT(**d) for d in dicts], dicts),
         f"protocol class vs the same dicts (x{n})": ([RecordP(**d) for d in dicts], dicts),
+        f"protocol class, dict children, vs the same dicts (x{n})": (
+            [RecordD(**d) for d in dicts],
+            dicts,
+        ),
     }
     return out
 

@@ -1609,9 +1609,10 @@ user_result(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *helper,
     if (PyTuple_CheckExact(res) && PyTuple_GET_SIZE(res) == 2) {
         PyObject *ch = PyTuple_GET_ITEM(res, 0);
         PyObject *ax = PyTuple_GET_ITEM(res, 1);
-        if (PyTuple_CheckExact(ch) || PyList_CheckExact(ch)) {
+        int seq = PyTuple_CheckExact(ch) || PyList_CheckExact(ch);
+        if (seq || PyDict_CheckExact(ch)) {
             Py_hash_t h = PyObject_Hash(ax);
-            if (h != -1) {
+            if (h != -1 && seq) {
                 *children = PySequence_Tuple(ch);
                 if (*children == NULL) {
                     return -1;
@@ -1621,6 +1622,30 @@ user_result(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *helper,
                 Py_INCREF(Py_None);
                 *keys = Py_None;
                 *keymode = KM_SEQ;
+                return 0;
+            }
+            if (h != -1) {
+                /* a dict: its keys name the children, in insertion order
+                 * (nothing below runs Python code, so the dict cannot change) */
+                Py_ssize_t n = PyDict_GET_SIZE(ch), pos = 0, k = 0;
+                PyObject *kt = PyTuple_New(n), *vt = PyTuple_New(n), *key, *val;
+                if (kt == NULL || vt == NULL) {
+                    Py_XDECREF(kt);
+                    Py_XDECREF(vt);
+                    return -1;
+                }
+                while (k < n && PyDict_Next(ch, &pos, &key, &val)) {
+                    Py_INCREF(key);
+                    Py_INCREF(val);
+                    PyTuple_SET_ITEM(kt, k, key);
+                    PyTuple_SET_ITEM(vt, k, val);
+                    k++;
+                }
+                Py_INCREF(ax);
+                *aux = ax;
+                *children = vt;
+                *keys = kt;
+                *keymode = KM_MAP;
                 return 0;
             }
             if (!PyErr_ExceptionMatches(PyExc_TypeError)) {
@@ -3526,6 +3551,9 @@ typedef struct {
     Stack *s;
 } Up;
 
+static int dict_children_match(PyObject *res, Py_ssize_t arity, PyObject *aux, int kind,
+                               PyObject **children, PyObject **names, int *keymode);
+
 /* Ask _pure._match; returns 1 with children etc. set, -1 on error. */
 static int
 match_python(Up *u, PyObject *node, PyObject *obj, PyObject **children, PyObject **names,
@@ -3756,9 +3784,14 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
             if (res == NULL) {
                 return -1;
             }
+            int r = dict_children_match(res, arity, aux, kind, children, names, keymode);
+            if (r != 0) {
+                Py_DECREF(res);
+                return r < 0 ? -1 : (r == 1 ? 1 : mismatch(u, node, obj));
+            }
             PyObject *ch, *uaux, *keys;
             int km;
-            int r = user_result(c, u->s, res, ot, kind == K_CUSTOM ? py_custom_result : py_rule_result,
+            r = user_result(c, u->s, res, ot, kind == K_CUSTOM ? py_custom_result : py_rule_result,
                                 &ch, &uaux, &keys, &km);
             Py_DECREF(res);
             if (r < 0) {
@@ -3766,14 +3799,16 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
             }
             int eq = 0;
             if (PyTuple_GET_SIZE(ch) == arity) {
-                PyObject *mine = PyTuple_Pack(2, uaux, keys);
-                PyObject *theirs = kind == K_CUSTOM ? (Py_INCREF(aux), aux)
-                                                    : PyTuple_GetSlice(aux, 1, 3);
-                PyObject *cmp = (mine && theirs) ? PyObject_RichCompare(mine, theirs, Py_EQ) : NULL;
-                Py_XDECREF(mine);
-                Py_XDECREF(theirs);
-                eq = cmp ? PyObject_IsTrue(cmp) : -1;
-                Py_XDECREF(cmp);
+                /* (aux, keys) == the node's, item by item as a tuple compares,
+                 * ours on the left as in the pure engine: a CUSTOM node's aux
+                 * is (aux, keys), a RULE node's (rule, aux, keys) */
+                Py_ssize_t at = kind == K_CUSTOM ? 0 : 1;
+                if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == at + 2) {
+                    eq = PyObject_RichCompareBool(uaux, PyTuple_GET_ITEM(aux, at), Py_EQ);
+                    if (eq > 0) {
+                        eq = PyObject_RichCompareBool(keys, PyTuple_GET_ITEM(aux, at + 1), Py_EQ);
+                    }
+                }
             }
             Py_DECREF(uaux);
             if (eq <= 0) {
@@ -3794,6 +3829,85 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
         break;
     }
     return match_python(u, node, obj, children, names, keymode);
+}
+
+/* flatten_up_to's common case of __tree_flatten__ or a rule returning
+ * (dict, hashable aux): compared with the node without building the keys, as
+ * the general path (and the pure engine) would compare them: the children's
+ * count, then aux, then each key, ours on the left. Returns 1 with *children
+ * (the values), *names and *keymode set, 2 for a mismatch, 0 when the result
+ * is not this case (the general path takes it), -1 on error. */
+static int
+dict_children_match(PyObject *res, Py_ssize_t arity, PyObject *aux, int kind,
+                    PyObject **children, PyObject **names, int *keymode)
+{
+    Py_ssize_t at = kind == K_CUSTOM ? 0 : 1;
+    if (!PyTuple_CheckExact(res) || PyTuple_GET_SIZE(res) != 2 ||
+        !PyDict_CheckExact(PyTuple_GET_ITEM(res, 0)) || !PyTuple_CheckExact(aux) ||
+        PyTuple_GET_SIZE(aux) != at + 2 || !PyTuple_CheckExact(PyTuple_GET_ITEM(aux, at + 1))) {
+        return 0;
+    }
+    PyObject *ch = PyTuple_GET_ITEM(res, 0), *uaux = PyTuple_GET_ITEM(res, 1);
+    PyObject *keys = PyTuple_GET_ITEM(aux, at + 1);
+    if (PyObject_Hash(uaux) == -1) {
+        PyErr_Clear(); /* the general path reports it, with the path */
+        return 0;
+    }
+    Py_ssize_t n = PyDict_GET_SIZE(ch);
+    if (n != arity) {
+        return 2;
+    }
+    int eq = PyObject_RichCompareBool(uaux, PyTuple_GET_ITEM(aux, at), Py_EQ);
+    if (eq <= 0) {
+        return eq < 0 ? -1 : 2;
+    }
+    if (PyTuple_GET_SIZE(keys) != n) {
+        return 2;
+    }
+    PyObject *vals = PyTuple_New(n), *key, *val;
+    if (vals == NULL) {
+        return -1;
+    }
+    Py_ssize_t pos = 0, k = 0;
+    int same = 1; /* every key is the node's own object: nothing to call */
+    while (k < n && PyDict_Next(ch, &pos, &key, &val)) {
+        if (key != PyTuple_GET_ITEM(keys, k)) {
+            same = 0;
+        }
+        Py_INCREF(val);
+        PyTuple_SET_ITEM(vals, k, val);
+        k++;
+    }
+    PyObject *mine = NULL;
+    if (!same) {
+        /* a key's __eq__ may change the dict: compare a copy of its keys */
+        mine = PyTuple_New(n);
+        if (mine == NULL) {
+            Py_DECREF(vals);
+            return -1;
+        }
+        pos = k = 0;
+        while (k < n && PyDict_Next(ch, &pos, &key, &val)) {
+            Py_INCREF(key);
+            PyTuple_SET_ITEM(mine, k, key);
+            k++;
+        }
+        for (k = 0; k < n; k++) {
+            eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(mine, k), PyTuple_GET_ITEM(keys, k),
+                                          Py_EQ);
+            if (eq <= 0) {
+                Py_DECREF(mine);
+                Py_DECREF(vals);
+                return eq < 0 ? -1 : 2;
+            }
+        }
+    }
+    Py_XDECREF(mine);
+    *children = vals;
+    Py_INCREF(keys);
+    *names = keys;
+    *keymode = KM_MAP;
+    return 1;
 }
 
 /* The plan for an exact type in flatten_up_to (made when first met). */

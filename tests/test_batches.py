@@ -544,3 +544,9 @@ def test_views_a_moved_storage_cannot_rebuild_faithfully_move_one_by_one(monkeyp
     one = consolidate(plain)
     _data.pin_memory(one)
     assert len(whole_moves) == 1
+
+
+def test_numpy_scalars_become_a_tensor_of_their_dtype():
+    batch = collate([{"i": np.int64(i), "f": np.float32(i / 2)} for i in range(3)])
+    assert batch["i"].dtype == torch.int64 and batch["i"].tolist() == [0, 1, 2]
+    assert batch["f"].dtype == torch.float32 and batch["f"].tolist() == [0.0, 0.5, 1.0]

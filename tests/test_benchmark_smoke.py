@@ -196,7 +196,7 @@ def test_batches_benchmark_smoke(tmp_path: Path) -> None:
     report = (tmp_path / "batches.md").read_text(encoding="utf-8")
     rows = [line for line in report.splitlines() if line.startswith("| ")]
     collate_rows = [r for r in rows if "(x" in r.split("|")[1]]
-    assert len(collate_rows) == 12, rows
+    assert len(collate_rows) == 15, rows
     for row in collate_rows:
         assert re.search(r"\| [0-9.]+ \|$", row), row
     loaders = {r.split("|")[1].strip(): r for r in rows if r.startswith(("| plain", "| consol"))}

@@ -16,7 +16,7 @@ import os
 import pickle
 import sys
 from collections import OrderedDict, defaultdict, deque, namedtuple
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given, settings
@@ -159,6 +159,72 @@ def test_flatten_up_to_columns_is_flatten_up_to_of_each_tree(
         check_leaves_identical(cx, cy)
         check_leaves_identical(cx, [r[1][j] for r in rows])
     same_outcome("flatten_up_to_columns", spec, iter(batch), "the first tree", "rest[0]")
+
+
+class _DictNode:
+    """A protocol class whose children are a dict (keys given by the caller)."""
+
+    def __init__(self, items: dict, aux: Any = None) -> None:
+        self.items, self.aux = items, aux
+
+    def __tree_flatten__(self) -> tuple:
+        return dict(self.items), self.aux
+
+    @classmethod
+    def __tree_unflatten__(cls, aux: Any, children: dict) -> Any:
+        return cls(children, aux)
+
+
+class _MutatingKey:
+    """A key whose __eq__ empties the dict it is compared from."""
+
+    victim: ClassVar[dict] = {}
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __eq__(self, other: object) -> bool:
+        _MutatingKey.victim.clear()
+        return isinstance(other, _MutatingKey) and other.name == self.name
+
+
+def test_dict_children_are_matched_as_the_pure_engine_matches_them() -> None:
+    """flatten_up_to's shortcut for (dict, aux) results: equal keys that are
+    not the same objects, other keys, counts and aux, unhashable aux, rules,
+    and a key whose __eq__ changes the dict: both engines alike."""
+    spec = _pure.flatten(_DictNode({"a": 1, "b": 2}, 7), None, None)[1]
+    fresh = "".join(["a"])  # equal to "a", another object
+    others = [
+        _DictNode({"a": 3, "b": 4}, 7),
+        _DictNode({fresh: 3, "b": 4}, 7),
+        _DictNode({"b": 4, "a": 3}, 7),  # another insertion order: a mismatch
+        _DictNode({"a": 3}, 7),
+        _DictNode({"a": 3, "b": 4, "c": 5}, 7),
+        _DictNode({"a": 3, "c": 4}, 7),
+        _DictNode({"a": 3, "b": 4}, 8),
+        _DictNode({"a": 3, "b": 4}, [1]),  # unhashable aux
+    ]
+    for other in others:
+        x, _ = same_outcome("flatten_up_to", spec, other)
+        same_outcome("flatten_up_to_columns", spec, [other, other])
+        if other is others[0] or other is others[1]:
+            assert x == ("ok", [3, 4])
+    key_spec = _pure.flatten(_DictNode({_MutatingKey("k"): 1}), None, None)[1]
+    results = []
+    for impl in (_pure, _speedups):
+        node = _DictNode({_MutatingKey("k"): 2})
+        node.__tree_flatten__ = lambda node=node: (node.items, None)  # the dict itself
+        _MutatingKey.victim = node.items
+        results.append(outcome(impl.flatten_up_to, key_spec, node))
+    assert results[0] == results[1] == ("ok", [2])
+    rule = pk.Rule(lambda o: (dict(o.items), o.aux), lambda aux, ch: _DictNode(ch, aux))
+    rules = {_DictNode: rule}
+    rspec = _pure.flatten(_DictNode({"a": 1, "b": 2}, 7), None, rules)[1]
+    for other in others[:7]:
+        same_outcome("flatten_up_to", rspec, other)
 
 
 def test_flatten_up_to_columns_holds_its_own_copy_of_the_trees() -> None:

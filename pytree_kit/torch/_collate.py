@@ -364,6 +364,15 @@ def _mode_of(modes: Optional[list], j: int) -> Optional[str]:
     return m[0] if m else None
 
 
+def _numpy_scalars(column: Any, types: set) -> Optional[torch.Tensor]:
+    """A tensor of a column of numpy number scalars (as ``default_collate``
+    makes it, numpy's dtype kept); None for any other column."""
+    np = sys.modules.get("numpy")
+    if np is None or not all(issubclass(t, (np.number, np.bool_)) for t in types):
+        return None
+    return torch.from_numpy(np.array(column))
+
+
 class _Stack:
     """A column to stack later, into a region of one storage (consolidate=True)."""
 
@@ -471,6 +480,9 @@ def _collate_column(
         fast = _numbers(column, next(iter(types)))
         if fast is not None:
             return fast
+    scalars = _numpy_scalars(column, types)
+    if scalars is not None:
+        return scalars
     if all(isinstance(v, _NUMBERS) for v in column):
         try:
             return torch.tensor(column)
