@@ -310,9 +310,20 @@ def _parts(node: tuple, order: Any) -> tuple[str, str, list | None]:
     raise ValueError(f"unknown node kind {kind!r}")  # pragma: no cover
 
 
-def _render(nodes: tuple, orders: dict) -> str:
+def render(spec: TreeSpec, leaves: Iterable[str]) -> str:
+    """The spec's structure as its repr writes it, with ``leaves`` (one text per
+    leaf, in order) in place of the ``*`` marks. Reads the spec alone: no
+    container is rebuilt, so no ``__tree_unflatten__`` or rule runs."""
+    texts = list(leaves)
+    if len(texts) != spec.num_leaves:
+        raise ValueError(f"render: {len(texts)} leaf texts for a spec of {spec.num_leaves} leaves")
+    return _render(spec._nodes, dict(spec._orders), texts)
+
+
+def _render(nodes: tuple, orders: dict, leaves: list | None = None) -> str:
     """Pre-order rendering with an explicit stack: linear in the spec's size."""
     out: list = []
+    leaf = 0
     frames: list = []  # [arity, children done, closing text, prefixes]
     for idx, node in enumerate(nodes):
         if frames:
@@ -324,7 +335,8 @@ def _render(nodes: tuple, orders: dict) -> str:
             fr[1] += 1
         kind = node[0]
         if kind == LEAF:
-            out.append("*")
+            out.append("*" if leaves is None else leaves[leaf])
+            leaf += 1
         elif kind == NONE:
             out.append("None")
         else:

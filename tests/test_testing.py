@@ -4,6 +4,7 @@ correct containers and catches the typical bugs, naming the law."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections import OrderedDict, defaultdict, deque
 
 import pytest
@@ -11,7 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pytree_kit as pk
-from pytree_kit.testing import Leaf, Pair, Point, Record, Tagged, check_container, trees
+from pytree_kit.testing import (
+    LawSkipped,
+    Leaf,
+    Pair,
+    Point,
+    Record,
+    Tagged,
+    check_container,
+    trees,
+)
 
 # -- correct containers ------------------------------------------------------------
 
@@ -177,6 +187,60 @@ def test_aux_compared_by_identity_breaks_the_spec_law():
 
     with pytest.raises(AssertionError, match="law violated: round trip keeps the spec"):
         check_container(st.builds(FreshAux, ints, ints), max_examples=5)
+
+
+LAMBDA_RULES = {Slotted: pk.Rule(lambda s: ([s.a, s.b], None), lambda aux, ch: Slotted(*ch))}
+
+
+def test_rules_of_lambdas_skip_only_the_pickle_law_and_say_so():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_container(st.builds(Slotted, ints, trees(max_depth=1)), rules=LAMBDA_RULES)
+    skips = [w for w in caught if issubclass(w.category, LawSkipped)]
+    assert len(skips) == 1, [str(w.message) for w in caught]
+    assert "'pickle round trip of the spec'" in str(skips[0].message)
+    assert "cannot be pickled" in str(skips[0].message)
+    assert skips[0].filename == __file__  # points at the caller
+
+
+def test_a_container_with_rules_of_lambdas_that_breaks_a_law_still_fails():
+    swapped = {Slotted: pk.Rule(lambda s: ([s.a, s.b], None), lambda aux, ch: Slotted(ch[1], ch[0]))}
+    with pytest.raises(AssertionError, match="law violated: unflatten puts each leaf in its place"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LawSkipped)
+            check_container(st.builds(Slotted, ints, ints), rules=swapped, max_examples=20)
+
+
+class Drifts:
+    """Aux data that pickles into a different value."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        return type(other) is Drifts and other.v == self.v
+
+    def __hash__(self):
+        return hash(self.v)
+
+    def __reduce__(self):
+        return (Drifts, (self.v + 1,))
+
+
+class DriftingAux(Interval):
+    def __tree_flatten__(self):
+        return (self.lo, self.hi), Drifts(0)
+
+    @classmethod
+    def __tree_unflatten__(cls, aux, children):
+        return cls(*children)
+
+
+def test_a_spec_that_pickles_still_runs_the_pickle_law():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LawSkipped)
+        with pytest.raises(AssertionError, match="law violated: pickle round trip of the spec"):
+            check_container(st.builds(DriftingAux, ints, ints), max_examples=5, check_json=False)
 
 
 def test_check_container_needs_a_strategy():

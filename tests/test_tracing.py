@@ -597,6 +597,42 @@ def test_flatspec_repr_marks_tensors():
     assert repr(spec) == "FlatSpec(Batch(images=<tensor 0>, boxes=[<tensor 1>], num_classes=4))"
 
 
+class _Cache:
+    """A cache whose constructor reads its tensor, as transformers' caches do."""
+
+    def __init__(self, k):
+        self.k, self.dtype = k, k.dtype
+
+
+def test_flatspec_repr_runs_no_unflatten_and_no_rule():
+    rules = {
+        _Cache: pk.Rule(lambda c: ([c.k], None), lambda aux, ch: _Cache(ch[0])),
+    }
+    traced = pkt.trace(lambda x: {"cache": _Cache(x * 2), "n": 3}, (torch.ones(2),), rules=rules)
+    assert repr(traced.output_spec) == "FlatSpec({'cache': _Cache(<tensor 0>, aux=None), 'n': 3})"
+    assert "_Cache(<tensor 0>" in repr(traced)
+
+    class Loud:
+        def __init__(self, x):
+            self.x = x
+
+        def __tree_flatten__(self):
+            return [self.x], None
+
+        @classmethod
+        def __tree_unflatten__(cls, aux, children):
+            raise AssertionError("repr must not rebuild")
+
+        def __eq__(self, other):
+            return isinstance(other, Loud)
+
+        def __hash__(self):
+            return 0
+
+    _, spec = FlatSpec.of([Loud(torch.ones(1)), 2.5])
+    assert repr(spec) == "FlatSpec([Loud(<tensor 0>, aux=None), 2.5])"
+
+
 def test_traced_model_repr_names_kind_and_specs(built):
     text = repr(built["namedtuple"][4])
     assert "kind='jit'" in text and "Pair(query=<tensor 0>, key=<tensor 1>)" in text

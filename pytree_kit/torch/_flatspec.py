@@ -21,7 +21,7 @@ from .. import _json, api
 from .._engine import impl as _impl
 from .._keys import DictKey, SequenceKey, keystr
 from .._kinds import Rule, check_rules
-from .._spec import TreeSpec
+from .._spec import TreeSpec, render
 
 __all__ = ["FlatSpec"]
 
@@ -252,10 +252,12 @@ class FlatSpec:
         return (FlatSpec._make, (self._tree, self._constants, self._paths, self._root))
 
     def __repr__(self) -> str:
-        marks: list[Any] = list(self._template)
+        # Rendered from the spec itself: rebuilding the tree with placeholders
+        # would run each class's unflatten (or rule) on objects it cannot take.
+        texts = [_constant_repr(v) for v in self._template]
         for n, i in enumerate(self._tensor_at):
-            marks[i] = _Mark(n)
-        return f"FlatSpec({self._tree.unflatten(marks)!r})"
+            texts[i] = f"<tensor {n}>"
+        return f"FlatSpec({render(self._tree, texts)})"
 
     # -- JSON ----------------------------------------------------------------
 
@@ -337,16 +339,11 @@ def check_header(doc: Any, fmt: str, version: int, who: str, not_ours: str) -> N
         )
 
 
-class _Mark:
-    """A tensor's place in a FlatSpec's repr."""
-
-    __slots__ = ("n",)
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __repr__(self) -> str:
-        return f"<tensor {self.n}>"
+def _constant_repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception as e:  # a repr is no reason for a spec's repr to fail
+        return f"<{type(value).__name__} (repr raised {type(e).__name__})>"
 
 
 def _render(root: str, path: tuple) -> str:
