@@ -271,6 +271,13 @@ def scenario_ddp(mode: str) -> dict[str, Callable[[], str]]:
     return cases
 
 
+class Holder:
+    """An object of a class pytree_kit does not see into, holding tensors."""
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.layers = [{"keys": t}]
+
+
 def tree_of(rank: int, n: int = 60) -> dict:
     """A metrics-like tree: several dtypes, shapes, containers and non-tensor leaves."""
     g = torch.Generator().manual_seed(rank)
@@ -432,7 +439,33 @@ def scenario_collectives() -> dict[str, Callable[[], str]]:
         check(got == {"a": None, "b": 3}, repr(got))
         return repr(got)
 
+    def hidden_everywhere() -> str:
+        tree = {"x": torch.ones(2), "cache": Holder(torch.ones(3))}
+        try:
+            pkt.all_reduce_tree(tree)
+        except TypeError as e:
+            check("tree['cache']" in str(e) and "Holder" in str(e), str(e))
+            check("tree['cache'].layers[0]" in str(e), str(e))
+        else:
+            raise AssertionError("no TypeError")
+        got = pkt.all_reduce_tree(tree, strict=False)
+        check(
+            got["cache"] is tree["cache"] and torch.equal(got["x"], world * tree["x"]),
+            "strict=False",
+        )
+        return "TypeError on every rank; strict=False passes it through"
+
+    def hidden_on_one_rank() -> str:
+        # the ranks compare before any raises: no rank is left waiting
+        leaf = Holder(torch.ones(3)) if rank == 1 else "plain"
+        return expect_value_error(
+            lambda: pkt.broadcast_tree({"x": torch.ones(2), "cache": leaf}, src=0),
+            "a leaf that holds tensors",
+        )
+
     return {
+        "hidden-tensors": hidden_everywhere,
+        "hidden-tensors-one-rank": hidden_on_one_rank,
         "all_reduce-sum": sum_one_bucket,
         "all_reduce-buckets": many_buckets,
         "all_reduce-ops": ops,

@@ -73,7 +73,7 @@ def test_ddp_two_ranks(mode: str) -> None:
 
 
 def test_collectives_two_ranks() -> None:
-    report = _expect_all_ok(run_ranks("collectives"), 12)
+    report = _expect_all_ok(run_ranks("collectives"), 14)
     details = {c["case"]: c["detail"] for c in report}
     assert details["all_reduce-sum"] == "3 collectives for 68 leaves"
 
@@ -194,6 +194,27 @@ def test_output_errors_name_the_path(group: Any) -> None:
     ddp = pkt.DistributedDataParallel(Bad())
     with pytest.raises(ValueError, match=r"tree\['more'\]\[0\]"):
         ddp(torch.ones(1, 2))
+
+
+def test_an_output_leaf_holding_tensors_is_an_error_unless_strict_is_false(group: Any) -> None:
+    ddp = pkt.DistributedDataParallel(Echo())  # no rules: Foreign is an opaque leaf
+    with pytest.raises(TypeError) as e:
+        ddp(_batch())
+    message = str(e.value)
+    assert message.startswith("DistributedDataParallel: output['foreign'] is a ")
+    assert "Foreign holding tensors (at output['foreign'].value)" in message
+    assert "rules=" in message and "strict=False" in message
+    out = pkt.DistributedDataParallel(Echo(), strict=False)(_batch())
+    assert type(out["foreign"]) is Foreign
+
+
+def test_signature_sees_a_leaf_holding_tensors() -> None:
+    def sig(tree: Any, strict: bool = True) -> bytes:
+        return _distributed._Packed(tree, None, "test", strict).signature()
+
+    plain = sig({"a": torch.ones(2), "f": "x"})
+    assert plain != sig({"a": torch.ones(2), "f": Foreign(torch.ones(1), "t")})
+    assert plain == sig({"a": torch.ones(2), "f": Foreign(torch.ones(1), "t")}, strict=False)
 
 
 def test_inputs_move_to_the_device_with_their_containers(group: Any) -> None:

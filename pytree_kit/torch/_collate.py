@@ -22,6 +22,7 @@ from .._keys import DictKey, GetAttrKey, SequenceKey, keystr, where
 from .._kinds import LEAF_NODE, Rule
 from .._spec import TreeSpec, _subtree_end
 from . import _storage
+from ._hidden import hidden_in, hidden_message
 
 __all__ = ["Padded", "SampleList", "collate", "select", "uncollate"]
 
@@ -281,9 +282,10 @@ class _Columns:
     """What collate knows of the samples, for its messages: paths are made only
     when a message needs them."""
 
-    def __init__(self, samples: Any, rules: Rules, paths: Optional[list]) -> None:
+    def __init__(self, samples: Any, rules: Rules, paths: Optional[list], strict: bool) -> None:
         self.samples = samples
         self.rules = rules
+        self.strict = strict
         self._paths = paths
 
     def path(self, j: int) -> str:
@@ -493,6 +495,12 @@ def _collate_column(
     problem = cols.problem(j, column)
     if problem is not None:
         raise problem
+    if cols.strict:  # a leaf holding tensors would be listed, its tensors unbatched
+        for k, v in enumerate(column):
+            hidden = hidden_in(v)
+            if hidden is not None:
+                path = cols.path(j)
+                raise TypeError(hidden_message(f"collate: sample {k}", path, v, hidden))
     return SampleList(column)  # other leaves, every one of them a leaf
 
 
@@ -503,6 +511,7 @@ def collate(
     ragged: Ragged = None,
     pad_value: Any = 0,
     consolidate: bool = False,
+    strict: bool = True,
 ) -> Any:
     """Turn a list of samples of one structure into one batch of the same types.
 
@@ -528,6 +537,12 @@ def collate(
       The subtrees may differ in structure.
     - ``"pad"``: a :class:`Padded` ``(data, sizes)``, padded with ``pad_value``.
     - ``"nested"``: a ``torch.nested`` jagged tensor.
+
+    A leaf that is not a tensor or a plain value but holds tensors (an object
+    of a class pytree_kit does not see into) raises TypeError naming the sample
+    and the path, rather than being listed with its tensors unbatched: pass
+    ``rules=`` for its class, ``ragged=`` ``"list"`` for the field, or
+    ``strict=False``.
 
     ``consolidate=True`` builds the batch in one storage (see
     :func:`consolidate`); in a DataLoader worker it is shared memory, so the
@@ -562,7 +577,7 @@ def collate(
         paths = [p for p, _ in pairs]
         modes = _resolve(ragged, paths)
         spec, paths, modes = _collapse(spec, paths, modes)
-    cols = _Columns(samples, rules, paths)
+    cols = _Columns(samples, rules, paths, strict)
     in_worker = torch.utils.data.get_worker_info() is not None
     if spec.is_leaf():  # the samples are the one column
         result = _collate_column(

@@ -20,6 +20,7 @@ import torch
 
 from .. import api
 from .._kinds import Rule
+from ._hidden import check_leaves
 from ._storage import move_storage, storage_groups
 
 __all__ = ["PinnedLoader", "PinnedPool", "pin_memory", "to_device"]
@@ -161,7 +162,12 @@ def default_pool() -> PinnedPool:
 
 
 def pin_memory(
-    batch: Any, *, coalesce: bool = False, rules: Rules = None, pool: Optional[PinnedPool] = None
+    batch: Any,
+    *,
+    coalesce: bool = False,
+    rules: Rules = None,
+    pool: Optional[PinnedPool] = None,
+    strict: bool = True,
 ) -> Any:
     """Pin every tensor of a batch, keeping its structure and types.
 
@@ -172,6 +178,11 @@ def pin_memory(
 
     On a build with no accelerator, pinning is impossible: as torch's
     DataLoader does, this warns and returns the batch unpinned.
+
+    A leaf that is not a tensor or a plain value but holds tensors (an object
+    of a class pytree_kit does not see into, such as a cache or a TensorDict)
+    raises TypeError naming its path: pass ``rules=`` for its class, or
+    ``strict=False`` to pass it through unpinned.
 
     Examples:
         >>> import torch, warnings
@@ -185,6 +196,9 @@ def pin_memory(
         ... )
         ('a', True)
     """
+    leaves, spec = api.flatten(batch, rules=rules)
+    # checked with no accelerator too, so a CPU test run sees what a GPU one would
+    check_leaves(leaves, batch, rules, "pin_memory", "tree", strict)
     if not _pinning_available():
         warnings.warn(
             "pytree_kit.torch.pin_memory: no accelerator is available, so no memory "
@@ -192,7 +206,6 @@ def pin_memory(
             stacklevel=2,
         )
         return batch
-    leaves, spec = api.flatten(batch, rules=rules)
     return spec.unflatten(_pin_leaves(leaves, coalesce, pool))
 
 
@@ -225,10 +238,14 @@ def to_device(
     non_blocking: bool = False,
     rules: Rules = None,
     pool: Optional[PinnedPool] = None,
+    strict: bool = True,
 ) -> Any:
     """Move every tensor of a batch to ``device``, keeping structure and types.
 
-    Non-tensor leaves are untouched. Tensors that ``pin_memory(...,
+    Non-tensor leaves are untouched; one that holds tensors (an object of a
+    class pytree_kit does not see into, such as a cache or a TensorDict) raises
+    TypeError naming its path: pass ``rules=`` for its class, or
+    ``strict=False`` to leave it where it is. Tensors that ``pin_memory(...,
     coalesce=True)`` packed into one buffer move with one copy per buffer
     (per dtype), and come out as views of the buffer's copy on the device.
 
@@ -242,6 +259,7 @@ def to_device(
     device = torch.device(device)
     pool = pool or _default_pool
     leaves, spec = api.flatten(batch, rules=rules)
+    check_leaves(leaves, batch, rules, "to_device", "tree", strict)
     whole, singles = storage_groups(leaves)
     out = list(leaves)
 
@@ -283,6 +301,7 @@ class PinnedLoader:
 
     Up to ``prefetch`` pinned batches wait ahead of the consumer. An exception
     in the loader or in pinning is raised in the consumer, at its batch.
+    ``strict`` is :func:`pin_memory`'s.
     """
 
     def __init__(
@@ -293,12 +312,14 @@ class PinnedLoader:
         rules: Rules = None,
         pool: Optional[PinnedPool] = None,
         prefetch: int = 2,
+        strict: bool = True,
     ) -> None:
         self.loader = loader
         self.coalesce = coalesce
         self.rules = rules
         self.pool = pool
         self.prefetch = prefetch
+        self.strict = strict
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
@@ -323,7 +344,11 @@ class PinnedLoader:
                     warnings.simplefilter("ignore")  # warned once below, in the consumer
                     for batch in self.loader:
                         pinned = pin_memory(
-                            batch, coalesce=self.coalesce, rules=self.rules, pool=self.pool
+                            batch,
+                            coalesce=self.coalesce,
+                            rules=self.rules,
+                            pool=self.pool,
+                            strict=self.strict,
                         )
                         if not put((True, pinned)):
                             return

@@ -32,6 +32,7 @@ from torch.distributed import ReduceOp
 from .. import api
 from .._keys import where
 from .._kinds import Rule
+from ._hidden import check_leaves, first_hidden, hidden_message
 
 __all__ = [
     "DistributedDataParallel",
@@ -82,6 +83,10 @@ class DistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
         *args: torch's DDP positional arguments.
         rules: local flattening rules for output and input classes that
             pytree_kit cannot read by structure (see :func:`pytree_kit.flatten`).
+        strict: raise TypeError, naming the path, on an input or output leaf
+            that holds tensors pytree_kit does not see (an object of a class it
+            does not see into, such as a model's cache), instead of leaving its
+            tensors unmoved and out of the reducer; False keeps them as they are.
         **kwargs: torch's DDP keyword arguments.
 
     Examples:
@@ -108,9 +113,17 @@ class DistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
         >>> dist.destroy_process_group()
     """
 
-    def __init__(self, module: torch.nn.Module, *args: Any, rules: Rules = None, **kwargs: Any):
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        *args: Any,
+        rules: Rules = None,
+        strict: bool = True,
+        **kwargs: Any,
+    ):
         super().__init__(module, *args, **kwargs)
         self._pk_rules = rules
+        self._pk_strict = strict
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         with torch.autograd.profiler.record_function("pytree_kit.DistributedDataParallel.forward"):
@@ -123,6 +136,9 @@ class DistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
             else:
                 output = self._run_ddp_forward(*inputs, **kwargs)
             leaves, spec = api.flatten(output, rules=self._pk_rules)
+            check_leaves(
+                leaves, output, self._pk_rules, "DistributedDataParallel", "output", self._pk_strict
+            )
             where_tensors = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
             tensors = tuple(leaves[i] for i in where_tensors)
             if self.static_graph and _needs_fill(tensors):
@@ -152,7 +168,9 @@ class DistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
             from ._data import to_device
 
             device = torch.device(self.device_type, self.device_ids[0])
-            moved = to_device(moved, device, non_blocking=True, rules=self._pk_rules)
+            moved = to_device(
+                moved, device, non_blocking=True, rules=self._pk_rules, strict=self._pk_strict
+            )
         if dtype is not None:
 
             def cast(x: Any) -> Any:
@@ -237,12 +255,15 @@ class _ZeroFill(torch.autograd.Function):
 class _Packed:
     """A tree's tensors packed into flat buckets, and how to put them back."""
 
-    def __init__(self, tree: Any, rules: Rules, what: str) -> None:
+    def __init__(self, tree: Any, rules: Rules, what: str, strict: bool = True) -> None:
         self.tree = tree
         self.rules = rules
         self.what = what
         self.leaves, self.spec = api.flatten(tree, rules=rules)
         self.slots = [i for i, x in enumerate(self.leaves) if isinstance(x, torch.Tensor)]
+        # the first leaf that holds tensors unseen (strict): part of the
+        # signature, so the ranks agree on it before any of them raises
+        self.hidden = first_hidden(self.leaves) if strict else None
         for i in self.slots:
             if self.leaves[i].layout != torch.strided:
                 raise TypeError(
@@ -312,7 +333,16 @@ class _Packed:
         h.update(
             repr([(i, self.leaves[i].dtype, self.leaves[i].shape) for i in self.slots]).encode()
         )
+        h.update(repr(None if self.hidden is None else self.hidden[0]).encode())
         return h.digest()
+
+    def raise_hidden(self) -> None:
+        """Raise TypeError for a leaf that holds tensors (every rank has it:
+        called after the ranks compared their signatures)."""
+        if self.hidden is not None:
+            i, found = self.hidden
+            x = self.leaves[i]
+            raise TypeError(hidden_message(self.what, self.paths()[i], x, found))
 
     def paths(self) -> list[str]:
         return [where(p) for p, _ in api.flatten_with_path(self.tree, rules=self.rules)[0]]
@@ -323,7 +353,12 @@ class _Packed:
         tensors = {
             paths[i]: (str(self.leaves[i].dtype), tuple(self.leaves[i].shape)) for i in self.slots
         }
+        if self.hidden is not None:
+            tensors[paths[self.hidden[0]]] = (_HOLDS, ())
         return [self._shown_spec(), paths, tensors]
+
+
+_HOLDS = "holds tensors"
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -404,6 +439,8 @@ def _show_leaf(meta: Optional[tuple]) -> str:
     if meta is None:
         return "a leaf that is not a tensor"
     dtype, shape = meta
+    if dtype == _HOLDS:
+        return "a leaf that holds tensors"
     return f"a {dtype} tensor of shape {list(shape)}"
 
 
@@ -452,6 +489,7 @@ def all_reduce_tree(
     bucket_cap_mb: float = 25,
     async_op: bool = False,
     rules: Rules = None,
+    strict: bool = True,
 ) -> Any:
     """All-reduce every tensor of a tree, with one collective per bucket.
 
@@ -465,7 +503,11 @@ def all_reduce_tree(
 
     Leaves that are not tensors (numbers, strings, anything else; ``None`` is
     an empty node) take no part: each rank gets its own back unchanged. To
-    reduce a Python number, make it a tensor.
+    reduce a Python number, make it a tensor. A leaf that holds tensors
+    pytree_kit does not see (an object of a class it does not see into) raises
+    TypeError on every rank, naming its path: pass ``rules=`` for its class, or
+    ``strict=False`` to let it take no part. The same holds for
+    :func:`broadcast_tree` and :func:`all_gather_tree`.
 
     ``ReduceOp.AVG`` works on every backend: where the backend lacks it (gloo),
     the buckets are summed and divided by the group's size. Every rank must
@@ -479,6 +521,7 @@ def all_reduce_tree(
         bucket_cap_mb: the largest bucket, in megabytes (2**20 bytes).
         async_op: return a :class:`TreeWork` whose ``wait()`` gives the tree.
         rules: local flattening rules (see :func:`pytree_kit.flatten`).
+        strict: raise on a leaf that holds tensors (see above).
 
     Examples:
         >>> import torch, torch.distributed as dist
@@ -491,8 +534,9 @@ def all_reduce_tree(
         >>> dist.destroy_process_group()
     """
     cap = _cap(bucket_cap_mb)
-    packed = _Packed(tree, rules, "all_reduce_tree")
+    packed = _Packed(tree, rules, "all_reduce_tree", strict)
     _check_same(packed, group)
+    packed.raise_hidden()
     avg = _is_avg(op) and dist.get_backend(group) != "nccl"
     if avg:
         for i in packed.slots:
@@ -529,6 +573,7 @@ def broadcast_tree(
     group: Any = None,
     bucket_cap_mb: float = 25,
     rules: Rules = None,
+    strict: bool = True,
 ) -> Any:
     """Every rank gets rank ``src``'s tensors, in its own tree's structure.
 
@@ -548,8 +593,9 @@ def broadcast_tree(
         >>> dist.destroy_process_group()
     """
     cap = _cap(bucket_cap_mb)
-    packed = _Packed(tree, rules, "broadcast_tree")
+    packed = _Packed(tree, rules, "broadcast_tree", strict)
     _check_same(packed, group)
+    packed.raise_hidden()
     leaves = list(packed.leaves)
     for b in packed.buckets(cap):
         flat = packed.pack(b)
@@ -558,7 +604,9 @@ def broadcast_tree(
     return packed.spec.unflatten(leaves)
 
 
-def all_gather_tree(tree: Any, *, group: Any = None, rules: Rules = None) -> list:
+def all_gather_tree(
+    tree: Any, *, group: Any = None, rules: Rules = None, strict: bool = True
+) -> list:
     """Gather every rank's tensors: a list of trees, one per rank, in rank order.
 
     The tensors travel packed, one ``all_gather`` per dtype and device. Every
@@ -574,8 +622,9 @@ def all_gather_tree(tree: Any, *, group: Any = None, rules: Rules = None) -> lis
         [{'pred': tensor([0, 1, 2])}]
         >>> dist.destroy_process_group()
     """
-    packed = _Packed(tree, rules, "all_gather_tree")
+    packed = _Packed(tree, rules, "all_gather_tree", strict)
     _check_same(packed, group)
+    packed.raise_hidden()
     world = dist.get_world_size(group)
     per_rank = [list(packed.leaves) for _ in range(world)]
     for b in packed.buckets(None):

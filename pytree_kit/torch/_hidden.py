@@ -1,0 +1,253 @@
+"""Tensors hidden in leaves: the check that keeps the data functions from
+skipping them silently.
+
+A leaf is whatever pytree_kit does not see into. When that leaf is an object of
+a library's own class that holds tensors (transformers' ``DynamicCache``, a
+``TensorDict``), ``to_device`` would leave those tensors where they are and
+``pin_memory`` unpinned, with no error. ``check_leaves`` raises TypeError for
+such a leaf instead, naming its path, its type and where the tensor sits in it.
+
+A leaf holds tensors when a tensor is reachable from it through its
+``__dict__``, its slots, the lists, tuples, sets and dicts found there, or its
+registration with ``torch.utils._pytree``. The search is iterative, visits each
+object once, and stops after ``LIMIT`` objects. Tensors, numbers, strings,
+bytes, None, dtypes, devices, numpy arrays and classes are plain leaves and cost
+one type test each: a tree without hidden tensors pays one pass over its leaves.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import functools
+import gc
+import sys
+import types
+from typing import Any, Iterable, Mapping, Optional
+
+import torch
+
+from .. import api
+from .._keys import keystr
+from .._kinds import Rule
+
+Rules = Optional[Mapping[type, Rule]]
+
+LIMIT = 10_000  # objects one leaf's search visits at most
+
+_PLAIN: frozenset = frozenset(
+    {
+        torch.Tensor,
+        torch.nn.Parameter,
+        int,
+        float,
+        complex,
+        bool,
+        str,
+        bytes,
+        bytearray,
+        type(None),
+        torch.dtype,
+        torch.device,
+        torch.Size,
+        torch.memory_format,
+        torch.layout,
+        slice,
+        range,
+        type(Ellipsis),
+    }
+)
+_PLAIN_DATA = _PLAIN - {torch.Tensor, torch.nn.Parameter}
+# registered with torch.utils._pytree, but what they hold is what gc sees
+_BUILTIN_CONTAINERS = frozenset(
+    {
+        list,
+        tuple,
+        dict,
+        set,
+        frozenset,
+        collections.OrderedDict,
+        collections.defaultdict,
+        collections.deque,
+    }
+)
+# objects whose attributes are code or classes, not data
+_OPAQUE = (
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    enum.Enum,
+)
+
+
+def hidden_tensor(obj: Any) -> Optional[str]:
+    """Where the nearest tensor reachable from ``obj`` sits, as an attribute
+    path (``.layers[0].keys``), or None when no tensor is reachable (or none
+    within ``LIMIT`` objects)."""
+    # breadth first, so the nearest tensor is named; each node is (object,
+    # parent's index, step), and a path is written only for the tensor found
+    nodes: list[tuple[Any, int, Any]] = [(obj, -1, None)]
+    seen = {id(obj)}
+    head = 0
+    while head < len(nodes) and head < LIMIT:
+        for child, step in _children(nodes[head][0]):
+            t = type(child)
+            if t in _PLAIN_DATA:
+                continue
+            if issubclass(t, torch.Tensor):
+                return _path(nodes, head) + _step(step)
+            if id(child) in seen or _is_opaque(child):
+                continue
+            seen.add(id(child))
+            nodes.append((child, head, step))
+        head += 1
+    return None
+
+
+def _path(nodes: list, i: int) -> str:
+    steps = []
+    while i > 0:
+        _, i, step = nodes[i]
+        steps.append(_step(step))
+    return "".join(reversed(steps))
+
+
+def _step(step: Any) -> str:
+    kind, key = step
+    if kind == "[":
+        return f"[{key!r}]"
+    if kind == ".":
+        return f".{key}"
+    if kind == "<":
+        return f"<child {key}>"
+    return "{...}"
+
+
+def _is_opaque(x: Any) -> bool:
+    if issubclass(type(x), _OPAQUE):
+        return True
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and issubclass(type(x), (numpy.ndarray, numpy.generic))
+
+
+def _children(x: Any) -> Iterable[tuple[Any, tuple]]:
+    """The objects ``x`` holds directly, each with the step that reaches it."""
+    t = type(x)
+    if issubclass(t, (list, tuple)):
+        return [(c, ("[", i)) for i, c in enumerate(x)]
+    if issubclass(t, dict):
+        return [(c, ("[", k)) for k, c in list(dict.items(x))]
+    if issubclass(t, (set, frozenset)):
+        return [(c, ("{", None)) for c in list(x)]
+    out: list[tuple[Any, tuple]] = []
+    registered = _torch_registration(t)
+    if registered is not None:
+        try:
+            children, _ = registered.flatten_fn(x)
+        except Exception:
+            children = []
+        out.extend((c, ("<", i)) for i, c in enumerate(children))
+    try:
+        state = object.__getattribute__(x, "__dict__")
+    except AttributeError:
+        state = None
+    if type(state) is dict:
+        out.extend((c, (".", k)) for k, c in list(dict.items(state)))
+    for name in _slots_of(t):  # type: ignore[arg-type]  # classes hash
+        try:
+            out.append((object.__getattribute__(x, name), (".", name)))
+        except AttributeError:
+            continue
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _slots_of(t: Any) -> tuple:
+    """The slot names of a class and its bases."""
+    names: list[str] = []
+    for cls in t.__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        if issubclass(type(slots), str):
+            slots = (slots,)
+        names.extend(s for s in slots if s not in ("__dict__", "__weakref__"))
+    return tuple(names)
+
+
+def _torch_registration(t: type) -> Any:
+    pytree = sys.modules.get("torch.utils._pytree")
+    if pytree is None:
+        return None
+    return pytree.SUPPORTED_NODES.get(t)
+
+
+def check_leaves(leaves: list, tree: Any, rules: Rules, who: str, root: str, strict: bool) -> None:
+    """Raise TypeError for the first leaf of ``tree`` (flattened to ``leaves``)
+    that is not a tensor or a plain value and holds tensors; nothing when
+    ``strict`` is false."""
+    found = first_hidden(leaves) if strict else None
+    if found is not None:
+        i, where = found
+        path = api.flatten_with_path(tree, rules=rules)[0][i][0]
+        raise TypeError(hidden_message(who, root + keystr(path), leaves[i], where))
+
+
+def first_hidden(leaves: list) -> Optional[tuple[int, str]]:
+    """``(index, where)`` of the first leaf that holds tensors, or None."""
+    if _PLAIN.issuperset(map(type, leaves)):  # one C loop, the usual case
+        return None
+    for i, x in enumerate(leaves):
+        if type(x) in _PLAIN:
+            continue
+        where = hidden_in(x)
+        if where is not None:
+            return i, where
+    return None
+
+
+def hidden_in(leaf: Any) -> Optional[str]:
+    """:func:`hidden_tensor` of a leaf, None at once for a tensor or a plain value."""
+    if type(leaf) in _PLAIN or issubclass(type(leaf), torch.Tensor) or _is_opaque(leaf):
+        return None
+    if not _may_reach_tensor(leaf):
+        return None
+    return hidden_tensor(leaf)
+
+
+def _may_reach_tensor(obj: Any) -> bool:
+    """False only when no tensor is reachable through the references the
+    garbage collector sees (a superset of what :func:`hidden_tensor` follows,
+    but for registrations with ``torch.utils._pytree``, which answer True): a
+    fast first pass, in C per object, that writes no path."""
+    todo = [obj]
+    seen = {id(obj)}
+    visited = 0
+    while todo and visited < LIMIT:
+        x = todo.pop()
+        visited += 1
+        if type(x) not in _BUILTIN_CONTAINERS and _torch_registration(type(x)) is not None:
+            return True
+        for c in gc.get_referents(x):
+            t = type(c)
+            if t in _PLAIN_DATA:
+                continue
+            if issubclass(t, torch.Tensor):
+                return True
+            if id(c) in seen or issubclass(t, _OPAQUE):
+                continue
+            seen.add(id(c))
+            todo.append(c)
+    return bool(todo)  # past the limit: let the exact search decide
+
+
+def hidden_message(who: str, path: str, leaf: Any, where: str) -> str:
+    """The error for a leaf that holds a tensor pytree_kit does not see."""
+    t = type(leaf)
+    name = f"{t.__module__}.{t.__qualname__}"
+    return (
+        f"{who}: {path} is a {name} holding tensors (at {path}{where}), which "
+        f"pytree_kit sees as one opaque leaf and would pass through as it is. "
+        f"Pass rules={{{t.__qualname__}: pytree_kit.Rule(flatten, unflatten)}} so its "
+        f"tensors are seen, or strict=False to pass it through unchanged."
+    )
