@@ -11,6 +11,7 @@ Examples:
 
 from __future__ import annotations
 
+from ._bridge import jax_rules, optree_rules
 from ._engine import ENGINE, engine_info
 from ._keys import DictKey, GetAttrKey, SequenceKey, keystr
 from ._kinds import Rule
@@ -41,8 +42,10 @@ __all__ = [
     "engine_info",
     "flatten",
     "flatten_with_path",
+    "jax_rules",
     "keystr",
     "leaves",
+    "optree_rules",
     "structure",
     "tree_flatten",
     "tree_leaves",

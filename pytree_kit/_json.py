@@ -27,6 +27,7 @@ import math
 import sys
 from typing import Any, Iterable
 
+from ._bridge import Foreign
 from ._kinds import (
     ATTRS,
     CUSTOM,
@@ -99,9 +100,25 @@ def encode(value: Any) -> Any:
         if isinstance(name, str) and t.__members__.get(name) is value:
             return {"enum": ref(t), "name": name}
         return {"enum": ref(t), "value": encode(value.value)}  # e.g. a Flag combination
+    if t is Foreign:
+        return {"foreign": _encode_data(value.value)}
     if isinstance(value, type) or callable(value):
         return {"ref": ref(value)}
     raise TypeError(f"cannot write a value of type {t.__qualname__} to JSON: {value!r}")
+
+
+def _encode_data(value: Any) -> Any:
+    """Another library's context, which may hold lists, dicts and sets."""
+    t = type(value)
+    if t is list:
+        return {"list": [_encode_data(v) for v in value]}
+    if t is tuple:
+        return {"tuple": [_encode_data(v) for v in value]}
+    if t is dict:
+        return {"dict": [[_encode_data(k), _encode_data(v)] for k, v in value.items()]}
+    if t is set:
+        return {"set": sorted((_encode_data(v) for v in value), key=_sort_key)}
+    return encode(value)
 
 
 def _sort_key(v: Any) -> str:
@@ -219,6 +236,8 @@ def decode(value: Any, table: dict) -> Any:
                     return _complex(re, im)
         if tag == "ref":
             return _resolve(body, table)
+        if tag == "foreign":
+            return Foreign(_decode_data(body, table))
     if t is dict and len(value) == 2 and "enum" in value:
         cls = _resolve(value["enum"], table)
         if isinstance(cls, type) and issubclass(cls, enum.Enum):
@@ -232,6 +251,25 @@ def decode(value: Any, table: dict) -> Any:
                 except ValueError:
                     pass
     raise _Bad(f"not a valid aux value: {_short(value)}")
+
+
+def _decode_data(value: Any, table: dict) -> Any:
+    """What :func:`_encode_data` wrote."""
+    if type(value) is dict and len(value) == 1:
+        ((tag, body),) = value.items()
+        if type(body) is list:
+            if tag == "list":
+                return [_decode_data(v, table) for v in body]
+            if tag == "tuple":
+                return tuple(_decode_data(v, table) for v in body)
+            try:
+                if tag == "set":
+                    return {_decode_data(v, table) for v in body}
+                if tag == "dict" and all(type(p) is list and len(p) == 2 for p in body):
+                    return {_decode_data(k, table): _decode_data(v, table) for k, v in body}
+            except TypeError:  # an unhashable key or member
+                raise _Bad(f"not a valid aux value: {_short(value)}") from None
+    return decode(value, table)
 
 
 def _complex(re: Any, im: Any) -> complex:

@@ -11,8 +11,9 @@ For each supported CPython (``VERSIONS``) it makes a virtual environment in
 
 - the suite on the C engine, then on the pure engine (``PYTREE_KIT_PURE=1``).
   On ``FULL`` (3.11, the Python torch's wheel on this machine is for) that is
-  the whole suite with torch and the docs tools; on the others the core suite:
-  torch is not installed there, and every torch test skips. Tests marked
+  the whole suite with torch, transformers, tensordict and the docs tools; on
+  the others the core suite: torch is not installed there, and every torch
+  test skips. Tests marked
   ``once`` (lint, types, the docs site: nothing an engine or a Python version
   changes) run only in FULL's C-engine job;
 - the engine tests against a build with every layout-reading fast path left
@@ -199,7 +200,7 @@ def pytest_cmd(v: str) -> list:
 
 
 def job_setup(v: str, python: str, logp: Path) -> None:
-    extras = "test,torch,docs" if v == FULL else "test"
+    extras = "test,torch,docs,ecosystem" if v == FULL else "test"
     sh([python, "-m", "venv", "--clear", ROOT / ".venvs" / v], logp)
     pip = [venv_python(v), "-m", "pip", "install", "-q", "-c", "constraints.txt"]
     sh([*pip, "-e", f".[{extras}]"], logp, env=BUILD_ENV)

@@ -204,7 +204,9 @@ def test_rules_of_lambdas_skip_only_the_pickle_law_and_say_so():
 
 
 def test_a_container_with_rules_of_lambdas_that_breaks_a_law_still_fails():
-    swapped = {Slotted: pk.Rule(lambda s: ([s.a, s.b], None), lambda aux, ch: Slotted(ch[1], ch[0]))}
+    swapped = {
+        Slotted: pk.Rule(lambda s: ([s.a, s.b], None), lambda aux, ch: Slotted(ch[1], ch[0]))
+    }
     with pytest.raises(AssertionError, match="law violated: unflatten puts each leaf in its place"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", LawSkipped)

@@ -5,6 +5,7 @@ Importing this module imports torch; ``import pytree_kit`` alone never does.
 
 from __future__ import annotations
 
+from ._bridge import torch_rules
 from ._collate import Padded, SampleList, collate, select, uncollate
 from ._data import PinnedLoader, PinnedPool, default_pool, pin_memory, to_device
 from ._distributed import (
@@ -41,6 +42,7 @@ __all__ = [
     "save",
     "select",
     "to_device",
+    "torch_rules",
     "trace",
     "uncollate",
 ]

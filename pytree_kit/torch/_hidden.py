@@ -245,9 +245,14 @@ def hidden_message(who: str, path: str, leaf: Any, where: str) -> str:
     """The error for a leaf that holds a tensor pytree_kit does not see."""
     t = type(leaf)
     name = f"{t.__module__}.{t.__qualname__}"
+    fix = f"rules={{{t.__qualname__}: pytree_kit.Rule(flatten, unflatten)}}"
+    if _torch_registration(t) is not None:
+        fix = (
+            f"rules=pytree_kit.torch.torch_rules({t.__qualname__}) (it is registered with "
+            f"torch.utils._pytree) or {fix}"
+        )
     return (
         f"{who}: {path} is a {name} holding tensors (at {path}{where}), which "
         f"pytree_kit sees as one opaque leaf and would pass through as it is. "
-        f"Pass rules={{{t.__qualname__}: pytree_kit.Rule(flatten, unflatten)}} so its "
-        f"tensors are seen, or strict=False to pass it through unchanged."
+        f"Pass {fix} so its tensors are seen, or strict=False to pass it through unchanged."
     )

@@ -1,0 +1,327 @@
+"""Rules read from other libraries' registries: ``optree_rules`` and
+``jax_rules`` here, ``pytree_kit.torch.torch_rules`` on top of this module.
+
+A bridge builds :class:`Rule` values, which the caller passes as ``rules=``:
+nothing is registered anywhere, and importing pytree_kit changes nothing. A
+rule looks its class up in the other library's registry each time it runs, so
+a spec made with it works in another process that has made the same
+registration (a DataLoader worker, a fresh process loading a saved spec).
+
+Each rule is a pair of small callables that compare equal when they name the
+same library, class and namespace: two calls of a bridge give equal rules, so
+the specs they make are equal. The other library's context (aux data) is kept
+as it is, wrapped in :class:`Foreign` where it is not hashable (torch's
+contexts are often lists). Children come back named by the other library's
+keys where each key is a distinct string (paths then read
+``cache['key_cache'][0]``), and by position otherwise.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Iterable, Optional
+
+from ._kinds import Rule
+
+__all__ = ["Foreign", "bridge_rule", "jax_rules", "optree_rules"]
+
+# Classes pytree_kit reads by itself: a bridge never makes a rule for them
+NATIVE: frozenset = frozenset(
+    {
+        type(None),
+        tuple,
+        list,
+        dict,
+        collections.OrderedDict,
+        collections.defaultdict,
+        collections.deque,
+    }
+)
+
+
+class Foreign:
+    """Another library's aux data (context, metadata, treedef) as hashable aux
+    data: equal when the values are ``==``; the hash is the value's own, or one
+    computed from its parts when the value is a list, dict or set."""
+
+    __slots__ = ("_hash", "value")
+    value: Any
+    _hash: int
+
+    def __init__(self, value: Any) -> None:
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "_hash", _hash_of(value))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Foreign is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Foreign:
+            return NotImplemented
+        if self.value is other.value:
+            return True
+        try:
+            return bool(self.value == other.value)
+        except Exception:
+            return False
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Foreign, (self.value,))
+
+
+def _hash_of(value: Any) -> int:
+    """A hash consistent with ``==`` for the plain data contexts are made of."""
+    try:
+        return hash(value)
+    except TypeError:
+        pass
+    if isinstance(value, (list, tuple)):
+        return hash((list, tuple(_hash_of(v) for v in value)))
+    if isinstance(value, dict):
+        return hash((dict, frozenset((_hash_of(k), _hash_of(v)) for k, v in value.items())))
+    if isinstance(value, (set, frozenset)):
+        return hash((set, frozenset(_hash_of(v) for v in value)))
+    return hash(type(value))  # equal values share a type; a weak hash, still a valid one
+
+
+def named(keys: Optional[list], children: list) -> tuple[Any, Optional[tuple]]:
+    """``children`` as a dict keyed by ``keys`` when those are distinct strings
+    (with the key order to give back), else as a list (and None)."""
+    if keys is not None and all(type(k) is str for k in keys) and len(set(keys)) == len(keys):
+        return dict(zip(keys, children)), tuple(keys)
+    return list(children), None
+
+
+def in_order(children: Any, keys: Optional[tuple]) -> list:
+    """The children as the other library gave them: a list in its order."""
+    if keys is None:
+        return list(children)
+    return [children[k] for k in keys]
+
+
+class _Half:
+    """One half (flatten or unflatten) of a bridged rule: equal to another when
+    both name the same library, class and namespace."""
+
+    __slots__ = ("cls", "library", "namespace")
+    role = ""
+    library: str
+    cls: type
+    namespace: str
+
+    def __init__(self, library: str, cls: type, namespace: str = "") -> None:
+        object.__setattr__(self, "library", library)
+        object.__setattr__(self, "cls", cls)
+        object.__setattr__(self, "namespace", namespace)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def _key(self) -> tuple:
+        return (type(self), self.library, self.cls, self.namespace)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Half) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        ns = f", namespace={self.namespace!r}" if self.namespace else ""
+        return f"<{self.role} of {self.cls.__qualname__} from {self.library}{ns}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.library, self.cls, self.namespace))
+
+
+class BridgeFlatten(_Half):
+    role = "flatten"
+
+    def __call__(self, obj: Any) -> tuple[Any, Any]:
+        return LIBRARIES[self.library][0](self.cls, self.namespace, obj)
+
+
+class BridgeUnflatten(_Half):
+    role = "unflatten"
+
+    def __call__(self, aux: Any, children: Any) -> Any:
+        return LIBRARIES[self.library][1](self.cls, self.namespace, aux, children)
+
+
+# library name -> (flatten(cls, namespace, obj), unflatten(cls, namespace, aux, children))
+LIBRARIES: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {}
+
+
+def bridge_rule(library: str, cls: type, namespace: str = "") -> Rule:
+    """The rule for ``cls`` that reads ``library``'s registration (one of
+    :data:`LIBRARIES`) each time it runs."""
+    return Rule(BridgeFlatten(library, cls, namespace), BridgeUnflatten(library, cls, namespace))
+
+
+def rules_for(
+    library: str,
+    types: Iterable[Any],
+    registered: Callable[[type], bool],
+    namespace: str = "",
+    native: Callable[[type], bool] = NATIVE.__contains__,
+) -> dict[type, Rule]:
+    """``{cls: rule}`` for ``types``, each of which must be registered, and
+    none of which pytree_kit reads by itself (``native``)."""
+    out: dict[type, Rule] = {}
+    for t in types:
+        if not isinstance(t, type):
+            raise TypeError(f"{library}_rules: expected classes, got {t!r}")
+        if native(t):
+            raise TypeError(
+                f"{library}_rules: {t.__qualname__} is a container pytree_kit reads by "
+                "itself; it needs no rule"
+            )
+        if not registered(t):
+            where = f" in namespace {namespace!r}" if namespace else ""
+            raise TypeError(
+                f"{library}_rules: {t.__qualname__} is not registered with {library}{where}"
+            )
+        out[t] = bridge_rule(library, t, namespace)
+    return out
+
+
+# --------------------------------------------------------------------------
+# optree
+
+
+def _optree_entry(cls: type, namespace: str) -> Any:
+    import optree
+
+    entry = optree.register_pytree_node.get(cls, namespace=namespace)
+    if entry is None:
+        raise TypeError(f"{cls.__qualname__} is no longer registered with optree")
+    return entry
+
+
+def _optree_flatten(cls: type, namespace: str, obj: Any) -> tuple[Any, Any]:
+    out = _optree_entry(cls, namespace).flatten_func(obj)
+    children, metadata = list(out[0]), out[1]
+    entries = list(out[2]) if len(out) > 2 and out[2] is not None else None
+    kids, keys = named(entries, children)
+    return kids, (Foreign(metadata), keys)
+
+
+def _optree_unflatten(cls: type, namespace: str, aux: Any, children: Any) -> Any:
+    metadata, keys = aux
+    return _optree_entry(cls, namespace).unflatten_func(metadata.value, in_order(children, keys))
+
+
+LIBRARIES["optree"] = (_optree_flatten, _optree_unflatten)
+
+
+def optree_rules(namespace: str = "", *types: type) -> dict[type, Rule]:
+    """Rules for classes registered with optree, to pass as ``rules=``.
+
+    With no ``types``, a rule for every class registered with optree in
+    ``namespace`` (and globally) at call time, but those pytree_kit reads by
+    itself (builtin containers, namedtuples, structseqs). Each rule calls
+    optree's registered functions; nothing is registered anywhere. Children
+    are named by optree's entries when those are distinct strings.
+
+    Examples:
+        >>> import optree, pytree_kit as pk
+        >>> class Pair:
+        ...     def __init__(self, a, b):
+        ...         self.a, self.b = a, b
+        >>> _ = optree.register_pytree_node(
+        ...     Pair, lambda p: ((p.a, p.b), None, ("a", "b")), lambda _, ch: Pair(*ch),
+        ...     namespace="doc")
+        >>> pairs, spec = pk.flatten_with_path([Pair(1, 2)], rules=pk.optree_rules("doc", Pair))
+        >>> [(pk.keystr(p), x) for p, x in pairs]
+        [("[0]['a']", 1), ("[0]['b']", 2)]
+    """
+    import optree
+
+    if not isinstance(namespace, str):
+        raise TypeError(
+            f"optree_rules(namespace, *types): namespace must be a str, got {namespace!r}"
+        )
+    if not types:
+        table: dict = optree.register_pytree_node.get(None, namespace=namespace)  # type: ignore[arg-type, assignment]
+        types = tuple(t for t in table if isinstance(t, type) and not _optree_native(t))
+    return rules_for(
+        "optree",
+        types,
+        lambda t: optree.register_pytree_node.get(t, namespace=namespace) is not None,
+        namespace,
+        _optree_native,
+    )
+
+
+def _optree_native(t: type) -> bool:
+    import optree
+
+    return t in NATIVE or t is optree.typing.StructSequence
+
+
+# --------------------------------------------------------------------------
+# jax
+
+
+def _jax_flatten(cls: type, namespace: str, obj: Any) -> tuple[Any, Any]:
+    import jax.tree_util as jtu
+
+    try:
+        pairs, _ = jtu.flatten_one_level_with_keys(obj)
+    except ValueError:
+        raise TypeError(f"{cls.__qualname__} is not registered with jax.tree_util") from None
+    pairs = list(pairs)
+    treedef = jtu.tree_structure(obj, is_leaf=lambda x: x is not obj)
+    keys = [_jax_key_name(k) for k, _ in pairs]
+    kids, names = named(keys, [c for _, c in pairs])
+    return kids, (Foreign(treedef), names)
+
+
+def _jax_key_name(key: Any) -> Any:
+    for attr in ("name", "key"):  # GetAttrKey.name, DictKey.key
+        if hasattr(key, attr) and type(getattr(key, attr)) is str:
+            return getattr(key, attr)
+    return None
+
+
+def _jax_unflatten(cls: type, namespace: str, aux: Any, children: Any) -> Any:
+    treedef, keys = aux
+    return treedef.value.unflatten(in_order(children, keys))
+
+
+LIBRARIES["jax"] = (_jax_flatten, _jax_unflatten)
+
+
+def jax_rules(*types: type) -> dict[type, Rule]:
+    """Rules for classes registered with ``jax.tree_util``, to pass as ``rules=``.
+
+    ``jax.tree_util`` has no public list of its registrations, so the classes
+    are named; one that is not registered raises TypeError when its rule first
+    runs. Each rule calls jax's registered functions; nothing is
+    registered anywhere. Children are named by jax's keys when they are
+    distinct strings (``GetAttrKey``, ``DictKey`` of a str).
+
+    Examples:
+        >>> import jax, pytree_kit as pk
+        >>> class Box:
+        ...     def __init__(self, v):
+        ...         self.v = v
+        >>> jax.tree_util.register_pytree_node(
+        ...     Box, lambda b: ((b.v,), None), lambda _, ch: Box(*ch))
+        >>> pk.leaves({"b": [Box(1.0)]}, rules=pk.jax_rules(Box))
+        [1.0]
+    """
+    if not types:
+        raise TypeError(
+            "jax_rules(*types): name the classes (jax.tree_util has no public list of "
+            "its registrations)"
+        )
+    # jax can only say whether an instance is a node: a class that is not
+    # registered raises TypeError when its rule first runs
+    return rules_for("jax", types, lambda t: True)

@@ -1,0 +1,202 @@
+"""torch_rules: rules read from torch.utils._pytree's registrations. The
+transformers caches (DynamicCache, EncoderDecoderCache) run in fresh processes
+(tests/bridge_worker.py): flatten, to_device, trace against eager, save, and
+load in another fresh process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+torch_pytree = pytest.importorskip("torch.utils._pytree")
+
+import pytree_kit as pk  # noqa: E402
+import pytree_kit.torch as pkt  # noqa: E402
+
+WORKER = Path(__file__).with_name("bridge_worker.py")
+
+
+class KeyedCache:
+    """Registered with torch with keys, as transformers' DynamicCache is."""
+
+    def __init__(self, keys: list, values: list, layout: list) -> None:
+        self.keys, self.values, self.layout = list(keys), list(values), list(layout)
+
+
+class PlainCache:
+    """Registered with torch without keys."""
+
+    def __init__(self, k: Any, v: Any) -> None:
+        self.k, self.v = k, v
+
+
+class Unregistered:
+    def __init__(self, k: Any) -> None:
+        self.k = k
+
+
+def _keyed_flatten(c: KeyedCache) -> tuple[list, Any]:
+    return [c.keys, c.values], [["keys", "values"], c.layout]
+
+
+def _keyed_flatten_with_keys(c: KeyedCache) -> tuple[list, Any]:
+    children, context = _keyed_flatten(c)
+    keys = [torch_pytree.MappingKey("keys"), torch_pytree.MappingKey("values")]
+    return list(zip(keys, children)), context
+
+
+def _keyed_unflatten(children: list, context: Any) -> KeyedCache:
+    return KeyedCache(children[0], children[1], context[1])
+
+
+torch_pytree.register_pytree_node(
+    KeyedCache, _keyed_flatten, _keyed_unflatten, flatten_with_keys_fn=_keyed_flatten_with_keys
+)
+torch_pytree.register_pytree_node(
+    PlainCache, lambda c: ([c.k, c.v], None), lambda ch, _: PlainCache(*ch)
+)
+
+
+def keyed(n: int = 2) -> KeyedCache:
+    return KeyedCache(
+        [torch.full((1, 2), float(i)) for i in range(n)],
+        [torch.full((1, 2), -float(i)) for i in range(n)],
+        [None] * n,
+    )
+
+
+def test_paths_use_torchs_keys_and_the_context_is_kept():
+    rules = pkt.torch_rules(KeyedCache, PlainCache)
+    tree = {"cache": keyed(), "plain": PlainCache(torch.ones(1), None)}
+    pairs, spec = pk.flatten_with_path(tree, rules=rules)
+    assert [pk.keystr(p) for p, _ in pairs] == [
+        "['cache']['keys'][0]",
+        "['cache']['keys'][1]",
+        "['cache']['values'][0]",
+        "['cache']['values'][1]",
+        "['plain'][0]",
+    ]
+    rebuilt = spec.unflatten([x for _, x in pairs])
+    assert type(rebuilt["cache"]) is KeyedCache and rebuilt["cache"].layout == [None, None]
+    assert rebuilt["cache"].values[1] is tree["cache"].values[1] and rebuilt["plain"].v is None
+    # equal calls, equal rules, equal specs; the (list) context takes part in equality
+    assert pk.structure(tree, rules=pkt.torch_rules(KeyedCache, PlainCache)) == spec
+    other = {
+        "cache": KeyedCache(tree["cache"].keys, tree["cache"].values, [4, None]),
+        "plain": tree["plain"],
+    }
+    assert pk.structure(other, rules=rules) != spec
+
+
+def test_to_device_moves_a_registered_cache_with_its_rule():
+    tree = {"cache": keyed(), "x": torch.ones(1)}
+    with pytest.raises(TypeError, match=r"tree\['cache'\] is a .*KeyedCache holding tensors") as e:
+        pkt.to_device(tree, "meta")
+    assert "rules=pytree_kit.torch.torch_rules(KeyedCache) (it is registered" in str(e.value)
+    moved = pkt.to_device(tree, "meta", rules=pkt.torch_rules(KeyedCache))
+    assert type(moved["cache"]) is KeyedCache
+    assert all(t.is_meta for t in moved["cache"].keys + moved["cache"].values)
+    assert all(not t.is_meta for t in tree["cache"].keys)  # the input is untouched
+
+
+def test_a_spec_with_a_bridged_rule_round_trips_through_json_and_pickle():
+    import pickle
+
+    rules = pkt.torch_rules(KeyedCache)
+    leaves, spec = pk.flatten({"cache": keyed()}, rules=rules)
+    back = pk.TreeSpec.from_json(spec.to_json(), rules=rules)
+    assert back == spec and type(back.unflatten(leaves)["cache"]) is KeyedCache
+    assert pickle.loads(pickle.dumps(spec)) == spec
+
+
+def test_with_no_types_every_registration_but_the_native_ones():
+    rules = pkt.torch_rules()
+    assert KeyedCache in rules and PlainCache in rules
+    assert not {tuple, list, dict, torch.Size} & set(rules)
+    assert not any(t.__module__ == "torch.return_types" for t in rules)
+    assert all(isinstance(t, type) for t in rules)
+
+
+def test_torch_rules_errors_are_clear():
+    with pytest.raises(TypeError, match="Unregistered is not registered with torch"):
+        pkt.torch_rules(Unregistered)
+    with pytest.raises(TypeError, match="Size is a container pytree_kit reads by itself"):
+        pkt.torch_rules(torch.Size)
+    rules = pkt.torch_rules(PlainCache)
+    node = torch_pytree.SUPPORTED_NODES.pop(PlainCache)
+    try:
+        with pytest.raises(TypeError, match="no longer registered"):
+            pk.flatten(PlainCache(1, 2), rules=rules)
+    finally:
+        torch_pytree.SUPPORTED_NODES[PlainCache] = node
+
+
+def test_trace_with_a_bridged_cache_matches_eager():
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+
+        def forward(self, x: Any) -> Any:
+            y = self.lin(x)
+            return {"y": y, "cache": KeyedCache([y * 2], [y * 3], [None])}
+
+    model = Model().eval()
+    rules = pkt.torch_rules(KeyedCache)
+    x = torch.ones(1, 2)
+    with torch.no_grad():
+        traced = pkt.trace(model, (x,), rules=rules)
+        got, want = traced(x * 2), model(x * 2)
+    assert type(got["cache"]) is KeyedCache
+    assert torch.equal(got["cache"].values[0], want["cache"].values[0])
+    assert "KeyedCache" in repr(traced.output_spec)
+
+
+def _run(step: str, out: Path) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run(
+        [sys.executable, str(WORKER), step, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_transformers_caches_trace_save_and_load_in_a_fresh_process(tmp_path: Path):
+    pytest.importorskip("transformers")
+    traced = _run("trace", tmp_path)
+    assert traced["gpt2"]["paths"][1] == ".past_key_values['key_cache'][0]"
+    assert traced["gpt2"]["tensors"] == 5  # logits + 2 layers x (keys, values)
+    assert traced["t5"]["tensors"] == 10  # + cross-attention keys and values, encoder state
+    assert traced["gpt2"]["repr_ok"] and traced["t5"]["repr_ok"]
+    loaded = _run("load", tmp_path)
+    assert loaded == {"gpt2": {"leaves": 5}, "t5": {"leaves": 10}}
+
+
+def test_tensordict_through_its_torch_registration():
+    tensordict = pytest.importorskip("tensordict")
+    td = tensordict.TensorDict(
+        {"obs": torch.ones(4, 3), "next": {"reward": torch.zeros(4)}}, batch_size=[4]
+    )
+    with pytest.raises(TypeError, match=r"tree\['td'\] is a .*TensorDict holding tensors"):
+        pkt.to_device({"td": td}, "meta")
+    rules = pkt.torch_rules(tensordict.TensorDict)
+    leaves, spec = pk.flatten({"td": td}, rules=rules)
+    assert len(leaves) == 2 and all(isinstance(t, torch.Tensor) for t in leaves)
+    rebuilt = spec.unflatten(leaves)["td"]
+    assert type(rebuilt) is tensordict.TensorDict and rebuilt.batch_size == (4,)
+    assert rebuilt["next", "reward"] is td["next", "reward"]
+    moved = pkt.to_device({"td": td}, "meta", rules=rules)["td"]
+    assert moved["next", "reward"].is_meta and not td["next", "reward"].is_meta
+    batch = pkt.collate([{"td": td}, {"td": td}], rules=rules)["td"]
+    assert batch["obs"].shape == (2, 4, 3)
