@@ -664,3 +664,28 @@ def test_docs_page_documents_what_tracing_cannot_capture():
         "torch.where",
     ):
         assert needle in text
+
+
+class _MatMul(torch.nn.Module):
+    def forward(self, batch):
+        return batch["x"] @ batch["w"]
+
+
+def test_export_guard_errors_name_the_input_path():
+    example = ({"x": torch.ones(3, 7), "w": torch.ones(7, 2)},)
+    exported = pkt.export(_MatMul(), example)
+    with pytest.raises(AssertionError) as e:
+        exported({"x": torch.ones(3, 5), "w": torch.ones(5, 2)})
+    lines = str(e.value).splitlines()
+    assert lines[0] == "batch['w'] dimension 0: expected 7, got 5"
+    assert lines[1].startswith("(torch: ") and "flat_tensors_0" in lines[1]  # torch's, kept
+    n = torch.export.Dim("n", min=2, max=8)
+    dynamic = pkt.export(_MatMul(), example, dynamic_shapes=[{}, {0: n}])
+    with pytest.raises(AssertionError) as e:
+        dynamic({"x": torch.ones(10, 7), "w": torch.ones(7, 2)})
+    assert str(e.value).splitlines()[0] == (
+        "Guard failed: batch['x'].size()[0] <= 8 (batch['x'] dimension 0 is 10)"
+    )
+    assert torch.equal(
+        dynamic({"x": torch.ones(4, 7), "w": torch.ones(7, 2)}), torch.full((4, 2), 7.0)
+    )

@@ -14,8 +14,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import zipfile
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -220,13 +221,64 @@ class TracedModel(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         flat = self.input_spec.flatten(self.arguments.canonical(args, kwargs))
-        return self.output_spec.unflatten(self.program(*flat))
+        if self.exported_program is None:
+            return self.output_spec.unflatten(self.program(*flat))
+        try:
+            out = self.program(*flat)
+        except Exception as e:
+            named = _guard_message(str(e), self.input_spec.tensor_paths, flat)
+            if named is None:
+                raise
+            raise _like(e, named) from e
+        return self.output_spec.unflatten(out)
 
     def extra_repr(self) -> str:
         return (
             f"kind={self.kind!r},\ninput_spec={self.input_spec!r},\n"
             f"output_spec={self.output_spec!r}"
         )
+
+
+_FLAT_NAME = re.compile(r"\bflat_tensors_(\d+)\b")
+_DIM_GUARD = re.compile(r"\bflat_tensors_(\d+)\.size\(\)\[(\d+)\] == (\d+)\b")
+_DIM = re.compile(r"\bflat_tensors_(\d+)\.size\(\)\[(\d+)\]")
+
+
+def _guard_message(message: str, paths: Sequence[str], flat: Sequence[Any]) -> Optional[str]:
+    """An exported program's error with its flat argument names (``flat_tensors_3``)
+    turned into the inputs' paths, and the first failed dimension guard said in
+    words; torch's own message is kept below. None when it names no argument."""
+
+    def path(m: Any) -> str:
+        i = int(m.group(1))
+        return paths[i] if i < len(paths) else m.group(0)
+
+    if not _FLAT_NAME.search(message):
+        return None
+
+    def size(i: int, d: int) -> Optional[int]:
+        ok = i < len(paths) and i < len(flat) and d < getattr(flat[i], "ndim", 0)
+        return int(flat[i].shape[d]) if ok else None
+
+    head = message.strip().splitlines()[0]
+    first = _FLAT_NAME.sub(path, head)
+    exact = _DIM_GUARD.search(head)
+    any_dim = _DIM.search(head)
+    if exact is not None and size(int(exact[1]), int(exact[2])) is not None:
+        i, d = int(exact[1]), int(exact[2])
+        first = f"{paths[i]} dimension {d}: expected {exact[3]}, got {size(i, d)}"
+    elif any_dim is not None and size(int(any_dim[1]), int(any_dim[2])) is not None:
+        i, d = int(any_dim[1]), int(any_dim[2])
+        first += f" ({paths[i]} dimension {d} is {size(i, d)})"
+    return f"{first}\n(torch: {message.strip()})"
+
+
+def _like(error: BaseException, message: str) -> BaseException:
+    """An exception of ``error``'s type with ``message``, or a RuntimeError."""
+    try:
+        return type(error)(message)
+    except Exception:
+        return RuntimeError(message)
 
 
 def trace(
