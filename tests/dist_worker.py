@@ -271,6 +271,112 @@ def scenario_ddp(mode: str) -> dict[str, Callable[[], str]]:
     return cases
 
 
+def bridge_case(build: Callable[[], nn.Module], batch_of: Callable[[int], Any], rules: dict) -> str:
+    """Two DDP steps of a model whose output holds a cache or a TensorDict,
+    read through a bridged rule, against the average of local gradients; and
+    the same model without the rule refused, not silently half-synced."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        pkt.DistributedDataParallel(build())(batch_of(rank))
+    except TypeError as e:
+        check("holding tensors" in str(e) and "torch_rules" in str(e), str(e))
+    else:
+        raise AssertionError("DDP passed an output leaf holding tensors through")
+    ddp = pkt.DistributedDataParallel(build(), rules=rules)
+    ref = build()
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+
+    def loss_of(out: Any) -> torch.Tensor:  # every tensor of the output, the cache's too
+        return sum(t.float().pow(2).mean() for t in pk.leaves(out, rules=rules) if t.requires_grad)
+
+    for it in range(2):
+        local = []
+        for r in range(world):
+            ref.zero_grad(set_to_none=True)
+            loss_of(ref(batch_of(r + 10 * it))).backward()
+            local.append(grads(ref))
+        expected = [sum(gs) / world for gs in zip(*local)]
+        opt.zero_grad(set_to_none=True)
+        out = ddp(batch_of(rank + 10 * it))
+        loss_of(out).backward()
+        for i, (g, e) in enumerate(zip(grads(ddp.module), expected)):
+            torch.testing.assert_close(
+                g, e, msg=lambda m, i=i, it=it: f"step {it} parameter {i}: {m}"
+            )
+        opt.step()
+        for p, e in zip(ref.parameters(), expected):
+            p.grad = e
+        ref_opt.step()
+    kinds = sorted({type(x).__name__ for x in pk.leaves(out, rules=rules)})
+    return f"2 steps match; output leaves {kinds}"
+
+
+class _Step(nn.Module):
+    def __init__(self, model: nn.Module, encoder_decoder: bool) -> None:
+        super().__init__()
+        self.model, self.encoder_decoder = model, encoder_decoder
+
+    def forward(self, ids: torch.Tensor) -> Any:
+        if self.encoder_decoder:
+            return self.model(input_ids=ids, decoder_input_ids=ids[:, :3], use_cache=True)
+        return self.model(ids, use_cache=True)
+
+
+def scenario_bridges() -> dict[str, Callable[[], str]]:
+    import transformers
+    from tensordict import TensorDict
+    from transformers.exporters.exporter_dynamo import register_pytree_node
+    from transformers.integrations.executorch import register_dynamic_cache_export_support
+
+    transformers.logging.set_verbosity_error()
+    register_dynamic_cache_export_support()
+    register_pytree_node(transformers.EncoderDecoderCache)
+
+    def ids(seed: int) -> torch.Tensor:
+        return torch.randint(2, 50, (2, 5), generator=torch.Generator().manual_seed(seed))
+
+    def gpt2() -> nn.Module:
+        torch.manual_seed(0)
+        config = transformers.GPT2Config(
+            n_layer=2, n_embd=16, n_head=2, vocab_size=50, n_positions=32,
+            bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        )  # fmt: skip
+        return _Step(transformers.GPT2LMHeadModel(config), False)
+
+    def t5() -> nn.Module:
+        torch.manual_seed(0)
+        config = transformers.T5Config(
+            vocab_size=50, d_model=16, d_kv=8, d_ff=32, num_layers=2, num_decoder_layers=2,
+            num_heads=2, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+            dropout_rate=0.0,
+        )  # fmt: skip
+        return _Step(transformers.T5ForConditionalGeneration(config), True)
+
+    class TDNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.lin = nn.Linear(3, 2)
+
+        def forward(self, x: torch.Tensor) -> Any:
+            y = self.lin(x)
+            return TensorDict({"y": y, "next": {"z": y.sum(-1)}}, batch_size=[x.shape[0]])
+
+    def xs(seed: int) -> torch.Tensor:
+        return torch.rand(4, 3, generator=torch.Generator().manual_seed(seed))
+
+    return {
+        "gpt2-dynamic-cache": lambda: bridge_case(
+            gpt2, ids, pkt.torch_rules(transformers.DynamicCache)
+        ),
+        "t5-encoder-decoder-cache": lambda: bridge_case(
+            t5, ids, pkt.torch_rules(transformers.EncoderDecoderCache)
+        ),
+        "tensordict": lambda: bridge_case(TDNet, xs, pkt.torch_rules(TensorDict)),
+    }
+
+
 class Holder:
     """An object of a class pytree_kit does not see into, holding tensors."""
 
@@ -540,6 +646,8 @@ def main() -> None:
         cases = scenario_ddp(scenario[4:])
     elif scenario == "collectives":
         cases = scenario_collectives()
+    elif scenario == "bridges":
+        cases = scenario_bridges()
     else:
         raise SystemExit(f"unknown scenario {scenario}")
     results = []

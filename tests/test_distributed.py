@@ -78,6 +78,14 @@ def test_collectives_two_ranks() -> None:
     assert details["all_reduce-sum"] == "3 collectives for 68 leaves"
 
 
+def test_bridged_caches_and_tensordict_two_ranks() -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("tensordict")
+    report = _expect_all_ok(run_ranks("bridges"), 3)
+    details = {c["case"]: c["detail"] for c in report}
+    assert details["gpt2-dynamic-cache"].startswith("2 steps match")
+
+
 # --------------------------------------------------------------------------
 # One rank, in this process
 
