@@ -13,6 +13,7 @@ leaf order (sorted keys) differs from it.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections import OrderedDict, defaultdict, deque
 from itertools import islice
 from typing import Any
@@ -115,8 +116,41 @@ def _check_hashable(aux: Any, stack: list, what: str) -> None:
         ) from None
 
 
+def _own_getattr(t: Any) -> bool:
+    """Whether the class (or a base) defines ``__getattr__``: looked up in the
+    class's MRO, as CPython's ``_PyType_Lookup`` does, never on the metaclass."""
+    mro = type.__getattribute__(t, "__mro__")
+    return any("__getattr__" in type.__getattribute__(k, "__dict__") for k in mro)
+
+
+def _unfaithful(obj: Any, t: Any, kind: int, stack: list, names: Any) -> TypeError:
+    """The error for a record that rebuilding from its fields would not
+    reproduce: its class answers attribute reads with ``__getattr__``."""
+    what = "a dataclass" if kind == DATACLASS else "an attrs class"
+    name = _qualname(t)
+    reads = ", ".join(f"o.{n}" for n in names)
+    args = ", ".join(f"{n}=ch[{i}]" for i, n in enumerate(names))
+    rule = f"pytree_kit.Rule(lambda o: ([{reads}], None), lambda _, ch: {name}({args}))"
+    fix = f"rules={{{name}: {rule}}}"
+    pytree = sys.modules.get("torch.utils._pytree")
+    if pytree is not None and t in getattr(pytree, "SUPPORTED_NODES", {}):
+        torch_fix = f"rules=pytree_kit.torch.torch_rules({name})"
+        fix = f"{torch_fix} (it is registered with torch.utils._pytree), or {fix}"
+    return TypeError(
+        f"{where(_path(stack))}: {name} is {what} whose class defines __getattr__, so a field "
+        f"may be read from state outside the instance's fields, and an object rebuilt from the "
+        f"fields alone would not be the same (pytree_kit does not guess); pass {fix}"
+    )
+
+
 def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tuple:
     """Node and children of a dataclass or attrs instance."""
+    custom = cache.get((_own_getattr, t))
+    if custom is None:
+        custom = cache[(_own_getattr, t)] = _own_getattr(t)
+    if custom:
+        fields = [n for n, _ in _fields_info(t, cache, obj)]
+        raise _unfaithful(obj, t, kind, stack, fields)
     names = []
     children = []
     static = []

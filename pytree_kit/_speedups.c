@@ -84,7 +84,8 @@ static PyObject *FIELD_marker;
 static PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
 static PyObject *s_tree_flatten, *s_tree_unflatten, *s_fields, *s_n_sequence_fields,
     *s_n_fields, *s_dataclass_fields, *s_attrs_attrs, *s_field_type, *s_name, *s_metadata,
-    *s_get, *s_static, *s_new, *s_flatten, *s_len, *s_the_spec, *s_the_tree, *s_getattribute;
+    *s_get, *s_static, *s_new, *s_flatten, *s_len, *s_the_spec, *s_the_tree, *s_getattribute,
+    *s_getattr;
 static PyObject *empty_tuple;
 static PyObject *object_new_fn;          /* object.__dict__['__new__'] */
 static PyObject *object_getattribute_fn; /* object.__dict__['__getattribute__'] */
@@ -680,6 +681,12 @@ make_plan(TypeEntry *e)
             _PyType_Lookup(t, s_getattribute) != object_getattribute_fn) {
             /* the pure engine asks the instance (dataclasses.fields(obj)), and
              * a __getattribute__ of the class's own may answer otherwise */
+            Py_DECREF(v);
+            goto done; /* PLAN_PYTHON */
+        }
+        if (v != NULL && _PyType_Lookup(t, s_getattr) != NULL) {
+            /* a record whose class defines __getattr__ cannot be rebuilt
+             * faithfully from its fields: the pure engine raises, in its words */
             Py_DECREF(v);
             goto done; /* PLAN_PYTHON */
         }
@@ -4702,6 +4709,7 @@ PyInit__speedups(void)
     INTERN(s_static, "static");
     INTERN(s_new, "__new__");
     INTERN(s_getattribute, "__getattribute__");
+    INTERN(s_getattr, "__getattr__");
     if ((object_new_fn = object_own(s_new)) == NULL ||
         (object_getattribute_fn = object_own(s_getattribute)) == NULL) {
         goto fail;

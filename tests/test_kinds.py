@@ -489,3 +489,68 @@ def test_spec_repr_reads_like_the_tree():
         "'d': deque([*], maxlen=2), 'e': OrderedDict({'z': *}), "
         "'f': Boxes({'coords': *, 'labels': *}, aux='xyxy')})"
     )
+
+
+@dataclasses.dataclass
+class _Delegating:
+    """A dataclass whose class answers unknown attributes: not a plain record."""
+
+    x: Any
+    y: Any = 0
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(name)
+
+
+class _Fallback:
+    def __getattr__(self, name: str) -> Any:
+        return "from elsewhere"
+
+
+@attrs.define
+class _AttrsFallback(_Fallback):
+    p: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class _Frozen:  # a generated __setattr__ is fine: the rebuild does not call it
+    x: Any
+
+
+@pytest.mark.parametrize("call", [pk.flatten, pk.leaves, pk.flatten_with_path, pk.structure])
+def test_a_record_whose_class_defines_getattr_is_refused_with_the_rule_that_fixes_it(call):
+    with pytest.raises(TypeError) as e:
+        call({"a": [_Delegating(1, 2)]})
+    message = str(e.value)
+    assert message.startswith(
+        "tree['a'][0]: _Delegating is a dataclass whose class defines __getattr__"
+    )
+    fix = message.split("; pass ", 1)[1]
+    assert fix == (
+        "rules={_Delegating: pytree_kit.Rule(lambda o: ([o.x, o.y], None), "
+        "lambda _, ch: _Delegating(x=ch[0], y=ch[1]))}"
+    )
+    # the rule the message gives works, written out
+    rules = {
+        _Delegating: pk.Rule(
+            lambda o: ([o.x, o.y], None), lambda _, ch: _Delegating(x=ch[0], y=ch[1])
+        )
+    }
+    leaves, spec = pk.flatten({"a": [_Delegating(1, 2)]}, rules=rules)
+    assert leaves == [1, 2] and spec.unflatten([3, 4])["a"][0] == _Delegating(3, 4)
+
+
+def test_an_inherited_getattr_counts_and_a_frozen_dataclass_does_not():
+    with pytest.raises(TypeError, match=r"^tree: _AttrsFallback is an attrs class whose class"):
+        pk.flatten(_AttrsFallback(1))
+    leaves, spec = pk.flatten(_Frozen(5))
+    assert leaves == [5] and spec.unflatten([6]) == _Frozen(6)
+
+
+def test_a_rule_for_such_a_record_works_in_flatten_up_to():
+    spec = pk.structure(_Frozen(1))
+    with pytest.raises(ValueError):
+        spec.flatten_up_to(_Delegating(1))  # another class: a mismatch, as before
+    rules = {_Delegating: pk.Rule(lambda o: ([o.x, o.y], None), lambda _, ch: _Delegating(*ch))}
+    spec = pk.structure([_Delegating(1)], rules=rules)
+    assert spec.flatten_up_to([_Delegating(7)]) == [7, 0]
