@@ -119,8 +119,11 @@ def _check_hashable(aux: Any, stack: list, what: str) -> None:
 def _own_getattr(t: Any) -> bool:
     """Whether the class (or a base) defines ``__getattr__``: looked up in the
     class's MRO, as CPython's ``_PyType_Lookup`` does, never on the metaclass."""
-    mro = type.__getattribute__(t, "__mro__")
-    return any("__getattr__" in type.__getattribute__(k, "__dict__") for k in mro)
+    # Written so that torch.compile can trace it: a plain getattr on the class
+    # finds a function of the class's MRO as it is, and one of the metaclass
+    # (a __getattr__ for the class's own attributes) bound to the class.
+    found = getattr(t, "__getattr__", None)
+    return found is not None and getattr(found, "__self__", None) is not t
 
 
 def _unfaithful(obj: Any, t: Any, kind: int, stack: list, names: Any) -> TypeError:

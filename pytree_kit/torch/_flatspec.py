@@ -78,7 +78,7 @@ class FlatSpec:
         >>> from pytree_kit.torch import FlatSpec
         >>> tensors, spec = FlatSpec.of({"x": torch.ones(2), "n": 3}, root="batch")
         >>> spec
-        FlatSpec({'x': <tensor 0>, 'n': 3})
+        FlatSpec({'n': 3, 'x': <tensor 0>})
         >>> spec.unflatten([torch.zeros(1)])
         {'x': tensor([0.]), 'n': 3}
         >>> spec.flatten({"x": torch.zeros(1), "n": 4})  # doctest: +ELLIPSIS
