@@ -13,11 +13,18 @@ starts a process group).
 
 import importlib.util
 
-collect_ignore = ["pytree_kit/torch/_distributed.py"]
+# tests/bridge_worker.py is a script run in fresh processes (it imports
+# transformers, whose registrations are global): never imported here.
+collect_ignore = ["pytree_kit/torch/_distributed.py", "tests/bridge_worker.py"]
 
 # Without torch (every Python but the one its wheel is for), the modules that
 # import torch at the top are not collected: pytree_kit.torch's doctests and
 # the helper modules of the torch tests, which are not tests themselves. The
 # torch tests skip on their own (pytest.importorskip).
 if importlib.util.find_spec("torch") is None:
-    collect_ignore += ["pytree_kit/torch", "tests/dist_worker.py", "tests/tracing_models.py"]
+    collect_ignore += [
+        "pytree_kit/torch",
+        "tests/dist_worker.py",
+        "tests/hf_models.py",
+        "tests/tracing_models.py",
+    ]

@@ -17,74 +17,25 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
+from transformers import DynamicCache, EncoderDecoderCache
 
-warnings.simplefilter("ignore")
+import pytree_kit as pk
+import pytree_kit.torch as pkt
 
-import transformers  # noqa: E402
-from transformers import (  # noqa: E402
-    DynamicCache,
-    EncoderDecoderCache,
-    GPT2Config,
-    GPT2LMHeadModel,
-    T5Config,
-    T5ForConditionalGeneration,
-)
-from transformers.exporters.exporter_dynamo import register_pytree_node  # noqa: E402
-from transformers.integrations.executorch import (  # noqa: E402
-    register_dynamic_cache_export_support,
-)
-
-import pytree_kit as pk  # noqa: E402
-import pytree_kit.torch as pkt  # noqa: E402
-
-transformers.logging.set_verbosity_error()
-
-
-class Step(torch.nn.Module):
-    """One forward with the cache returned."""
-
-    def __init__(self, model: torch.nn.Module, encoder_decoder: bool) -> None:
-        super().__init__()
-        self.model, self.encoder_decoder = model, encoder_decoder
-
-    def forward(self, ids: torch.Tensor) -> Any:
-        if self.encoder_decoder:
-            return self.model(input_ids=ids, decoder_input_ids=ids[:, :3], use_cache=True)
-        return self.model(ids, use_cache=True)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.hf_models import gpt2, register_caches, t5
 
 
 def models() -> dict[str, tuple[torch.nn.Module, type, bool]]:
-    torch.manual_seed(0)
-    gpt2 = GPT2Config(
-        n_layer=2,
-        n_embd=16,
-        n_head=2,
-        vocab_size=50,
-        n_positions=32,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    t5 = T5Config(
-        vocab_size=50,
-        d_model=16,
-        d_kv=8,
-        d_ff=32,
-        num_layers=2,
-        num_decoder_layers=2,
-        num_heads=2,
-        decoder_start_token_id=0,
-        pad_token_id=0,
-        eos_token_id=1,
-    )
     return {
-        "gpt2": (Step(GPT2LMHeadModel(gpt2).eval(), False), DynamicCache, False),
-        "t5": (Step(T5ForConditionalGeneration(t5).eval(), True), EncoderDecoderCache, True),
+        "gpt2": (gpt2().eval(), DynamicCache, False),
+        "t5": (t5().eval(), EncoderDecoderCache, True),
     }
 
 
 def register() -> None:
-    register_dynamic_cache_export_support()  # DynamicCache, with keyed children
-    register_pytree_node(EncoderDecoderCache)  # transformers' exporter's generic form
+    register_caches()
 
 
 def check(cond: bool, msg: str) -> None:
@@ -171,6 +122,7 @@ def load_step(out_dir: Path) -> dict:
 
 
 def main() -> None:
+    warnings.simplefilter("ignore")
     step, out_dir = sys.argv[1], Path(sys.argv[2])
     result = trace_step(out_dir) if step == "trace" else load_step(out_dir)
     print(json.dumps(result))

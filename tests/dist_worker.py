@@ -312,46 +312,16 @@ def bridge_case(build: Callable[[], nn.Module], batch_of: Callable[[int], Any], 
     return f"2 steps match; output leaves {kinds}"
 
 
-class _Step(nn.Module):
-    def __init__(self, model: nn.Module, encoder_decoder: bool) -> None:
-        super().__init__()
-        self.model, self.encoder_decoder = model, encoder_decoder
-
-    def forward(self, ids: torch.Tensor) -> Any:
-        if self.encoder_decoder:
-            return self.model(input_ids=ids, decoder_input_ids=ids[:, :3], use_cache=True)
-        return self.model(ids, use_cache=True)
-
-
 def scenario_bridges() -> dict[str, Callable[[], str]]:
     import transformers
     from tensordict import TensorDict
-    from transformers.exporters.exporter_dynamo import register_pytree_node
-    from transformers.integrations.executorch import register_dynamic_cache_export_support
 
-    transformers.logging.set_verbosity_error()
-    register_dynamic_cache_export_support()
-    register_pytree_node(transformers.EncoderDecoderCache)
+    from tests.hf_models import gpt2, register_caches, t5
+
+    register_caches()
 
     def ids(seed: int) -> torch.Tensor:
         return torch.randint(2, 50, (2, 5), generator=torch.Generator().manual_seed(seed))
-
-    def gpt2() -> nn.Module:
-        torch.manual_seed(0)
-        config = transformers.GPT2Config(
-            n_layer=2, n_embd=16, n_head=2, vocab_size=50, n_positions=32,
-            bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-        )  # fmt: skip
-        return _Step(transformers.GPT2LMHeadModel(config), False)
-
-    def t5() -> nn.Module:
-        torch.manual_seed(0)
-        config = transformers.T5Config(
-            vocab_size=50, d_model=16, d_kv=8, d_ff=32, num_layers=2, num_decoder_layers=2,
-            num_heads=2, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
-            dropout_rate=0.0,
-        )  # fmt: skip
-        return _Step(transformers.T5ForConditionalGeneration(config), True)
 
     class TDNet(nn.Module):
         def __init__(self) -> None:
