@@ -1,9 +1,10 @@
-"""transformers' caches through torch_rules, in a fresh process (the
-registrations transformers makes with torch.utils._pytree are global, so they
-stay out of the test process). Small models from configs, random weights.
+"""transformers' caches and tensordict's TensorDict through torch_rules, in a
+fresh process (the registrations transformers makes with torch.utils._pytree
+are global, so they stay out of the test process). Small models from
+configs, random weights.
 
-    python tests/bridge_worker.py trace DIR   # flatten, to_device, trace, save
-    python tests/bridge_worker.py load DIR    # load in a fresh process, compare
+    python tests/bridge_worker.py trace DIR   # flatten, to_device, trace, export, save
+    python tests/bridge_worker.py load DIR    # load both in a fresh process, compare
 
 Prints one JSON line of findings; exits non-zero on a failed check.
 """
@@ -27,10 +28,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.hf_models import gpt2, register_caches, t5
 
 
-def models() -> dict[str, tuple[torch.nn.Module, type, bool]]:
+class TDNet(torch.nn.Module):
+    """A model whose output is a TensorDict (nested, with a batch size)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(5, 3)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        from tensordict import TensorDict
+
+        y = self.lin(x.float())
+        return TensorDict({"y": y, "next": {"z": y.sum(-1)}}, batch_size=[x.shape[0]])
+
+
+def cases() -> dict[str, tuple[torch.nn.Module, type, Any]]:
+    """name -> (model, the class its output holds, how to reach that object)."""
+    from tensordict import TensorDict
+
     return {
-        "gpt2": (gpt2().eval(), DynamicCache, False),
-        "t5": (t5().eval(), EncoderDecoderCache, True),
+        "gpt2": (gpt2().eval(), DynamicCache, lambda out: out.past_key_values),
+        "t5": (t5().eval(), EncoderDecoderCache, lambda out: out.past_key_values),
+        "tensordict": (TDNet().eval(), TensorDict, lambda out: out),
     }
 
 
@@ -54,23 +74,22 @@ def trace_step(out_dir: Path) -> dict:
     register()
     found: dict = {}
     ids = torch.randint(2, 50, (1, 5), generator=torch.Generator().manual_seed(1))
-    for name, (model, cache_cls, _) in models().items():
-        rules = pkt.torch_rules(cache_cls)
+    for name, (model, cls, held) in cases().items():
+        rules = pkt.torch_rules(cls)
         with torch.no_grad():
             eager = model(ids)
-        cache = eager.past_key_values
-        check(type(cache) is cache_cls, f"{name}: {type(cache)}")
-        # without rules, the cache is refused rather than skipped
+        check(type(held(eager)) is cls, f"{name}: {type(held(eager))}")
+        # without rules, the object is refused rather than skipped
         try:
-            pkt.to_device(eager, "meta")
+            pkt.to_device({"out": eager}, "meta")
         except TypeError as e:
-            check("past_key_values" in str(e), str(e))
+            check("holding tensors" in str(e), str(e))
         else:
-            raise AssertionError(f"{name}: to_device skipped the cache silently")
+            raise AssertionError(f"{name}: to_device skipped {cls.__name__} silently")
         pairs, spec = pk.flatten_with_path(eager, rules=rules)
         tensors = [x for _, x in pairs if isinstance(x, torch.Tensor)]
         moved = pkt.to_device(eager, "meta", rules=rules)
-        check(type(moved.past_key_values) is cache_cls, f"{name}: moved cache type")
+        check(type(held(moved)) is cls, f"{name}: moved type")
         moved_tensors = [x for x in pk.leaves(moved, rules=rules) if isinstance(x, torch.Tensor)]
         check(
             len(moved_tensors) == len(tensors) and all(t.is_meta for t in moved_tensors),
@@ -80,16 +99,22 @@ def trace_step(out_dir: Path) -> dict:
         check(same_leaves(rebuilt, eager, rules), f"{name}: flatten/unflatten round trip")
         with torch.no_grad():
             traced = pkt.trace(model, (ids,), rules=rules, check_trace=False)
-            got = traced(ids)
-        check(type(got.past_key_values) is cache_cls, f"{name}: traced cache type")
-        check(same_leaves(got, eager, rules), f"{name}: traced output differs from eager")
+            exported = pkt.export(model, (ids,), rules=rules)
+            for kind, program in (("jit", traced), ("export", exported)):
+                got = program(ids)
+                check(type(held(got)) is cls, f"{name} ({kind}): output type")
+                check(same_leaves(got, eager, rules), f"{name} ({kind}): differs from eager")
+                try:
+                    pkt.save(program, out_dir / f"{name}-{kind}.pt")
+                except TypeError as e:  # a context JSON cannot hold
+                    found.setdefault(f"{name} unsaved", str(e))
         text = repr(traced)  # renders without rebuilding the cache
-        pkt.save(traced, out_dir / f"{name}.pt")
         torch.save({"ids": ids, "eager": [x for _, x in pairs]}, out_dir / f"{name}.expected")
         found[name] = {
+            "saved": (out_dir / f"{name}-jit.pt").exists(),
             "paths": [pk.keystr(p) for p, _ in pairs][:3],
             "tensors": len(tensors),
-            "repr_ok": cache_cls.__name__ in text,
+            "repr_ok": cls.__name__ in text,
         }
     return found
 
@@ -97,27 +122,33 @@ def trace_step(out_dir: Path) -> dict:
 def load_step(out_dir: Path) -> dict:
     register()
     found: dict = {}
-    for name, (_, cache_cls, _) in models().items():
-        rules = pkt.torch_rules(cache_cls)
+    outputs = {
+        "gpt2": [transformers.modeling_outputs.CausalLMOutputWithCrossAttentions],
+        "t5": [transformers.modeling_outputs.Seq2SeqLMOutput],
+        "tensordict": [],
+    }
+    for name, (_, cls, held) in cases().items():
+        rules = pkt.torch_rules(cls)
         expected = torch.load(out_dir / f"{name}.expected", weights_only=False)
-        output_cls = {
-            "gpt2": transformers.modeling_outputs.CausalLMOutputWithCrossAttentions,
-            "t5": transformers.modeling_outputs.Seq2SeqLMOutput,
-        }[name]
-        loaded = pkt.load(out_dir / f"{name}.pt", allow=[output_cls], rules=rules)
-        with torch.no_grad():
-            got = loaded(expected["ids"])
-        check(type(got.past_key_values) is cache_cls, f"{name}: loaded cache type")
-        leaves = pk.leaves(got, rules=rules)
-        check(
-            len(leaves) == len(expected["eager"])
-            and all(
-                torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
-                for a, b in zip(leaves, expected["eager"])
-            ),
-            f"{name}: loaded output differs from eager",
-        )
-        found[name] = {"leaves": len(leaves)}
+        found[name] = {}
+        for kind in ("jit", "export"):
+            if not (out_dir / f"{name}-{kind}.pt").exists():
+                continue
+            loaded = pkt.load(out_dir / f"{name}-{kind}.pt", allow=outputs[name], rules=rules)
+            check(loaded.kind == kind, f"{name}: {loaded.kind}")
+            with torch.no_grad():
+                got = loaded(expected["ids"])
+            check(type(held(got)) is cls, f"{name} ({kind}): loaded output type")
+            leaves = pk.leaves(got, rules=rules)
+            check(
+                len(leaves) == len(expected["eager"])
+                and all(
+                    torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+                    for a, b in zip(leaves, expected["eager"])
+                ),
+                f"{name} ({kind}): loaded output differs from eager",
+            )
+            found[name][kind] = len(leaves)
     return found
 
 

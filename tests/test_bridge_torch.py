@@ -172,15 +172,25 @@ def _run(step: str, out: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_transformers_caches_trace_save_and_load_in_a_fresh_process(tmp_path: Path):
+def test_caches_and_tensordict_trace_export_save_and_load_in_a_fresh_process(tmp_path: Path):
     pytest.importorskip("transformers")
+    pytest.importorskip("tensordict")
     traced = _run("trace", tmp_path)
     assert traced["gpt2"]["paths"][1] == ".past_key_values['key_cache'][0]"
     assert traced["gpt2"]["tensors"] == 5  # logits + 2 layers x (keys, values)
     assert traced["t5"]["tensors"] == 10  # + cross-attention keys and values, encoder state
-    assert traced["gpt2"]["repr_ok"] and traced["t5"]["repr_ok"]
+    assert traced["tensordict"]["paths"] == ["['y']", "['next']['z']"]
+    assert all(traced[name]["repr_ok"] for name in ("gpt2", "t5", "tensordict"))
+    assert traced["gpt2"]["saved"] and traced["t5"]["saved"]
+    # tensordict's context holds its own batch-size class: JSON cannot, and says so
+    assert not traced["tensordict"]["saved"]
+    assert traced["tensordict unsaved"].startswith("cannot write a value of type _PytreeBatchSize")
     loaded = _run("load", tmp_path)
-    assert loaded == {"gpt2": {"leaves": 5}, "t5": {"leaves": 10}}
+    assert loaded == {
+        "gpt2": {"jit": 5, "export": 5},
+        "t5": {"jit": 10, "export": 10},
+        "tensordict": {},
+    }
 
 
 def test_tensordict_through_its_torch_registration():
