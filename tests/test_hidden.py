@@ -185,3 +185,24 @@ def test_plain_leaves_and_numpy_pass():
     }
     moved = to_device(tree, "meta")
     assert moved["p"] is tree["p"] and moved["a"] is tree["a"]
+
+
+class _Sneaky(list):
+    """A list subclass (a leaf to pytree_kit) whose own iteration lies."""
+
+    def __iter__(self):
+        raise RuntimeError("no")
+
+
+class _BadDict:
+    @property
+    def __dict__(self):  # type: ignore[override]
+        raise RuntimeError("no")
+
+
+def test_the_search_reads_what_objects_hold_not_what_they_say():
+    sneaky = _Sneaky([torch.ones(1)])
+    assert hidden_tensor(sneaky) == "[0]"
+    with pytest.raises(TypeError, match=r"tree\['s'\] is a .*_Sneaky holding tensors"):
+        to_device({"s": sneaky}, "meta")
+    assert hidden_tensor(_BadDict()) is None  # an odd class costs no crash

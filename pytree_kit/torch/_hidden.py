@@ -134,13 +134,18 @@ def _is_opaque(x: Any) -> bool:
 
 def _children(x: Any) -> Iterable[tuple[Any, tuple]]:
     """The objects ``x`` holds directly, each with the step that reaches it."""
+    # the builtin bases' own iteration: a subclass's __iter__ is not asked
     t = type(x)
-    if issubclass(t, (list, tuple)):
-        return [(c, ("[", i)) for i, c in enumerate(x)]
+    if issubclass(t, list):
+        return [(c, ("[", i)) for i, c in enumerate(list.__iter__(x))]
+    if issubclass(t, tuple):
+        return [(c, ("[", i)) for i, c in enumerate(tuple.__iter__(x))]
     if issubclass(t, dict):
         return [(c, ("[", k)) for k, c in list(dict.items(x))]
-    if issubclass(t, (set, frozenset)):
-        return [(c, ("{", None)) for c in list(x)]
+    if issubclass(t, set):
+        return [(c, ("{", None)) for c in list(set.__iter__(x))]
+    if issubclass(t, frozenset):
+        return [(c, ("{", None)) for c in list(frozenset.__iter__(x))]
     out: list[tuple[Any, tuple]] = []
     registered = _torch_registration(t)
     if registered is not None:
@@ -151,14 +156,14 @@ def _children(x: Any) -> Iterable[tuple[Any, tuple]]:
         out.extend((c, ("<", i)) for i, c in enumerate(children))
     try:
         state = object.__getattribute__(x, "__dict__")
-    except AttributeError:
+    except Exception:  # none, or a __dict__ property of the class's own that raises
         state = None
     if type(state) is dict:
         out.extend((c, (".", k)) for k, c in list(dict.items(state)))
     for name in _slots_of(t):  # type: ignore[arg-type]  # classes hash
         try:
             out.append((object.__getattribute__(x, name), (".", name)))
-        except AttributeError:
+        except Exception:  # an empty slot
             continue
     return out
 
