@@ -272,13 +272,12 @@ def _optree_native(t: type) -> bool:
 def _jax_flatten(cls: type, namespace: str, obj: Any) -> tuple[Any, Any]:
     import jax.tree_util as jtu
 
-    try:
-        pairs, _ = jtu.flatten_one_level_with_keys(obj)
-    except ValueError:
-        raise TypeError(f"{cls.__qualname__} is not registered with jax.tree_util") from None
-    pairs = list(pairs)
-    treedef = jtu.tree_structure(obj, is_leaf=lambda x: x is not obj)
-    keys = [_jax_key_name(k) for k, _ in pairs]
+    # one level: everything below obj is a leaf (in every jax this project
+    # supports; flatten_one_level_with_keys is newer than 3.10's jax)
+    pairs, treedef = jtu.tree_flatten_with_path(obj, is_leaf=lambda x: x is not obj)
+    if len(pairs) == 1 and pairs[0][0] == ():
+        raise TypeError(f"{cls.__qualname__} is not registered with jax.tree_util")
+    keys = [_jax_key_name(path[0]) for path, _ in pairs]
     kids, names = named(keys, [c for _, c in pairs])
     return kids, (Foreign(treedef), names)
 
