@@ -192,6 +192,52 @@ def rules_for(
 
 
 # --------------------------------------------------------------------------
+# torch (pytree_kit.torch.torch_rules makes these rules; they live here so that
+# a spec that holds one works wherever it is unpickled)
+
+
+def _torch_node(cls: type) -> Any:
+    import torch.utils._pytree as torch_pytree
+
+    node = torch_pytree.SUPPORTED_NODES.get(cls)
+    if node is None:
+        raise TypeError(f"{cls.__qualname__} is no longer registered with torch.utils._pytree")
+    return node
+
+
+def _torch_key_name(key: Any) -> Any:
+    """A torch KeyEntry's name: MappingKey's str key, GetAttrKey's name."""
+    import torch.utils._pytree as torch_pytree
+
+    if type(key) is torch_pytree.MappingKey and type(key.key) is str:
+        return key.key
+    if type(key) is torch_pytree.GetAttrKey:
+        return key.name
+    return None
+
+
+def _torch_flatten(cls: type, namespace: str, obj: Any) -> tuple[Any, Any]:
+    node = _torch_node(cls)
+    if node.flatten_with_keys_fn is not None:
+        pairs, context = node.flatten_with_keys_fn(obj)
+        pairs = list(pairs)
+        keys = [_torch_key_name(k) for k, _ in pairs]
+        kids, names = named(keys, [c for _, c in pairs])
+    else:
+        children, context = node.flatten_fn(obj)
+        kids, names = list(children), None
+    return kids, (Foreign(context), names)
+
+
+def _torch_unflatten(cls: type, namespace: str, aux: Any, children: Any) -> Any:
+    context, keys = aux
+    return _torch_node(cls).unflatten_fn(in_order(children, keys), context.value)
+
+
+LIBRARIES["torch"] = (_torch_flatten, _torch_unflatten)
+
+
+# --------------------------------------------------------------------------
 # optree
 
 

@@ -116,6 +116,27 @@ def test_a_spec_with_a_bridged_rule_round_trips_through_json_and_pickle():
     assert pickle.loads(pickle.dumps(spec)) == spec
 
 
+def test_a_bridged_rule_runs_where_pytree_kit_torch_was_never_imported():
+    # a spec unpickled in another process (a DataLoader worker) holds rules whose
+    # halves live in the core module: the calls into torch's registry are there too
+    probe = (
+        "import sys\n"
+        "import pytree_kit._bridge as b\n"
+        "assert 'pytree_kit.torch' not in sys.modules\n"
+        "assert 'torch' in b.LIBRARIES\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    from pytree_kit import _bridge
+
+    kids, (context, names) = _bridge.BridgeFlatten("torch", KeyedCache)(keyed(1))
+    assert names == ("keys", "values") and list(kids) == ["keys", "values"]
+    assert context == _bridge.Foreign([["keys", "values"], [None]])
+
+
 def test_with_no_types_every_registration_but_the_native_ones():
     rules = pkt.torch_rules()
     assert KeyedCache in rules and PlainCache in rules

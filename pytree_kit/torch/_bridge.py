@@ -4,7 +4,9 @@ transformers, tensordict and others register their classes with torch's pytree
 (for ``torch.export``); ``torch_rules`` turns those registrations into
 :class:`pytree_kit.Rule` values to pass as ``rules=``. Nothing is registered
 anywhere. The shared machinery (equal rules from equal calls, hashable
-contexts, named children) is in ``pytree_kit._bridge``.
+contexts, named children, and the calls into torch's registry, which a spec
+unpickled in another process needs before anything imports this module) is in
+``pytree_kit._bridge``.
 """
 
 from __future__ import annotations
@@ -17,43 +19,6 @@ from .. import _bridge
 from .._kinds import Rule
 
 __all__ = ["torch_rules"]
-
-
-def _node(cls: type) -> Any:
-    node = torch_pytree.SUPPORTED_NODES.get(cls)
-    if node is None:
-        raise TypeError(f"{cls.__qualname__} is no longer registered with torch.utils._pytree")
-    return node
-
-
-def _key_name(key: Any) -> Any:
-    """A torch KeyEntry's name: MappingKey's str key, GetAttrKey's name."""
-    if type(key) is torch_pytree.MappingKey and type(key.key) is str:
-        return key.key
-    if type(key) is torch_pytree.GetAttrKey:
-        return key.name
-    return None
-
-
-def _flatten(cls: type, namespace: str, obj: Any) -> tuple[Any, Any]:
-    node = _node(cls)
-    if node.flatten_with_keys_fn is not None:
-        pairs, context = node.flatten_with_keys_fn(obj)
-        pairs = list(pairs)
-        keys = [_key_name(k) for k, _ in pairs]
-        kids, names = _bridge.named(keys, [c for _, c in pairs])
-    else:
-        children, context = node.flatten_fn(obj)
-        kids, names = list(children), None
-    return kids, (_bridge.Foreign(context), names)
-
-
-def _unflatten(cls: type, namespace: str, aux: Any, children: Any) -> Any:
-    context, keys = aux
-    return _node(cls).unflatten_fn(_bridge.in_order(children, keys), context.value)
-
-
-_bridge.LIBRARIES["torch"] = (_flatten, _unflatten)
 
 
 def _native(t: Any) -> bool:
