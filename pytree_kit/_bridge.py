@@ -19,11 +19,12 @@ keys where each key is a distinct string (paths then read
 from __future__ import annotations
 
 import collections
+import sys
 from typing import Any, Callable, Iterable, Optional
 
 from ._kinds import Rule
 
-__all__ = ["Foreign", "bridge_rule", "jax_rules", "optree_rules"]
+__all__ = ["Foreign", "bridge_rule", "jax_rules", "optree_rules", "rules_fix", "torch_node"]
 
 # Classes pytree_kit reads by itself: a bridge never makes a rule for them
 NATIVE: frozenset = frozenset(
@@ -196,10 +197,27 @@ def rules_for(
 # a spec that holds one works wherever it is unpickled)
 
 
-def _torch_node(cls: type) -> Any:
-    import torch.utils._pytree as torch_pytree
+def torch_node(cls: Any) -> Any:
+    """``torch.utils._pytree``'s registration of ``cls``, or None; never
+    imports torch (a class registered there was registered by someone who did)."""
+    pytree = sys.modules.get("torch.utils._pytree")
+    return None if pytree is None else pytree.SUPPORTED_NODES.get(cls)
 
-    node = torch_pytree.SUPPORTED_NODES.get(cls)
+
+def rules_fix(cls: Any, name: str, rule: str) -> str:
+    """The ``rules=`` an error suggests for ``cls``: ``{name: rule}``, and first
+    ``torch_rules(name)`` when torch's pytree has the class registered."""
+    fix = f"rules={{{name}: {rule}}}"
+    if torch_node(cls) is not None:
+        torch_fix = f"rules=pytree_kit.torch.torch_rules({name})"
+        return f"{torch_fix} (it is registered with torch.utils._pytree), or {fix}"
+    return fix
+
+
+def _torch_node(cls: type) -> Any:
+    import torch.utils._pytree  # noqa: F401  (registered classes need it loaded)
+
+    node = torch_node(cls)
     if node is None:
         raise TypeError(f"{cls.__qualname__} is no longer registered with torch.utils._pytree")
     return node

@@ -13,11 +13,11 @@ leaf order (sorted keys) differs from it.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections import OrderedDict, defaultdict, deque
 from itertools import islice
 from typing import Any
 
+from ._bridge import rules_fix
 from ._keys import DictKey, GetAttrKey, SequenceKey, where
 from ._kinds import (
     ATTRS,
@@ -126,7 +126,7 @@ def _own_getattr(t: Any) -> bool:
     return found is not None and getattr(found, "__self__", None) is not t
 
 
-def _unfaithful(obj: Any, t: Any, kind: int, stack: list, names: Any) -> TypeError:
+def _unfaithful(t: Any, kind: int, stack: list, names: Any) -> TypeError:
     """The error for a record that rebuilding from its fields would not
     reproduce: its class answers attribute reads with ``__getattr__``."""
     what = "a dataclass" if kind == DATACLASS else "an attrs class"
@@ -134,11 +134,7 @@ def _unfaithful(obj: Any, t: Any, kind: int, stack: list, names: Any) -> TypeErr
     reads = ", ".join(f"o.{n}" for n in names)
     args = ", ".join(f"{n}=ch[{i}]" for i, n in enumerate(names))
     rule = f"pytree_kit.Rule(lambda o: ([{reads}], None), lambda _, ch: {name}({args}))"
-    fix = f"rules={{{name}: {rule}}}"
-    pytree = sys.modules.get("torch.utils._pytree")
-    if pytree is not None and t in getattr(pytree, "SUPPORTED_NODES", {}):
-        torch_fix = f"rules=pytree_kit.torch.torch_rules({name})"
-        fix = f"{torch_fix} (it is registered with torch.utils._pytree), or {fix}"
+    fix = rules_fix(t, name, rule)
     return TypeError(
         f"{where(_path(stack))}: {name} is {what} whose class defines __getattr__, so a field "
         f"may be read from state outside the instance's fields, and an object rebuilt from the "
@@ -153,7 +149,7 @@ def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tup
         custom = cache[(_own_getattr, t)] = _own_getattr(t)
     if custom:
         fields = [n for n, _ in _fields_info(t, cache, obj)]
-        raise _unfaithful(obj, t, kind, stack, fields)
+        raise _unfaithful(t, kind, stack, fields)
     names = []
     children = []
     static = []

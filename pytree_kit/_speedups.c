@@ -677,16 +677,15 @@ make_plan(TypeEntry *e)
         if (r != 0) {
             return r < 0 ? -1 : 0;
         }
-        if (v != NULL && kind == K_DATACLASS &&
-            _PyType_Lookup(t, s_getattribute) != object_getattribute_fn) {
-            /* the pure engine asks the instance (dataclasses.fields(obj)), and
-             * a __getattribute__ of the class's own may answer otherwise */
-            Py_DECREF(v);
-            goto done; /* PLAN_PYTHON */
-        }
-        if (v != NULL && _PyType_Lookup(t, s_getattr) != NULL) {
-            /* a record whose class defines __getattr__ cannot be rebuilt
-             * faithfully from its fields: the pure engine raises, in its words */
+        if (v != NULL &&
+            ((kind == K_DATACLASS &&
+              _PyType_Lookup(t, s_getattribute) != object_getattribute_fn) ||
+             _PyType_Lookup(t, s_getattr) != NULL)) {
+            /* The pure engine decides: it asks the instance for a dataclass's
+             * fields (dataclasses.fields(obj)), which a __getattribute__ of the
+             * class's own may answer otherwise; and it refuses a record whose
+             * class defines __getattr__, which cannot be rebuilt faithfully
+             * from its fields. */
             Py_DECREF(v);
             goto done; /* PLAN_PYTHON */
         }

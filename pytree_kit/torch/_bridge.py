@@ -59,5 +59,5 @@ def torch_rules(*types: type) -> dict[type, Rule]:
     if not types:
         types = tuple(t for t in torch_pytree.SUPPORTED_NODES if not _native(t))
     return _bridge.rules_for(
-        "torch", types, lambda t: t in torch_pytree.SUPPORTED_NODES, native=_native
+        "torch", types, lambda t: _bridge.torch_node(t) is not None, native=_native
     )

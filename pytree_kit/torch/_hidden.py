@@ -17,7 +17,6 @@ one type test each: a tree without hidden tensors pays one pass over its leaves.
 
 from __future__ import annotations
 
-import collections
 import enum
 import functools
 import gc
@@ -28,6 +27,7 @@ from typing import Any, Iterable, Mapping, Optional
 import torch
 
 from .. import api
+from .._bridge import NATIVE, rules_fix, torch_node
 from .._keys import keystr
 from .._kinds import Rule
 
@@ -59,18 +59,7 @@ _PLAIN: frozenset = frozenset(
 )
 _PLAIN_DATA = _PLAIN - {torch.Tensor, torch.nn.Parameter}
 # registered with torch.utils._pytree, but what they hold is what gc sees
-_BUILTIN_CONTAINERS = frozenset(
-    {
-        list,
-        tuple,
-        dict,
-        set,
-        frozenset,
-        collections.OrderedDict,
-        collections.defaultdict,
-        collections.deque,
-    }
-)
+_BUILTIN_CONTAINERS = NATIVE | {set, frozenset}
 # objects whose attributes are code or classes, not data
 _OPAQUE = (
     type,
@@ -147,7 +136,7 @@ def _children(x: Any) -> Iterable[tuple[Any, tuple]]:
     if issubclass(t, frozenset):
         return [(c, ("{", None)) for c in list(frozenset.__iter__(x))]
     out: list[tuple[Any, tuple]] = []
-    registered = _torch_registration(t)
+    registered = torch_node(t)
     if registered is not None:
         try:
             children, _ = registered.flatten_fn(x)
@@ -180,13 +169,6 @@ def _slots_of(t: Any) -> tuple:
     return tuple(names)
 
 
-def _torch_registration(t: type) -> Any:
-    pytree = sys.modules.get("torch.utils._pytree")
-    if pytree is None:
-        return None
-    return pytree.SUPPORTED_NODES.get(t)
-
-
 def check_leaves(leaves: list, tree: Any, rules: Rules, who: str, root: str, strict: bool) -> None:
     """Raise TypeError for the first leaf of ``tree`` (flattened to ``leaves``)
     that is not a tensor or a plain value and holds tensors; nothing when
@@ -203,8 +185,6 @@ def first_hidden(leaves: list) -> Optional[tuple[int, str]]:
     if _PLAIN.issuperset(map(type, leaves)):  # one C loop, the usual case
         return None
     for i, x in enumerate(leaves):
-        if type(x) in _PLAIN:
-            continue
         where = hidden_in(x)
         if where is not None:
             return i, where
@@ -231,7 +211,7 @@ def _may_reach_tensor(obj: Any) -> bool:
     while todo and visited < LIMIT:
         x = todo.pop()
         visited += 1
-        if type(x) not in _BUILTIN_CONTAINERS and _torch_registration(type(x)) is not None:
+        if type(x) not in _BUILTIN_CONTAINERS and torch_node(type(x)) is not None:
             return True
         for c in gc.get_referents(x):
             t = type(c)
@@ -250,12 +230,7 @@ def hidden_message(who: str, path: str, leaf: Any, where: str) -> str:
     """The error for a leaf that holds a tensor pytree_kit does not see."""
     t = type(leaf)
     name = f"{t.__module__}.{t.__qualname__}"
-    fix = f"rules={{{t.__qualname__}: pytree_kit.Rule(flatten, unflatten)}}"
-    if _torch_registration(t) is not None:
-        fix = (
-            f"rules=pytree_kit.torch.torch_rules({t.__qualname__}) (it is registered with "
-            f"torch.utils._pytree) or {fix}"
-        )
+    fix = rules_fix(t, t.__qualname__, "pytree_kit.Rule(flatten, unflatten)")
     return (
         f"{who}: {path} is a {name} holding tensors (at {path}{where}), which "
         f"pytree_kit sees as one opaque leaf and would pass through as it is. "
