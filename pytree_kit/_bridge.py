@@ -24,7 +24,15 @@ from typing import Any, Callable, Iterable, Optional
 
 from ._kinds import Rule
 
-__all__ = ["Foreign", "bridge_rule", "jax_rules", "optree_rules", "rules_fix", "torch_node"]
+__all__ = [
+    "Foreign",
+    "bridge_rule",
+    "context_names",
+    "jax_rules",
+    "optree_rules",
+    "rules_fix",
+    "torch_node",
+]
 
 # Classes pytree_kit reads by itself: a bridge never makes a rule for them
 NATIVE: frozenset = frozenset(
@@ -158,6 +166,43 @@ class BridgeUnflatten(_Half):
 # library name -> (flatten(cls, namespace, obj), unflatten(cls, namespace, aux, children))
 LIBRARIES: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {}
 
+# library name -> names(cls, namespace): the {"module:qualname": object} its
+# registration of cls may hold in a context that a saved spec names
+CONTEXT_NAMES: dict[str, Callable[[type, str], dict[str, Any]]] = {}
+
+
+def context_names(rules: Any) -> dict[str, Any]:
+    """``{"module:qualname": object}`` that a JSON document may name inside the
+    contexts of the bridged rules among ``rules`` (a ``{cls: Rule}`` mapping):
+    the classes and functions defined in the modules that hold the other
+    library's registered functions for each class, and, for torch, its
+    ``device``, ``Size`` and dtypes. The registering library's code already
+    runs when such a rule unflattens; nothing here imports a module."""
+    out: dict[str, Any] = {}
+    for rule in (rules or {}).values():
+        half = getattr(rule, "flatten", None)
+        if isinstance(half, BridgeFlatten) and half.library in CONTEXT_NAMES:
+            out.update(CONTEXT_NAMES[half.library](half.cls, half.namespace))
+    return out
+
+
+def _defined_in(functions: Iterable[Any]) -> dict[str, Any]:
+    """The classes and functions defined at the top of the (already imported)
+    modules that define ``functions``, by ``"module:qualname"``."""
+    out: dict[str, Any] = {}
+    for name in {getattr(f, "__module__", None) for f in functions if f is not None}:
+        module = sys.modules.get(name) if isinstance(name, str) else None
+        if module is None:
+            continue
+        for attr, obj in list(vars(module).items()):
+            if (
+                (isinstance(obj, type) or callable(obj))
+                and getattr(obj, "__module__", None) == name
+                and getattr(obj, "__qualname__", None) == attr
+            ):
+                out[f"{name}:{attr}"] = obj
+    return out
+
 
 def bridge_rule(library: str, cls: type, namespace: str = "") -> Rule:
     """The rule for ``cls`` that reads ``library``'s registration (one of
@@ -252,7 +297,21 @@ def _torch_unflatten(cls: type, namespace: str, aux: Any, children: Any) -> Any:
     return _torch_node(cls).unflatten_fn(in_order(children, keys), context.value)
 
 
+def _torch_context_names(cls: type, namespace: str) -> dict[str, Any]:
+    node = torch_node(cls)
+    if node is None:
+        return {}
+    out = _defined_in((node.flatten_fn, node.unflatten_fn, node.flatten_with_keys_fn))
+    torch = sys.modules["torch"]  # loaded: the class is registered with its pytree
+    out["torch:device"], out["torch:Size"] = torch.device, torch.Size
+    for attr, value in vars(torch).items():
+        if isinstance(value, torch.dtype):
+            out[f"torch:{attr}"] = value
+    return out
+
+
 LIBRARIES["torch"] = (_torch_flatten, _torch_unflatten)
+CONTEXT_NAMES["torch"] = _torch_context_names
 
 
 # --------------------------------------------------------------------------
@@ -281,7 +340,16 @@ def _optree_unflatten(cls: type, namespace: str, aux: Any, children: Any) -> Any
     return _optree_entry(cls, namespace).unflatten_func(metadata.value, in_order(children, keys))
 
 
+def _optree_context_names(cls: type, namespace: str) -> dict[str, Any]:
+    optree = sys.modules.get("optree")
+    entry = None if optree is None else optree.register_pytree_node.get(cls, namespace=namespace)
+    if entry is None:
+        return {}
+    return _defined_in((entry.flatten_func, entry.unflatten_func))
+
+
 LIBRARIES["optree"] = (_optree_flatten, _optree_unflatten)
+CONTEXT_NAMES["optree"] = _optree_context_names
 
 
 def optree_rules(namespace: str = "", *types: type) -> dict[type, Rule]:

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import builtins
 import collections
+import copyreg
 import enum
 import json
 import math
 import sys
 from typing import Any, Iterable
 
-from ._bridge import Foreign
+from ._bridge import Foreign, context_names
 from ._kinds import (
     ATTRS,
     CUSTOM,
@@ -107,18 +108,74 @@ def encode(value: Any) -> Any:
     raise TypeError(f"cannot write a value of type {t.__qualname__} to JSON: {value!r}")
 
 
-def _encode_data(value: Any) -> Any:
-    """Another library's context, which may hold lists, dicts and sets."""
+def _encode_data(value: Any, active: frozenset = frozenset()) -> Any:
+    """Another library's context, which may hold lists, dicts, sets and objects
+    that pickle by class (its ``__reduce_ex__``)."""
     t = type(value)
+    if t is list or t is tuple or t is dict or t is set or _is_object(value):
+        if id(value) in active:
+            raise TypeError(f"cannot write a context that contains itself: {_short(value)}")
+        active = active | {id(value)}
     if t is list:
-        return {"list": [_encode_data(v) for v in value]}
+        return {"list": [_encode_data(v, active) for v in value]}
     if t is tuple:
-        return {"tuple": [_encode_data(v) for v in value]}
+        return {"tuple": [_encode_data(v, active) for v in value]}
     if t is dict:
-        return {"dict": [[_encode_data(k), _encode_data(v)] for k, v in value.items()]}
+        return {
+            "dict": [[_encode_data(k, active), _encode_data(v, active)] for k, v in value.items()]
+        }
     if t is set:
-        return {"set": sorted((_encode_data(v) for v in value), key=_sort_key)}
+        return {"set": sorted((_encode_data(v, active) for v in value), key=_sort_key)}
+    if _is_object(value):
+        return _encode_object(value, active)
     return encode(value)
+
+
+def _is_object(value: Any) -> bool:
+    """Not a value :func:`encode` writes by itself."""
+    t = type(value)
+    if value is None or t in _PLAIN or isinstance(value, enum.Enum) or t is Foreign:
+        return False
+    return not (isinstance(value, type) or callable(value))
+
+
+_PLAIN = frozenset({bool, str, int, float, tuple, frozenset, bytes, complex})
+_NEWOBJ = copyreg.__newobj__  # type: ignore[attr-defined]  # pickle's cls.__new__(cls, *args)
+
+
+def _encode_object(value: Any, active: frozenset) -> Any:
+    """``{"object": "module:qualname", "args" or "new": [...], "state": ...}``
+    from ``__reduce_ex__(2)`` where it names the object's own class (called,
+    or its ``__new__``), or ``{"ref": "module:name"}`` where it names a module
+    global (a torch dtype)."""
+    t = type(value)
+    try:
+        reduced = value.__reduce_ex__(2)
+    except Exception as e:
+        raise TypeError(f"cannot write a value of type {t.__qualname__} to JSON: {e}") from None
+    if type(reduced) is str:
+        module = getattr(value, "__module__", None) or getattr(t, "__module__", None)
+        if getattr(sys.modules.get(module or ""), reduced, None) is value:
+            return {"ref": f"{module}:{reduced}"}
+    elif type(reduced) is tuple and 2 <= len(reduced) <= 5 and type(reduced[1]) is tuple:
+        fn, args = reduced[0], reduced[1]
+        state = reduced[2] if len(reduced) > 2 else None
+        if all(x is None for x in reduced[3:]):
+            out: dict
+            if fn is _NEWOBJ and args and args[0] is t:
+                out = {"object": ref(t), "new": [_encode_data(a, active) for a in args[1:]]}
+            elif fn is t:
+                out = {"object": ref(t), "args": [_encode_data(a, active) for a in args]}
+            else:
+                out = {}
+            if out:
+                if state is not None:
+                    out["state"] = _encode_data(state, active)
+                return out
+    raise TypeError(
+        f"cannot write a value of type {t.__qualname__} to JSON: {_short(value)} "
+        "(it does not pickle as its own class called with data)"
+    )
 
 
 def _sort_key(v: Any) -> str:
@@ -191,7 +248,7 @@ class _Bad(Exception):
 
 
 def _resolver(allow: Iterable[Any], rules: Any) -> dict:
-    table: dict = {}
+    table: dict = context_names(rules)
     for obj in allow:
         table[ref(obj)] = obj
     for cls in rules or ():
@@ -269,7 +326,42 @@ def _decode_data(value: Any, table: dict) -> Any:
                     return {_decode_data(k, table): _decode_data(v, table) for k, v in body}
             except TypeError:  # an unhashable key or member
                 raise _Bad(f"not a valid aux value: {_short(value)}") from None
+    if type(value) is dict and "object" in value:
+        return _decode_object(value, table)
     return decode(value, table)
+
+
+def _decode_object(value: dict, table: dict) -> Any:
+    """What :func:`_encode_object` wrote: only an allowed class is called (or
+    its ``__new__``), and its state is set as pickle sets it."""
+    cls = _resolve(value["object"], table)
+    how = "new" if "new" in value else "args"
+    args = value.get(how)
+    if not isinstance(cls, type) or type(args) is not list or set(value) - {"object", how, "state"}:
+        raise _Bad(f"not a valid aux value: {_short(value)}")
+    args = [_decode_data(a, table) for a in args]
+    obj = cls.__new__(cls, *args) if how == "new" else cls(*args)
+    if "state" in value:
+        _set_state(obj, _decode_data(value["state"], table))
+    return obj
+
+
+def _set_state(obj: Any, state: Any) -> None:
+    """pickle's BUILD: ``__setstate__``, else a ``__dict__`` and slots."""
+    setstate = getattr(obj, "__setstate__", None)
+    if setstate is not None:
+        setstate(state)
+        return
+    slots = None
+    if type(state) is tuple and len(state) == 2:
+        state, slots = state
+    for part in (state, slots):
+        if part is not None and (type(part) is not dict or not all(type(k) is str for k in part)):
+            raise _Bad(f"not a valid object state: {_short(part)}")
+    if state:
+        obj.__dict__.update(state)
+    for name, v in (slots or {}).items():
+        setattr(obj, name, v)
 
 
 def _complex(re: Any, im: Any) -> complex:

@@ -199,3 +199,45 @@ def _has(tree: Any, cls: type) -> bool:
         elif isinstance(x, (OPair, JBox)):
             todo.extend([x.a, x.b] if isinstance(x, OPair) else [x.x, x.y])
     return False
+
+
+class Meta:
+    """Metadata an optree registration keeps: an object of its module's class."""
+
+    __slots__ = ("dims", "tag")
+
+    def __init__(self, tag: str, dims: tuple) -> None:
+        self.tag, self.dims = tag, dims
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Meta and (self.tag, self.dims) == (other.tag, other.dims)
+
+    def __hash__(self) -> int:
+        return hash((self.tag, self.dims))
+
+
+class OMeta:
+    """Registered with optree in NS; its metadata is a Meta."""
+
+    def __init__(self, x: Any, meta: Meta) -> None:
+        self.x, self.meta = x, meta
+
+
+optree.register_pytree_node(
+    OMeta, lambda o: ((o.x,), o.meta), lambda meta, ch: OMeta(ch[0], meta), namespace=NS
+)
+
+
+def test_a_context_object_of_the_registering_module_round_trips_through_json():
+    rules = pk.optree_rules(NS, OMeta)
+    tree = {"m": OMeta(1.0, Meta("t", (2, 3)))}
+    leaves, spec = pk.flatten(tree, rules=rules)
+    text = spec.to_json()
+    assert '"object": "tests.test_bridge:Meta"' in text or '"object": "test_bridge:Meta"' in text
+    back = pk.TreeSpec.from_json(text, rules=rules)
+    assert back == spec and hash(back) == hash(spec)
+    rebuilt = back.unflatten([5.0])["m"]
+    assert rebuilt.meta == Meta("t", (2, 3)) and rebuilt.x == 5.0
+    # only the rule's registration makes the module's names readable
+    with pytest.raises(ValueError, match="is not allowed"):
+        pk.TreeSpec.from_json(text, rules={OMeta: pk.Rule(lambda o: ((o.x,), 0), OMeta)})

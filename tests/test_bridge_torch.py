@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -202,15 +203,12 @@ def test_caches_and_tensordict_trace_export_save_and_load_in_a_fresh_process(tmp
     assert traced["t5"]["tensors"] == 10  # + cross-attention keys and values, encoder state
     assert traced["tensordict"]["paths"] == ["['y']", "['next']['z']"]
     assert all(traced[name]["repr_ok"] for name in ("gpt2", "t5", "tensordict"))
-    assert traced["gpt2"]["saved"] and traced["t5"]["saved"]
-    # tensordict's context holds its own batch-size class: JSON cannot, and says so
-    assert not traced["tensordict"]["saved"]
-    assert traced["tensordict unsaved"].startswith("cannot write a value of type _PytreeBatchSize")
+    assert all(traced[name]["saved"] for name in ("gpt2", "t5", "tensordict"))
     loaded = _run("load", tmp_path)
     assert loaded == {
         "gpt2": {"jit": 5, "export": 5},
         "t5": {"jit": 10, "export": 10},
-        "tensordict": {},
+        "tensordict": {"jit": 2, "export": 2},
     }
 
 
@@ -231,3 +229,95 @@ def test_tensordict_through_its_torch_registration():
     assert moved["next", "reward"].is_meta and not td["next", "reward"].is_meta
     batch = pkt.collate([{"td": td}, {"td": td}], rules=rules)["td"]
     assert batch["obs"].shape == (2, 4, 3)
+
+
+class Stamp:
+    """A context object: slots, a __dict__ and a namedtuple-free tuple state."""
+
+    __slots__ = ("__dict__", "device", "dtype", "size")
+
+    def __init__(self, size: Any, dtype: Any, device: Any) -> None:
+        self.size, self.dtype, self.device = size, dtype, device
+        self.note = {"n": [1, 2]}
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Stamp and (self.size, self.dtype, self.device, self.note) == (
+            other.size,
+            other.dtype,
+            other.device,
+            other.note,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.size, self.dtype))
+
+
+class Stamped:
+    """Registered with torch; its context holds a Stamp, a torch.Size, a
+    dtype, a device and a function of this module."""
+
+    def __init__(self, x: Any, stamp: Stamp) -> None:
+        self.x, self.stamp = x, stamp
+
+
+def _stamped_unflatten(children: list, context: Any) -> Stamped:
+    return context["make"](children[0], context["stamp"])
+
+
+torch_pytree.register_pytree_node(
+    Stamped,
+    lambda s: ([s.x], {"stamp": s.stamp, "make": Stamped, "shape": s.x.shape}),
+    _stamped_unflatten,
+)
+
+
+def test_a_context_of_torch_values_and_module_objects_round_trips_through_json():
+    rules = pkt.torch_rules(Stamped)
+    x = torch.ones(2, 3, dtype=torch.float16)
+    tree = [Stamped(x, Stamp(x.shape, x.dtype, x.device))]
+    leaves, spec = pk.flatten(tree, rules=rules)
+    text = spec.to_json()
+    assert '{"ref": "torch:float16"}' in text and '"object": "torch:Size"' in text
+    back = pk.TreeSpec.from_json(text, rules=rules)
+    assert back == spec and hash(back) == hash(spec)
+    rebuilt = back.unflatten(leaves)[0]
+    assert type(rebuilt) is Stamped and rebuilt.stamp == tree[0].stamp
+    assert type(rebuilt.stamp.size) is torch.Size and rebuilt.stamp.note == {"n": [1, 2]}
+    # the same document names nothing else: a class from elsewhere is refused
+    for bad in ("subprocess:Popen", "os:system", "builtins:eval"):
+        with pytest.raises(ValueError, match=r"not allowed|not a valid"):
+            pk.TreeSpec.from_json(text.replace("torch:Size", bad), rules=rules)
+    # a function of the trusted module is a value, never called while reading
+    called = text.replace('"object": "torch:Size"', f'"object": "{__name__}:_stamped_unflatten"')
+    with pytest.raises(ValueError, match="not a valid aux value"):
+        pk.TreeSpec.from_json(called, rules=rules)
+    with pytest.raises(ValueError, match="is not allowed"):
+        pk.TreeSpec.from_json(text)
+
+
+def test_a_context_json_cannot_hold_is_refused_by_name():
+    rules = pkt.torch_rules(Stamped)
+    looped = Stamp((1,), torch.float32, None)
+    looped.note = {"self": looped}
+    with pytest.raises(TypeError, match="contains itself"):
+        pk.structure([Stamped(torch.ones(1), looped)], rules=rules).to_json()
+    odd = Stamp((1,), torch.float32, None)
+    odd.note = {"lock": threading.Lock()}
+    with pytest.raises(TypeError, match="cannot write a value of type lock"):
+        pk.structure([Stamped(torch.ones(1), odd)], rules=rules).to_json()
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+def test_jit_trace_records_the_eager_values_of_sizes_kept_in_aux():
+    # under torch.jit.trace, x.shape[0] is a tensor; a rule that keeps it as aux
+    # gets the eager int in the output spec, so the output and save are plain
+    class Sized:
+        def __init__(self, x: Any, n: Any) -> None:
+            self.x, self.n = x, n
+
+    rules = {Sized: pk.Rule(lambda s: ([s.x], s.n), lambda n, ch: Sized(ch[0], n))}
+    traced = pkt.trace(lambda x: Sized(x * 2, x.shape[0]), (torch.ones(3),), rules=rules)
+    aux = traced.output_spec.tree._nodes[0][3][1]
+    assert aux == 3 and type(aux) is int
+    out = traced(torch.ones(3))
+    assert out.n == 3 and type(out.n) is int and torch.equal(out.x, torch.full((3,), 2.0))

@@ -11,10 +11,12 @@ No type is registered anywhere.
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
 import re
+import types
 import zipfile
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
@@ -311,8 +313,46 @@ def trace(
     adapter = TracingAdapter(model, args, kwargs, rules=rules)
     program = torch.jit.trace(adapter, adapter.flat_inputs, **trace_kwargs)
     return TracedModel(
-        program, adapter.input_spec, adapter.output_spec, arguments=adapter.arguments
+        program, adapter.input_spec, _eager_spec(adapter), arguments=adapter.arguments
     )
+
+
+def _eager_spec(adapter: TracingAdapter) -> FlatSpec:
+    """The output spec, with the values an eager call gives where the one
+    recorded while tracing holds tensors in its aux data: under
+    ``torch.jit.trace``, a size a model reads (``x.shape[0]``) is a tensor, and
+    a container that keeps it in its context (a TensorDict's batch size) would
+    keep that tensor. The model then runs once more, eagerly, as torch's
+    ``check_trace`` does, and its spec is taken when it equals the traced one."""
+    traced = adapter.output_spec
+    if not _holds_tensor([node[3] for node in traced.tree._nodes]):
+        return traced
+    adapter._box.value = None
+    try:
+        with torch.no_grad():
+            adapter(*adapter.flat_inputs)
+        eager = adapter._box.value
+    finally:
+        adapter._box.value = traced
+    return eager if eager is not None and eager == traced else traced
+
+
+_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+
+
+def _holds_tensor(values: list, limit: int = 10_000) -> bool:
+    """Whether a tensor is reachable from ``values`` through the references
+    the garbage collector sees (classes, modules and functions not entered)."""
+    seen: set = set()
+    while values and len(seen) < limit:
+        x = values.pop()
+        if id(x) in seen or isinstance(x, _OPAQUE):
+            continue
+        if isinstance(x, torch.Tensor):
+            return True
+        seen.add(id(x))
+        values.extend(gc.get_referents(x))
+    return False
 
 
 def export(
