@@ -37,6 +37,7 @@ from ._kinds import (
     STRUCTSEQ,
     TUPLE,
 )
+from ._reach import first_reaching  # noqa: F401  (the engine's interface)
 from ._spec import TreeSpec
 
 NAME = "python"

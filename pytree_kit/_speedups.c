@@ -4322,6 +4322,8 @@ static PyMethodDef methods[] = {
      "flatten_up_to_columns(spec, trees, label='the spec', other='the tree') -> columns"},
     {"flatten_up_to", (PyCFunction)(void (*)(void))sp_flatten_up_to, METH_FASTCALL,
      "flatten_up_to(spec, tree, label='the spec', other='the tree') -> leaves"},
+    {"first_reaching", (PyCFunction)(void (*)(void))pk_first_reaching, METH_FASTCALL,
+     "first_reaching(leaves, start, target, skip, opaque, registered, limit) -> index or -1"},
     {"_field_codes", (PyCFunction)(void (*)(void))sp_field_codes, METH_FASTCALL,
      "_field_codes(cls, names) -> how each field is read (for tests)"},
     {"_plans_made", sp_plans_made, METH_NOARGS,

@@ -1,7 +1,8 @@
 /* pytree_kit._speedups: what its C files share (not a public interface).
  *
  * _speedups.c is the engine; _fastcall.c is the FastCall type, which calls
- * the engine's entry points below directly for the public API's common calls.
+ * the engine's entry points below directly for the public API's common calls;
+ * _reach.c is the search for objects that may reach an instance of a class.
  */
 #ifndef PYTREE_KIT_SPEEDUPS_H
 #define PYTREE_KIT_SPEEDUPS_H
@@ -31,6 +32,10 @@ PK_INTERNAL PyObject *pk_unflatten(PyObject *spec, PyObject *leaves);
 
 /* flatten_up_to(spec, tree), with the default labels of its messages */
 PK_INTERNAL PyObject *pk_flatten_up_to(PyObject *spec, PyObject *tree);
+
+/* first_reaching(leaves, start, target, skip, opaque, registered, limit)
+ * (_reach.c; the specification is pytree_kit/_reach.py) */
+PK_INTERNAL PyObject *pk_first_reaching(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* Adds the FastCall type to the module; -1 with an error set on failure. */
 PK_INTERNAL int pk_fastcall_add(PyObject *module);

@@ -32,6 +32,16 @@ def flatten_up_to(
 def flatten_up_to_columns(
     spec: TreeSpec, trees: Iterable[Any], label: str = ..., other: str = ..., /
 ) -> list[list[Any]]: ...
+def first_reaching(
+    leaves: list[Any],
+    start: int,
+    target: type,
+    skip: tuple[type, ...],
+    opaque: tuple[type, ...],
+    registered: Any,
+    limit: int,
+    /,
+) -> int: ...
 def _field_codes(cls: type, names: tuple[str, ...], /) -> tuple[int, ...]: ...
 def _plans_made() -> int: ...
 

@@ -22,7 +22,7 @@ from .._keys import DictKey, GetAttrKey, SequenceKey, keystr, where
 from .._kinds import LEAF_NODE, Rule
 from .._spec import TreeSpec, _subtree_end
 from . import _storage
-from ._hidden import hidden_in, hidden_message
+from ._hidden import first_hidden, hidden_message
 
 __all__ = ["Padded", "SampleList", "collate", "select", "uncollate"]
 
@@ -496,11 +496,11 @@ def _collate_column(
     if problem is not None:
         raise problem
     if cols.strict:  # a leaf holding tensors would be listed, its tensors unbatched
-        for k, v in enumerate(column):
-            hidden = hidden_in(v)
-            if hidden is not None:
-                path = cols.path(j)
-                raise TypeError(hidden_message(f"collate: sample {k}", path, v, hidden))
+        found = first_hidden(column)
+        if found is not None:
+            k, hidden = found
+            path = cols.path(j)
+            raise TypeError(hidden_message(f"collate: sample {k}", path, column[k], hidden))
     return SampleList(column)  # other leaves, every one of them a leaf
 
 
