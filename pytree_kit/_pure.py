@@ -13,6 +13,8 @@ leaf order (sorted keys) differs from it.
 from __future__ import annotations
 
 import dataclasses
+import sys
+import types
 from collections import OrderedDict, defaultdict, deque
 from itertools import islice
 from typing import Any
@@ -127,9 +129,68 @@ def _own_getattr(t: Any) -> bool:
     return found is not None and getattr(found, "__self__", None) is not t
 
 
-def _unfaithful(t: Any, kind: int, stack: list, names: Any) -> TypeError:
+# what a class's attribute hook is when no class statement wrote it: a
+# builtin type's own (object's, dict's: the generic lookup)
+_BUILTIN_HOOKS = (
+    types.WrapperDescriptorType,
+    types.MethodDescriptorType,
+    types.BuiltinFunctionType,
+)
+
+
+def _customised(t: Any) -> Any:
+    """The attribute hook of a dataclass or attrs class that makes a rebuild
+    from its fields unfaithful (``"__getattr__"``, ``"__getattribute__"`` or
+    ``"__setattr__"``), or None. A hook counts when it is a Python function
+    (a builtin type's own, such as ``dict``'s, is the generic one). The
+    rebuild sets the fields with ``object.__setattr__`` on ``t.__new__(t)``; a
+    ``__setattr__`` that dataclasses or attrs wrote (frozen classes, attrs'
+    ``on_setattr``) only stores or refuses, and one of a dataclass that is a
+    dict (transformers' ``ModelOutput``) keeps the dict view in step, which
+    the rebuild restores."""
+    # plain getattr and isinstance: torch.compile's tracer follows them
+    if _own_getattr(t):
+        return "__getattr__"
+    if not isinstance(getattr(t, "__getattribute__", None), _BUILTIN_HOOKS):
+        return "__getattribute__"
+    found = getattr(t, "__setattr__", None)
+    if not isinstance(found, _BUILTIN_HOOKS) and not _written_for_records(t, found):
+        return "__setattr__"
+    return None
+
+
+def _written_for_records(t: Any, found: Any) -> bool:
+    """Whether ``found``, the ``__setattr__`` of ``t``, is one that dataclasses
+    or attrs wrote, or that of a dataclass that is a dict."""
+    if issubclass(t, dict):
+        return True
+    code = getattr(found, "__code__", None)
+    if code is None:
+        return False
+    params = getattr(t, "__dataclass_params__", None)
+    if params is not None and params.frozen and code.co_filename == "<string>":
+        return True  # dataclasses writes it with exec; a frozen dataclass cannot define its own
+    attr_make = sys.modules.get("attr._make")
+    if attr_make is None:
+        return False
+    return found is getattr(attr_make, "_frozen_setattrs", None) or (
+        code.co_filename == getattr(attr_make, "__file__", None)  # on_setattr hooks
+    )
+
+
+_HOOKS = {
+    "__getattr__": "so a field may be read from state outside the instance's fields, and an "
+    "object rebuilt from the fields alone would not be the same",
+    "__getattribute__": "so the values read may not be the values stored, and an object "
+    "rebuilt from them would not be the same",
+    "__setattr__": "which a rebuild from the fields bypasses, so an object rebuilt from "
+    "them may not be the same",
+}
+
+
+def _unfaithful(t: Any, kind: int, stack: list, names: Any, hook: str) -> TypeError:
     """The error for a record that rebuilding from its fields would not
-    reproduce: its class answers attribute reads with ``__getattr__``."""
+    reproduce: its class customises attribute access with ``hook``."""
     what = "a dataclass" if kind == DATACLASS else "an attrs class"
     name = _qualname(t)
     reads = ", ".join(f"o.{n}" for n in names)
@@ -137,20 +198,18 @@ def _unfaithful(t: Any, kind: int, stack: list, names: Any) -> TypeError:
     rule = f"pytree_kit.Rule(lambda o: ([{reads}], None), lambda _, ch: {name}({args}))"
     fix = rules_fix(t, name, rule)
     return TypeError(
-        f"{where(_path(stack))}: {name} is {what} whose class defines __getattr__, so a field "
-        f"may be read from state outside the instance's fields, and an object rebuilt from the "
-        f"fields alone would not be the same (pytree_kit does not guess); pass {fix}"
+        f"{where(_path(stack))}: {name} is {what} whose class defines {hook}, {_HOOKS[hook]} "
+        f"(pytree_kit does not guess); pass {fix}"
     )
 
 
 def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tuple:
     """Node and children of a dataclass or attrs instance."""
-    custom = cache.get((_own_getattr, t))
-    if custom is None:
-        custom = cache[(_own_getattr, t)] = _own_getattr(t)
-    if custom:
+    key = (_customised, t)
+    hook = cache[key] if key in cache else cache.setdefault(key, _customised(t))
+    if hook is not None:
         fields = [n for n, _ in _fields_info(t, cache, obj)]
-        raise _unfaithful(t, kind, stack, fields)
+        raise _unfaithful(t, kind, stack, fields, hook)
     names = []
     children = []
     static = []

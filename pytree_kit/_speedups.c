@@ -77,6 +77,7 @@ static PyObject *kind_obj[K_COUNT];
 static PyObject *LEAF_NODE, *NONE_NODE;
 static PyTypeObject *TreeSpec_type;
 static Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash;
+static PyObject *py_customised; /* _pure._customised: a record class's attribute hook */
 static PyObject *py_classify, *py_dict_order_differs, *py_custom_result,
     *py_rule_result, *py_cycle_error, *py_match, *py_mismatch, *py_build;
 static PyObject *SequenceKey_t, *DictKey_t, *GetAttrKey_t;
@@ -84,8 +85,7 @@ static PyObject *FIELD_marker;
 static PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
 static PyObject *s_tree_flatten, *s_tree_unflatten, *s_fields, *s_n_sequence_fields,
     *s_n_fields, *s_dataclass_fields, *s_attrs_attrs, *s_field_type, *s_name, *s_metadata,
-    *s_get, *s_static, *s_new, *s_flatten, *s_len, *s_the_spec, *s_the_tree, *s_getattribute,
-    *s_getattr;
+    *s_get, *s_static, *s_new, *s_flatten, *s_len, *s_the_spec, *s_the_tree, *s_getattribute;
 static PyObject *empty_tuple;
 static PyObject *object_new_fn;          /* object.__dict__['__new__'] */
 static PyObject *object_getattribute_fn; /* object.__dict__['__getattribute__'] */
@@ -677,15 +677,25 @@ make_plan(TypeEntry *e)
         if (r != 0) {
             return r < 0 ? -1 : 0;
         }
+        int custom = 0;
+        if (v != NULL) {
+            /* the pure engine's own test, once per class (and version) */
+            PyObject *hook = PyObject_CallOneArg(py_customised, (PyObject *)t);
+            if (hook == NULL) {
+                Py_DECREF(v);
+                return -1;
+            }
+            custom = hook != Py_None;
+            Py_DECREF(hook);
+        }
         if (v != NULL &&
-            ((kind == K_DATACLASS &&
-              _PyType_Lookup(t, s_getattribute) != object_getattribute_fn) ||
-             _PyType_Lookup(t, s_getattr) != NULL)) {
-            /* The pure engine decides: it asks the instance for a dataclass's
-             * fields (dataclasses.fields(obj)), which a __getattribute__ of the
-             * class's own may answer otherwise; and it refuses a record whose
-             * class defines __getattr__, which cannot be rebuilt faithfully
-             * from its fields. */
+            (custom || (kind == K_DATACLASS &&
+                        _PyType_Lookup(t, s_getattribute) != object_getattribute_fn))) {
+            /* The pure engine decides: it refuses a record whose class
+             * customises attribute access (__getattr__, __getattribute__,
+             * a __setattr__ neither dataclasses nor attrs wrote), which
+             * cannot be rebuilt faithfully from its fields; and it reads a
+             * dataclass that is a dict (dict's own __getattribute__). */
             Py_DECREF(v);
             goto done; /* PLAN_PYTHON */
         }
@@ -4671,6 +4681,7 @@ PyInit__speedups(void)
     }
     if (!(LEAF_NODE = get_attr(kinds, "LEAF_NODE")) || !(NONE_NODE = get_attr(kinds, "NONE_NODE")) ||
         !(py_classify = get_attr(pure, "classify")) ||
+        !(py_customised = get_attr(pure, "_customised")) ||
         !(py_dict_order_differs = get_attr(pure, "dict_order_differs")) ||
         !(py_custom_result = get_attr(pure, "_custom_result")) ||
         !(py_rule_result = get_attr(pure, "_rule_result")) ||
@@ -4710,7 +4721,6 @@ PyInit__speedups(void)
     INTERN(s_static, "static");
     INTERN(s_new, "__new__");
     INTERN(s_getattribute, "__getattribute__");
-    INTERN(s_getattr, "__getattr__");
     if ((object_new_fn = object_own(s_new)) == NULL ||
         (object_getattribute_fn = object_own(s_getattribute)) == NULL) {
         goto fail;

@@ -33,6 +33,12 @@ class Sample:
     extra: object = None
 
 
+@dataclasses.dataclass(frozen=True)
+class FrozenSample:  # dataclasses wrote its __setattr__: a plain record
+    image: torch.Tensor
+    label: int
+
+
 Point = collections.namedtuple("Point", "x y")
 
 
@@ -41,6 +47,7 @@ def _trees():
     return {
         "dict": {"b": t, "a": [t + 1, (t + 2, None)]},
         "dataclass": [Sample(t, 3), Sample(t + 1, 4, {"k": t})],
+        "frozen_dataclass": FrozenSample(t, 2),
         "namedtuple": Point(t, {"z": t * 2}),
         "ordereddict": collections.OrderedDict(z=t, a=[t]),
         "return_types": torch.max(torch.ones(2, 3), dim=1),

@@ -554,3 +554,90 @@ def test_a_rule_for_such_a_record_works_in_flatten_up_to():
     rules = {_Delegating: pk.Rule(lambda o: ([o.x, o.y], None), lambda _, ch: _Delegating(*ch))}
     spec = pk.structure([_Delegating(1)], rules=rules)
     assert spec.flatten_up_to([_Delegating(7)]) == [7, 0]
+
+
+@attrs.define
+class _AttrsGetattribute:
+    """An attrs class whose own __getattribute__ answers for a field."""
+
+    p: Any
+
+    def __getattribute__(self, name: str) -> Any:
+        v = object.__getattribute__(self, name)
+        return ("seen", v) if name == "p" else v
+
+
+@dataclasses.dataclass
+class _Counting:
+    """A dataclass whose __setattr__ keeps state a rebuild would skip."""
+
+    x: Any
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, "writes", getattr(self, "writes", 0) + 1)
+        object.__setattr__(self, name, value)
+
+
+class _FrozenWithHook(_Frozen):
+    """Not decorated: the __setattr__ is this class's, not dataclasses'."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+
+class _SetattrMeta(type):
+    def __setattr__(cls, name: str, value: Any) -> None:  # the class's, not instances'
+        type.__setattr__(cls, name, value)
+
+
+@dataclasses.dataclass
+class _WithMeta(metaclass=_SetattrMeta):
+    x: Any
+
+
+@attrs.frozen
+class _AttrsFrozen:
+    p: Any
+
+
+@attrs.define
+class _AttrsValidated:
+    """attrs writes a __setattr__ that runs the validator on assignment."""
+
+    p: Any = attrs.field(validator=attrs.validators.instance_of(int))
+
+
+@pytest.mark.parametrize(
+    ("obj", "hook"),
+    [
+        (_AttrsGetattribute(1), "__getattribute__"),
+        (_Counting(1), "__setattr__"),
+        (_FrozenWithHook(1), "__setattr__"),
+    ],
+)
+def test_a_record_whose_class_customises_attribute_access_is_refused(obj, hook):
+    name = type(obj).__name__
+    what = "an attrs class" if attrs.has(type(obj)) else "a dataclass"
+    with pytest.raises(TypeError) as e:
+        pk.leaves({"k": [obj]})
+    message = str(e.value)
+    assert message.startswith(f"tree['k'][0]: {name} is {what} whose class defines {hook}, ")
+    field = "p" if attrs.has(type(obj)) else "x"
+    assert message.endswith(
+        f"pass rules={{{name}: pytree_kit.Rule(lambda o: ([o.{field}], None), "
+        f"lambda _, ch: {name}({field}=ch[0]))}}"
+    )
+    assert "pytree_kit does not guess" in message
+
+
+def test_setattr_that_dataclasses_or_attrs_wrote_is_a_plain_record():
+    # frozen dataclasses and attrs classes, attrs' on_setattr hooks, a metaclass's
+    # __setattr__ (for the class's own attributes), a dict dataclass (ModelOutput)
+    for obj, again in [
+        (_Frozen(5), _Frozen(6)),
+        (_AttrsFrozen(5), _AttrsFrozen(6)),
+        (_AttrsValidated(5), _AttrsValidated(6)),
+        (_WithMeta(5), _WithMeta(6)),
+    ]:
+        leaves, spec = pk.flatten(obj)
+        assert leaves == [5] and spec.unflatten([6]) == again
