@@ -26,7 +26,7 @@ def first_reaching(
     limit: int,
 ) -> int:
     """The index of the first of ``leaves[start:]`` from which an instance of
-    ``target`` may be reachable, or -1.
+    ``target`` may be reachable, or -1 (a negative ``start`` counts as 0).
 
     A leaf that is itself a ``target``, or whose type is one of ``skip``
     (exactly) or a subclass of one of ``opaque``, is not searched. Inside the
@@ -47,7 +47,7 @@ def first_reaching(
         >>> first_reaching(leaves, 0, Target, (int,), (type,), {Box: None}, 100)
         1
     """
-    for i in range(start, len(leaves)):
+    for i in range(max(start, 0), len(leaves)):
         x = leaves[i]
         t = type(x)
         if t in skip or issubclass(t, target) or issubclass(t, opaque):

@@ -117,7 +117,7 @@ def graphs(draw: Any) -> list:
 
 @pytest.mark.skipif(_speedups is None, reason="the C engine is not built")
 @settings(max_examples=300, deadline=None)
-@given(graphs(), st.integers(0, 3), st.sampled_from([1, 2, 5, 10_000]))
+@given(graphs(), st.integers(-2, 3), st.sampled_from([0, 1, 2, 5, 10_000]))
 def test_the_c_search_answers_as_the_specification(leaves: list, start: int, limit: int) -> None:
     for registered in (REGISTERED, frozenset()):
         args = (leaves, start, Target, SKIP, OPAQUE, registered, limit)
