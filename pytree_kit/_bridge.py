@@ -179,7 +179,10 @@ def context_names(rules: Any) -> dict[str, Any]:
     ``device``, ``Size`` and dtypes. The registering library's code already
     runs when such a rule unflattens; nothing here imports a module."""
     out: dict[str, Any] = {}
-    for rule in (rules or {}).values():
+    values = getattr(rules, "values", None)
+    if not callable(values):  # None, or not a mapping (its own error comes later)
+        return out
+    for rule in values():
         half = getattr(rule, "flatten", None)
         if isinstance(half, BridgeFlatten) and half.library in CONTEXT_NAMES:
             out.update(CONTEXT_NAMES[half.library](half.cls, half.namespace))

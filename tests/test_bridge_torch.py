@@ -321,3 +321,9 @@ def test_jit_trace_records_the_eager_values_of_sizes_kept_in_aux():
     assert aux == 3 and type(aux) is int
     out = traced(torch.ones(3))
     assert out.n == 3 and type(out.n) is int and torch.equal(out.x, torch.full((3,), 2.0))
+    # inside a torch.Size, as a TensorDict's batch size keeps it
+    traced = pkt.trace(
+        lambda x: Sized(x * 2, ("size", torch.Size([x.shape[0]]))), (torch.ones(3),), rules=rules
+    )
+    size = traced.output_spec.tree._nodes[0][3][1][1]
+    assert size == (3,) and type(size[0]) is int

@@ -62,6 +62,7 @@ _PLAIN: frozenset = frozenset(
 )
 _PLAIN_DATA = _PLAIN - {torch.Tensor, torch.nn.Parameter}
 _SKIP = tuple(_PLAIN_DATA)  # first_reaching's skip: compared exactly
+_SKIP_BUT_SIZE = tuple(t for t in _SKIP if t is not torch.Size)
 # registered with torch.utils._pytree, but what they hold is what gc sees
 _BUILTIN_CONTAINERS = NATIVE | {set, frozenset}
 # objects whose attributes are code or classes, not data
@@ -190,8 +191,7 @@ def first_hidden(leaves: list) -> Optional[tuple[int, str]]:
         return None
     if type(leaves) is not list:
         leaves = list(leaves)
-    numpy = sys.modules.get("numpy")
-    opaque = (*_OPAQUE, numpy.ndarray, numpy.generic) if numpy is not None else _OPAQUE
+    opaque = _opaque()
     pytree = sys.modules.get("torch.utils._pytree")
     registered = frozenset(pytree.SUPPORTED_NODES if pytree else ()) - _BUILTIN_CONTAINERS
     i = 0
@@ -205,6 +205,22 @@ def first_hidden(leaves: list) -> Optional[tuple[int, str]]:
         if where is not None:
             return i, where
         i += 1
+
+
+def may_hold_tensor(obj: Any) -> bool:
+    """False when no tensor is reachable from ``obj`` through the references
+    the garbage collector sees (the engine's first pass; a tensor ``obj`` is
+    not searched). A ``torch.Size`` is searched too: under ``torch.jit.trace``
+    it holds the tensors ``x.shape[0]`` gives."""
+    skip = _SKIP_BUT_SIZE
+    return _engine.impl.first_reaching([obj], 0, torch.Tensor, skip, _opaque(), (), LIMIT) == 0
+
+
+def _opaque() -> tuple:
+    """The classes whose instances a search does not enter, numpy's with them
+    once numpy is loaded."""
+    numpy = sys.modules.get("numpy")
+    return (*_OPAQUE, numpy.ndarray, numpy.generic) if numpy is not None else _OPAQUE
 
 
 def hidden_message(who: str, path: str, leaf: Any, where: str) -> str:

@@ -11,12 +11,10 @@ No type is registered anywhere.
 
 from __future__ import annotations
 
-import gc
 import io
 import json
 import os
 import re
-import types
 import zipfile
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
@@ -27,6 +25,7 @@ from .. import _json
 from .._kinds import Rule, check_rules
 from ._arguments import Arguments
 from ._flatspec import FlatSpec, check_header
+from ._hidden import may_hold_tensor
 
 __all__ = ["TracedModel", "TracingAdapter", "export", "load", "save", "trace"]
 
@@ -325,7 +324,7 @@ def _eager_spec(adapter: TracingAdapter) -> FlatSpec:
     keep that tensor. The model then runs once more, eagerly, as torch's
     ``check_trace`` does, and its spec is taken when it equals the traced one."""
     traced = adapter.output_spec
-    if not _holds_tensor([node[3] for node in traced.tree._nodes]):
+    if not may_hold_tensor([node[3] for node in traced.tree._nodes]):
         return traced
     adapter._box.value = None
     try:
@@ -335,24 +334,6 @@ def _eager_spec(adapter: TracingAdapter) -> FlatSpec:
     finally:
         adapter._box.value = traced
     return eager if eager is not None and eager == traced else traced
-
-
-_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
-
-
-def _holds_tensor(values: list, limit: int = 10_000) -> bool:
-    """Whether a tensor is reachable from ``values`` through the references
-    the garbage collector sees (classes, modules and functions not entered)."""
-    seen: set = set()
-    while values and len(seen) < limit:
-        x = values.pop()
-        if id(x) in seen or isinstance(x, _OPAQUE):
-            continue
-        if isinstance(x, torch.Tensor):
-            return True
-        seen.add(id(x))
-        values.extend(gc.get_referents(x))
-    return False
 
 
 def export(
