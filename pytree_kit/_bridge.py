@@ -19,6 +19,7 @@ keys where each key is a distinct string (paths then read
 from __future__ import annotations
 
 import collections
+import functools
 import sys
 from typing import Any, Callable, Iterable, Optional
 
@@ -305,8 +306,16 @@ def _torch_context_names(cls: type, namespace: str) -> dict[str, Any]:
     if node is None:
         return {}
     out = _defined_in((node.flatten_fn, node.unflatten_fn, node.flatten_with_keys_fn))
-    torch = sys.modules["torch"]  # loaded: the class is registered with its pytree
-    out["torch:device"], out["torch:Size"] = torch.device, torch.Size
+    out.update(_torch_values())
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_values() -> dict[str, Any]:
+    """torch's ``device``, ``Size`` and dtypes, by ``"torch:name"`` (read once:
+    torch's module holds about 1,500 names)."""
+    torch = sys.modules["torch"]  # loaded: a class is registered with its pytree
+    out = {"torch:device": torch.device, "torch:Size": torch.Size}
     for attr, value in vars(torch).items():
         if isinstance(value, torch.dtype):
             out[f"torch:{attr}"] = value

@@ -112,7 +112,8 @@ def _encode_data(value: Any, active: frozenset = frozenset()) -> Any:
     """Another library's context, which may hold lists, dicts, sets and objects
     that pickle by class (its ``__reduce_ex__``)."""
     t = type(value)
-    if t is list or t is tuple or t is dict or t is set or _is_object(value):
+    is_object = not (t is list or t is tuple or t is dict or t is set) and _is_object(value)
+    if is_object or t is list or t is tuple or t is dict or t is set:
         if id(value) in active:
             raise TypeError(f"cannot write a context that contains itself: {_short(value)}")
         active = active | {id(value)}
@@ -126,7 +127,7 @@ def _encode_data(value: Any, active: frozenset = frozenset()) -> Any:
         }
     if t is set:
         return {"set": sorted((_encode_data(v, active) for v in value), key=_sort_key)}
-    if _is_object(value):
+    if is_object:
         return _encode_object(value, active)
     return encode(value)
 

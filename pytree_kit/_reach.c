@@ -124,6 +124,16 @@ push(Search *s, PyObject *obj)
     return 0;
 }
 
+/* What an instance of t is to the search: PASS, TARGET or ENTER. */
+static unsigned char
+classify(Search *s, PyTypeObject *t)
+{
+    return is_skipped(t, s->skip)             ? PASS
+           : PyType_IsSubtype(t, s->target) ? TARGET
+           : is_sub(t, s->opaque)            ? PASS
+                                             : ENTER;
+}
+
 /* The entry for t in s->types, made (with its kind) when there is room;
  * NULL when the table is full. No Python code runs here. */
 static unsigned char *
@@ -141,10 +151,7 @@ type_entry(Search *s, PyTypeObject *t)
             Py_INCREF(t);
             s->types[j].type = t;
             s->ntypes++;
-            s->types[j].what = is_skipped(t, s->skip)             ? PASS
-                               : PyType_IsSubtype(t, s->target) ? TARGET
-                               : is_sub(t, s->opaque)            ? PASS
-                                                                 : ENTER;
+            s->types[j].what = classify(s, t);
             return &s->types[j].what;
         }
     }
@@ -158,10 +165,7 @@ kind_of(Search *s, PyTypeObject *t)
     if (what != NULL) {
         return *what & KIND;
     }
-    return is_skipped(t, s->skip)             ? PASS
-           : PyType_IsSubtype(t, s->target) ? TARGET
-           : is_sub(t, s->opaque)            ? PASS
-                                             : ENTER;
+    return classify(s, t);
 }
 
 /* the tp_traverse callback: no Python code runs here */
