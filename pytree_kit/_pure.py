@@ -13,6 +13,7 @@ leaf order (sorted keys) differs from it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import types
 from collections import OrderedDict, defaultdict, deque
@@ -139,24 +140,66 @@ _BUILTIN_HOOKS = (
 
 
 def _customised(t: Any) -> Any:
-    """The attribute hook of a dataclass or attrs class that makes a rebuild
-    from its fields unfaithful (``"__getattr__"``, ``"__getattribute__"`` or
-    ``"__setattr__"``), or None. A hook counts when it is a Python function
-    (a builtin type's own, such as ``dict``'s, is the generic one). The
-    rebuild sets the fields with ``object.__setattr__`` on ``t.__new__(t)``; a
-    ``__setattr__`` that dataclasses or attrs wrote (frozen classes, attrs'
-    ``on_setattr``) only stores or refuses, and one of a dataclass that is a
-    dict (transformers' ``ModelOutput``) keeps the dict view in step, which
-    the rebuild restores."""
+    """What makes a rebuild of a dataclass or attrs class ``t`` from its
+    fields unfaithful, whatever the instance: the attribute hook its class
+    defines (``"__getattr__"``, ``"__getattribute__"`` or ``"__setattr__"``),
+    or the builtin class with state of its own it derives from (``list``,
+    ``Exception``: its contents are not fields), else None.
+
+    A hook counts when it is a Python function (a builtin type's own, such as
+    ``dict``'s, is the generic one). The rebuild sets the fields with
+    ``object.__setattr__`` on ``t.__new__(t)``; a ``__setattr__`` that
+    dataclasses or attrs wrote (frozen classes, attrs' ``on_setattr``) only
+    stores or refuses, and one of a dataclass that is a dict (transformers'
+    ``ModelOutput``) keeps the dict view in step, which the rebuild
+    restores. attrs' ``__getattr__`` for the ``cached_property`` of a slotted
+    class only computes a cached value. A dict or OrderedDict base is the
+    dict view, which the engine checks and restores."""
     # plain getattr and isinstance: torch.compile's tracer follows them
-    if _own_getattr(t):
+    if _own_getattr(t) and _cached_by_attrs(t) is None:
         return "__getattr__"
     if not isinstance(getattr(t, "__getattribute__", None), _BUILTIN_HOOKS):
         return "__getattribute__"
     found = getattr(t, "__setattr__", None)
     if not isinstance(found, _BUILTIN_HOOKS) and not _written_for_records(t, found):
         return "__setattr__"
+    for base in t.__mro__:
+        if (
+            not base.__flags__ & _HEAPTYPE
+            and base.__basicsize__ > object.__basicsize__
+            and base is not dict
+            and base is not OrderedDict
+        ):
+            return base
     return None
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class a class statement made
+
+
+def _cached_by_attrs(t: Any) -> Any:
+    """The names of the cached properties whose values attrs keeps in slots of
+    ``t``, when every ``__getattr__`` of the classes of ``t.__mro__`` is one
+    that attrs wrote for them (it computes a missing cached value, and is not
+    chained to a ``__getattr__`` of the class's own), else None."""
+    names: frozenset = frozenset()
+    for c in t.__mro__:
+        found = c.__dict__.get("__getattr__")
+        if found is None:
+            continue
+        code = getattr(found, "__code__", None)
+        defaults = getattr(found, "__defaults__", None)
+        if (
+            code is None
+            or not code.co_filename.startswith("<attrs generated getattr ")
+            or type(defaults) is not tuple
+            or len(defaults) < 2
+            or type(defaults[0]) is not dict
+            or defaults[1] is not None  # the class's own __getattr__, chained
+        ):
+            return None
+        names |= frozenset(defaults[0])
+    return names or None
 
 
 def _written_for_records(t: Any, found: Any) -> bool:
@@ -188,19 +231,85 @@ _HOOKS = {
 }
 
 
-def _unfaithful(t: Any, kind: int, stack: list, names: Any, hook: str) -> TypeError:
+def _unfaithful(t: Any, kind: int, stack: list, names: Any, hook: Any) -> TypeError:
     """The error for a record that rebuilding from its fields would not
-    reproduce: its class customises attribute access with ``hook``."""
+    reproduce: its class customises attribute access with ``hook`` (a str),
+    derives from ``hook`` (a builtin class with state of its own), or the
+    instance keeps state outside its fields under the names ``hook`` (a
+    list)."""
     what = "a dataclass" if kind == DATACLASS else "an attrs class"
     name = _qualname(t)
     reads = ", ".join(f"o.{n}" for n in names)
     args = ", ".join(f"{n}=ch[{i}]" for i, n in enumerate(names))
     rule = f"pytree_kit.Rule(lambda o: ([{reads}], None), lambda _, ch: {name}({args}))"
     fix = rules_fix(t, name, rule)
+    if type(hook) is str:
+        why = f"whose class defines {hook}, {_HOOKS[hook]}"
+    elif type(hook) is list:
+        shown = ", ".join(repr(k) for k in hook[:5]) + (", ..." if len(hook) > 5 else "")
+        why = (
+            f"whose instance keeps state outside its fields ({shown}), which an object "
+            "rebuilt from the fields would not have"
+        )
+    else:
+        why = (
+            f"whose class derives from {hook.__qualname__}, whose own state is not in the "
+            "fields, so an object rebuilt from them would not be the same"
+        )
     return TypeError(
-        f"{where(_path(stack))}: {name} is {what} whose class defines {hook}, {_HOOKS[hook]} "
-        f"(pytree_kit does not guess); pass {fix}"
+        f"{where(_path(stack))}: {name} is {what} {why} (pytree_kit does not guess); pass {fix}"
     )
+
+
+def _outside_layout(t: Any, cache: dict, obj: Any) -> tuple:
+    """(the names of the fields of ``t``, ((name, descriptor), ...) of the
+    slots of ``t`` and its bases that are not fields), memoised per call:
+    the member descriptors in each class's own dict, as CPython lays out the
+    slots of classes made by class statements (``__flags__`` has
+    Py_TPFLAGS_HEAPTYPE)."""
+    key = (_outside_layout, t)
+    layout = cache.get(key)
+    if layout is None:
+        fields = frozenset(n for n, _ in _fields_info(t, cache, obj))
+        slots = []
+        for c in t.__mro__:
+            if c.__flags__ & _HEAPTYPE:
+                for name, d in c.__dict__.items():
+                    if type(d) is types.MemberDescriptorType and d.__objclass__ is c:
+                        if name not in fields:
+                            slots.append((name, d))
+        layout = cache[key] = (fields, tuple(slots))
+    return layout
+
+
+def _outside(obj: Any, t: Any, cache: dict) -> list:
+    """The names under which ``obj``, a dataclass or attrs instance, keeps
+    state outside its fields: keys of its ``__dict__`` and set slots that are
+    no field's. A ``functools.cached_property`` value (or one attrs keeps in a
+    slot) is not state: it is derived from the fields, and a rebuilt object
+    computes it again."""
+    fields, slots = _outside_layout(t, cache, obj)
+    d = getattr(obj, "__dict__", None)
+    extra = [] if d is None else [k for k in dict.keys(d) if k not in fields]
+    for name, desc in slots:
+        try:
+            desc.__get__(obj, t)
+        except AttributeError:  # unset
+            continue
+        extra.append(name)
+    if extra:
+        cached = _cached_by_attrs(t) or frozenset()
+        extra = [k for k in extra if k not in cached and not _is_cached_property(t, k)]
+    return extra
+
+
+def _is_cached_property(t: Any, name: Any) -> bool:
+    """Whether the class attribute ``name`` of ``t`` (as a lookup finds it,
+    first in the MRO) is a ``functools.cached_property``."""
+    for c in t.__mro__:
+        if name in c.__dict__:
+            return isinstance(c.__dict__[name], functools.cached_property)
+    return False
 
 
 def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tuple:
@@ -225,6 +334,10 @@ def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tup
         else:
             names.append(name)
             children.append(value)
+    outside = _outside(obj, t, cache)
+    if outside:
+        fields = [n for n, _ in _fields_info(t, cache, obj)]
+        raise _unfaithful(t, kind, stack, fields, outside)
     dict_keys = None
     if isinstance(obj, dict):
         # A dataclass that is also a dict (transformers' ModelOutput): its dict

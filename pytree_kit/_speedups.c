@@ -331,28 +331,99 @@ shared_key_index(Keys311 *k, PyObject *name)
 #endif
 
 typedef struct {
-    void *keys;         /* the class's shared keys when the codes were made */
-    Py_ssize_t code[1]; /* one per field */
+    void *keys;         /* the class's shared keys when the codes were made (3.11) */
+    int has_dict;       /* its instances have a __dict__ */
+    Py_ssize_t n;       /* its fields */
+    Py_ssize_t n_values; /* of them, those read from the inline values (3.11) */
+    Py_ssize_t n_slots; /* its classes' slots that are not fields */
+    /* n codes; then n dict flags; then the n_slots slots' offsets */
+    Py_ssize_t code[1];
 } FieldReads;
 
-/* The codes for reading the fields names of instances of t: a bytes object
- * holding a FieldReads, or NULL (no error) when every field is read with
- * PyObject_GetAttr. */
+/* 1 when field i's name is bound by the class to nothing that a lookup puts
+ * before the instance's __dict__ (no data descriptor): the __dict__'s value
+ * for it is then getattr's */
+#define READS_DICT_OK(r, i) ((r)->code[(r)->n + (i)])
+/* the offset of slot j of the class's slots that are not fields */
+#define READS_SLOT(r, j) ((r)->code[2 * (r)->n + (j)])
+
+/* Whether name (an exact str) is one of names. */
+static int
+name_in(PyObject *names, PyObject *name)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *x = PyTuple_GET_ITEM(names, i);
+        if (x == name || (PyUnicode_CheckExact(x) && PyUnicode_Compare(x, name) == 0)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The slots of t and its bases that are not fields (names): their offsets
+ * into out (when not NULL), and how many; -1 when a class has a member of
+ * another kind than a slot, which the pure engine reads. As
+ * _pure._outside_layout: the member descriptors of each heap class's own
+ * dict. Reads dicts of classes only: no code runs. */
+static Py_ssize_t
+extra_slots(PyTypeObject *t, PyObject *names, Py_ssize_t *out)
+{
+    PyObject *mro = t->tp_mro;
+    Py_ssize_t count = 0;
+    if (mro == NULL || !PyTuple_CheckExact(mro)) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *c = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        PyObject *key, *d;
+        Py_ssize_t pos = 0;
+        if (!PyType_HasFeature(c, Py_TPFLAGS_HEAPTYPE) || c->tp_dict == NULL) {
+            continue;
+        }
+        while (PyDict_Next(c->tp_dict, &pos, &key, &d)) {
+            if (Py_TYPE(d) != &PyMemberDescr_Type || PyDescr_TYPE(d) != c) {
+                continue;
+            }
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if (m->type != T_OBJECT_EX || m->offset <= 0 || !PyUnicode_CheckExact(key)) {
+                return -1;
+            }
+            if (!name_in(names, key)) {
+                if (out != NULL) {
+                    out[count] = m->offset;
+                }
+                count++;
+            }
+        }
+    }
+    return count;
+}
+
+/* How a record class's fields are read and its instances' own state
+ * counted, worked out with its plan (so following the class's version tag):
+ * a bytes object holding a FieldReads, or NULL (no error) when the pure
+ * engine reads the class's instances (a lookup that is not CPython's generic
+ * one, a member that is not a slot). */
 static PyObject *
 field_reads(PyTypeObject *t, PyObject *names)
 {
-    Py_ssize_t n = PyTuple_GET_SIZE(names), fast = 0;
-    if (t->tp_getattro != PyObject_GenericGetAttr || n == 0) {
+    Py_ssize_t n = PyTuple_GET_SIZE(names), n_slots;
+    if (t->tp_getattro != PyObject_GenericGetAttr || (n_slots = extra_slots(t, names, NULL)) < 0) {
         return NULL;
     }
-    PyObject *b = PyBytes_FromStringAndSize(NULL, offsetof(FieldReads, code) +
-                                                      n * sizeof(Py_ssize_t));
+    PyObject *b = PyBytes_FromStringAndSize(
+        NULL, offsetof(FieldReads, code) + (2 * n + n_slots + 1) * sizeof(Py_ssize_t));
     if (b == NULL) {
         PyErr_Clear();
         return NULL;
     }
     FieldReads *r = (FieldReads *)PyBytes_AS_STRING(b);
     r->keys = NULL;
+    r->has_dict = t->tp_dictoffset != 0;
+    r->n = n;
+    r->n_values = 0;
+    r->n_slots = n_slots;
+    extra_slots(t, names, &READS_SLOT(r, 0));
 #if LAYOUT_311
     if (values_reads_ok && PyType_HasFeature(t, Py_TPFLAGS_MANAGED_DICT) &&
         PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE)) {
@@ -362,10 +433,18 @@ field_reads(PyTypeObject *t, PyObject *names)
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *name = PyTuple_GET_ITEM(names, i), *d;
         r->code[i] = 0;
+        READS_DICT_OK(r, i) = 0;
         if (!PyUnicode_CheckExact(name)) {
             continue;
         }
         d = _PyType_Lookup(t, name); /* borrowed; no user code runs */
+        /* nothing, or a value whose lookup gives way to the instance's own:
+         * a default such as 0 or None, a function (not a data descriptor,
+         * and of a type that cannot become one) */
+        int own_first = d == NULL || (PyType_HasFeature(Py_TYPE(d), Py_TPFLAGS_IMMUTABLETYPE) &&
+                                      !(Py_TYPE(d)->tp_descr_get != NULL &&
+                                        Py_TYPE(d)->tp_descr_set != NULL));
+        READS_DICT_OK(r, i) = own_first;
         if (d != NULL && Py_TYPE(d) == &PyMemberDescr_Type) {
             PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
             if (m->type == T_OBJECT_EX && !(m->flags & PY_AUDIT_READ) && m->offset > 0 &&
@@ -374,28 +453,21 @@ field_reads(PyTypeObject *t, PyObject *names)
             }
         }
 #if LAYOUT_311
-        else if (r->keys != NULL &&
-                 (d == NULL ||
-                  (PyType_HasFeature(Py_TYPE(d), Py_TPFLAGS_IMMUTABLETYPE) &&
-                   !(Py_TYPE(d)->tp_descr_get != NULL && Py_TYPE(d)->tp_descr_set != NULL)))) {
+        else if (r->keys != NULL && own_first) {
             Py_ssize_t ix = shared_key_index(r->keys, name);
             if (ix >= 0) {
                 r->code[i] = -1 - ix;
+                r->n_values++;
             }
         }
 #endif
-        fast += r->code[i] != 0;
-    }
-    if (fast == 0) {
-        Py_DECREF(b);
-        return NULL;
     }
     return b;
 }
 
 /* getattr(obj, name) for field i of a record whose class's reads are r (or
- * NULL), when its fast read finds it: a new reference; else NULL, with no
- * error set and no code run. */
+ * NULL), when its slot or (3.11) inline value holds it: a new reference;
+ * else NULL, with no error set and no code run. */
 static inline PyObject *
 field_read_fast(PyObject *obj, const FieldReads *r, Py_ssize_t i)
 {
@@ -1733,6 +1805,118 @@ user_node(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *rule, Foun
     return 1;
 }
 
+/* Reads the fields of obj, a record whose class's reads are r, into v (new
+ * references; NULL for an unset field, counted in *absent) as getattr
+ * would, and makes sure that obj keeps no state outside them: nothing in a
+ * slot that is not a field's, and nothing in its __dict__ (or, on 3.11, its
+ * inline values) but the fields read from there. Returns 1; 2 when obj does
+ * keep, or may keep, such state, for the pure engine to decide (its
+ * cached_property values are not state, say) with no reference held; -1 on
+ * error with none held. s, when not NULL, is frozen before anything that may
+ * run code (getattr of a field that obj does not hold itself).
+ *
+ * The __dict__ of an instance of a class with a managed dict (3.11+) is
+ * made by PyObject_GenericGetDict when it has none yet, as `vars(obj)`
+ * would (on 3.11 the inline values are counted instead). */
+static PK_ALWAYS_INLINE int
+record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
+            Py_ssize_t *absent, Stack *s)
+{
+    Py_ssize_t n = r->n, stored = 0, found = 0, i = 0;
+    PyObject *dict = NULL;
+#if LAYOUT_311
+    PyObject **values = NULL;
+#endif
+    int values_all_fields = 0;
+    *absent = 0;
+    for (Py_ssize_t j = 0; j < r->n_slots; j++) {
+        if (SLOT(obj, READS_SLOT(r, j)) != NULL) {
+            return 2;
+        }
+    }
+    if (r->has_dict) {
+#if LAYOUT_311
+        if (r->keys != NULL && (void *)SHARED_KEYS(Py_TYPE(obj)) == r->keys) {
+            values = VALUES_OF(obj);
+        }
+        if (values != NULL) {
+            Keys311 *k = r->keys;
+            if (k->dk_nentries == r->n_values) {
+                /* every value an instance can hold inline is a field's */
+                values_all_fields = 1;
+            }
+            else {
+                for (Py_ssize_t j = 0; j < k->dk_nentries; j++) {
+                    stored += values[j] != NULL;
+                }
+            }
+        }
+        else
+#endif
+        {
+            if ((dict = PyObject_GenericGetDict(obj, NULL)) == NULL) {
+                return -1;
+            }
+            stored = PyDict_Check(dict) ? PyDict_GET_SIZE(dict) : n + 1;
+        }
+        if (stored > n) {
+            Py_XDECREF(dict);
+            return 2;
+        }
+    }
+    for (; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i), *x = NULL;
+        Py_ssize_t code = r->code[i];
+        if (code > 0) {
+            x = SLOT(obj, code);
+        }
+#if LAYOUT_311
+        else if (code < 0 && values != NULL) {
+            x = values[-1 - code];
+            found += x != NULL;
+        }
+#endif
+        else if (dict != NULL && READS_DICT_OK(r, i)) {
+            /* an exact str key looked up in a dict: no code runs */
+            x = PyDict_GetItemWithError(dict, name);
+            if (x == NULL && PyErr_Occurred()) {
+                goto fail;
+            }
+            found += x != NULL;
+        }
+        if (x != NULL) {
+            Py_INCREF(x);
+            v[i] = x;
+            continue;
+        }
+        /* getattr may run code: copy the lists being read first */
+        if (s != NULL && stack_freeze(s) < 0) {
+            goto fail;
+        }
+        if ((v[i] = PyObject_GetAttr(obj, name)) == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                goto fail;
+            }
+            PyErr_Clear();
+            (*absent)++;
+        }
+    }
+    Py_XDECREF(dict);
+    if (r->has_dict && !values_all_fields && found != stored) {
+        for (Py_ssize_t k = 0; k < n; k++) {
+            Py_CLEAR(v[k]);
+        }
+        return 2;
+    }
+    return 1;
+fail:
+    Py_XDECREF(dict);
+    for (Py_ssize_t k = 0; k < i; k++) {
+        Py_CLEAR(v[k]);
+    }
+    return -1;
+}
+
 /* _pure._record_fields for the common case: no static field, not a dict.
  * Returns 1 with f set, or 2 when the pure engine should do it. With a
  * stack (flatten and leaves), a record whose fields are all leaves by their
@@ -1741,7 +1925,7 @@ user_node(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *rule, Foun
 static int
 record_fields(Ctx *c, Stack *s, PyObject *obj, TypeEntry *e, int kind, Found *f, int want_node)
 {
-    if (e->info == NULL || PyDict_Check(obj)) {
+    if (e->info == NULL || e->reads == NULL || PyDict_Check(obj)) {
         return 2;
     }
     PyObject *full = e->info; /* (names, (), (), None) */
@@ -1755,30 +1939,10 @@ record_fields(Ctx *c, Stack *s, PyObject *obj, TypeEntry *e, int kind, Found *f,
         }
         v = ((PyTupleObject *)children)->ob_item;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *name = PyTuple_GET_ITEM(names, i);
-        if ((v[i] = field_read_fast(obj, e->reads, i)) == NULL) {
-            /* getattr may run user code: copy the lists being read first */
-            if (s != NULL && stack_freeze(s) < 0) {
-                absent = -1;
-            }
-            else {
-                v[i] = PyObject_GetAttr(obj, name); /* NULL: an unset field */
-            }
-        }
-        if (v[i] == NULL) {
-            if (absent < 0 || !PyErr_ExceptionMatches(PyExc_AttributeError)) {
-                if (children == NULL) {
-                    for (Py_ssize_t k = 0; k < i; k++) {
-                        Py_XDECREF(v[k]);
-                    }
-                }
-                Py_XDECREF(children);
-                return -1;
-            }
-            PyErr_Clear();
-            absent++;
-        }
+    int read = record_read(obj, e->reads, names, v, &absent, s);
+    if (read != 1) {
+        Py_XDECREF(children); /* its items are cleared */
+        return read;
     }
     f->node = NULL;
     f->keymode = KM_ATTR;
@@ -3966,20 +4130,20 @@ record_leaves(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObjec
         }
     }
     PyObject *vals[32];
-    for (Py_ssize_t j = 0; j < arity; j++) {
-        vals[j] = field_read(obj, e->reads, j, PyTuple_GET_ITEM(names, j));
-        if (vals[j] == NULL) {
-            int absent = PyErr_ExceptionMatches(PyExc_AttributeError);
-            while (j > 0) {
-                Py_DECREF(vals[--j]);
-            }
-            if (!absent) {
-                return -1;
-            }
-            /* an unset field: its aux differs from the spec's */
-            PyErr_Clear();
-            return mismatch(u, node, obj);
+    Py_ssize_t absent;
+    if (e->reads == NULL || arity > 32) {
+        return 0;
+    }
+    int read = record_read(obj, e->reads, names, vals, &absent, NULL);
+    if (read != 1) {
+        return read == 2 ? 0 : -1; /* 2: match() has the pure engine decide */
+    }
+    if (absent) {
+        /* an unset field: its aux differs from the spec's */
+        for (Py_ssize_t j = 0; j < arity; j++) {
+            Py_XDECREF(vals[j]);
         }
+        return mismatch(u, node, obj);
     }
     int r = 1;
     for (Py_ssize_t j = 0; j < arity; j++) {

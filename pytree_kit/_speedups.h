@@ -16,6 +16,15 @@
 #define PK_INTERNAL
 #endif
 
+/* Inline a function into each caller, whatever the compiler's own estimate. */
+#if defined(__GNUC__) || defined(__clang__)
+#define PK_ALWAYS_INLINE inline __attribute__((always_inline))
+#elif defined(_MSC_VER)
+#define PK_ALWAYS_INLINE __forceinline
+#else
+#define PK_ALWAYS_INLINE inline
+#endif
+
 /* Keep a function out of line (CPython's Py_NO_INLINE exists from 3.11 on). */
 #if defined(__GNUC__) || defined(__clang__)
 #define PK_NO_INLINE __attribute__((noinline))

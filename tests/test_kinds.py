@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
+import functools
 import importlib.util
 import os
+import pickle
 import subprocess
 import sys
 import time
@@ -641,3 +644,169 @@ def test_setattr_that_dataclasses_or_attrs_wrote_is_a_plain_record():
     ]:
         leaves, spec = pk.flatten(obj)
         assert leaves == [5] and spec.unflatten([6]) == again
+
+
+# -- state outside the fields ---------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Derived:
+    """Keeps a value computed in __post_init__: state outside its fields."""
+
+    x: Any
+    y: Any = 0
+
+    def __post_init__(self) -> None:
+        self.total = [self.x, self.y]
+
+
+@dataclasses.dataclass
+class _Cached:
+    x: Any
+
+    @functools.cached_property
+    def double(self) -> Any:
+        return [self.x, self.x]
+
+
+@dataclasses.dataclass(slots=True)
+class _SlotRecord:
+    x: Any
+
+
+class _MoreSlots(_SlotRecord):
+    __slots__ = ("note",)
+
+
+@attrs.define
+class _AttrsCached:
+    """attrs keeps a cached_property of a slotted class in a slot, with a
+    __getattr__ it writes to compute it."""
+
+    p: Any
+
+    @functools.cached_property
+    def twice(self) -> Any:
+        return [self.p, self.p]
+
+
+@attrs.define
+class _AttrsCachedOwnGetattr:
+    p: Any
+
+    @functools.cached_property
+    def twice(self) -> Any:
+        return [self.p, self.p]
+
+    def __getattr__(self, name: str) -> Any:  # chained by attrs' own: a real hook
+        return "from elsewhere"
+
+
+@dataclasses.dataclass
+class _Listy(list):
+    """A dataclass that is a list: the items are not fields."""
+
+    x: Any
+
+
+@dataclasses.dataclass
+class _Failure(Exception):
+    code: Any
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pk.flatten,
+        pk.leaves,
+        pk.flatten_with_path,
+        pk.structure,
+        lambda t: pk.tree_map(lambda v: v, t),
+        lambda t: pk.structure({"a": [_Derived.__new__(_Derived)]}).flatten_up_to(t),
+    ],
+)
+def test_a_record_that_keeps_state_outside_its_fields_is_refused(call):
+    tree = {"a": [_Derived(1, 2)]}
+    with pytest.raises(TypeError) as e:
+        call(tree)
+    message = str(e.value)
+    assert message.startswith(
+        "tree['a'][0]: _Derived is a dataclass whose instance keeps state outside its "
+        "fields ('total'), which an object rebuilt from the fields would not have "
+        "(pytree_kit does not guess); pass rules={_Derived: pytree_kit.Rule("
+    )
+    assert tree["a"][0].total == [1, 2] and list(vars(tree["a"][0])) == ["x", "y", "total"]
+    # the rule it gives calls the constructor, which computes the state again
+    rules = {_Derived: pk.Rule(lambda o: ([o.x, o.y], None), lambda _, ch: _Derived(*ch))}
+    leaves, spec = pk.flatten(tree, rules=rules)
+    assert leaves == [1, 2] and spec.unflatten([3, 4])["a"][0].total == [3, 4]
+
+
+def test_state_added_to_an_instance_later_is_refused_and_fields_alone_are_not():
+    plain = _Frozen(1)
+    assert pk.leaves(plain) == [1]
+    object.__setattr__(plain, "note", "seen")
+    with pytest.raises(TypeError, match=r"^tree: _Frozen .* outside its fields \('note'\)"):
+        pk.leaves(plain)
+    # a field deleted and another attribute holding its class default
+    d = _Derived(1)
+    del d.y, d.total
+    assert pk.leaves(d) == [1, 0]  # y reads the class's default
+    d.other = 0
+    with pytest.raises(TypeError, match=r"outside its fields \('other'\)"):
+        pk.leaves(d)
+    many = _Frozen(1)
+    for i in range(7):
+        object.__setattr__(many, f"a{i}", i)
+    with pytest.raises(TypeError, match=r"\('a0', 'a1', 'a2', 'a3', 'a4', \.\.\.\)"):
+        pk.leaves(many)
+
+
+def test_cached_property_values_are_not_state():
+    c = _Cached("v")
+    assert c.double == ["v", "v"]  # now in c.__dict__
+    leaves, spec = pk.flatten(c)
+    assert leaves == ["v"] and spec == pk.structure(_Cached("w"))
+    rebuilt = spec.unflatten([7])
+    assert "double" not in vars(rebuilt) and rebuilt.double == [7, 7]
+    a = _AttrsCached(2)
+    assert pk.leaves(a) == [2]
+    assert a.twice == [2, 2]  # now in its slot
+    leaves, spec = pk.flatten(a)
+    assert leaves == [2] and spec.unflatten([3]).twice == [3, 3]
+    with pytest.raises(TypeError, match="whose class defines __getattr__"):
+        pk.leaves(_AttrsCachedOwnGetattr(1))
+
+
+def test_slots_beyond_the_fields_are_state_when_set():
+    s = _MoreSlots(1)
+    assert pk.leaves(s) == [1] and type(pk.structure(s).unflatten([2])) is _MoreSlots
+    s.note = "kept"
+    with pytest.raises(TypeError, match=r"^tree: _MoreSlots .* outside its fields \('note'\)"):
+        pk.flatten([s][0])
+
+
+def test_a_record_deriving_from_a_builtin_with_state_is_refused():
+    with pytest.raises(
+        TypeError, match=r"^tree: _Listy is a dataclass whose class derives from list"
+    ):
+        pk.leaves(_Listy(1))
+    with pytest.raises(TypeError, match="whose class derives from Exception, whose own state"):
+        pk.leaves([_Failure(3)])
+
+
+@pytest.mark.parametrize(
+    "again",
+    [
+        lambda o: copy.copy(o),
+        lambda o: pickle.loads(pickle.dumps(o)),
+        lambda o: (getattr(o, "__dict__", None), o)[1],  # a __dict__ made for the instance
+    ],
+)
+def test_records_given_a_dict_by_copy_pickle_or_vars_are_still_plain(again):
+    for obj in (_Frozen("v"), _Cached("v"), _AttrsFrozen("v")):
+        other = again(obj)
+        assert pk.leaves(other) == ["v"] and pk.structure(other) == pk.structure(obj)
+    odd = again(_Derived(1))
+    with pytest.raises(TypeError, match="outside its fields"):
+        pk.leaves(odd)
