@@ -219,3 +219,34 @@ def test_leaves_bound_smoke(tmp_path: Path) -> None:
         multiples = re.findall(r"\(([0-9.]+)\N{MULTIPLICATION SIGN}\)", row)
         assert len(multiples) >= 2 and all(float(m) > 0 for m in multiples), row
     assert not any(line.startswith(f"| {TREE_LABELS[4]}") for line in report.splitlines())
+
+
+def test_record_cost_runs_each_case_it_counts() -> None:
+    """benchmarks/record_cost.py's measured process runs on every tree and op
+    (callgrind, and the baseline checkout, are for real runs only)."""
+    pytest.importorskip("attrs")
+    import pytree_kit as pk
+
+    if pk.ENGINE != "c":
+        pytest.skip("it measures the C engine")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import record_cost
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    for tree in record_cost.TREES:
+        for op in record_cost.OPS:
+            subprocess.run(
+                [
+                    sys.executable,
+                    ROOT / "benchmarks" / "record_cost.py",
+                    "--op",
+                    tree,
+                    op,
+                    "fresh",
+                    "2",
+                ],
+                cwd=ROOT,
+                check=True,
+                timeout=120,
+            )
