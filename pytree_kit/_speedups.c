@@ -1805,6 +1805,61 @@ user_node(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *rule, Foun
     return 1;
 }
 
+/* After code ran while a record's fields were read (a getattr), which may
+ * have changed the instance: 1 when obj still keeps nothing outside its
+ * fields (no slot set that is not a field's; every entry of its __dict__,
+ * or on 3.11 of its inline values, a field's), 0 when the pure engine must
+ * decide, -1 on error. Looks at names only: no code runs. */
+static PK_NO_INLINE int
+record_recheck(PyObject *obj, const FieldReads *r, PyObject *names)
+{
+    Py_ssize_t found = 0;
+    for (Py_ssize_t j = 0; j < r->n_slots; j++) {
+        if (SLOT(obj, READS_SLOT(r, j)) != NULL) {
+            return 0;
+        }
+    }
+    if (!r->has_dict) {
+        return 1;
+    }
+#if LAYOUT_311
+    Py_ssize_t stored = 0;
+    PyObject **values = NULL;
+    if (r->keys != NULL && (void *)SHARED_KEYS(Py_TYPE(obj)) == r->keys) {
+        values = VALUES_OF(obj);
+    }
+    if (values != NULL) {
+        Keys311 *k = r->keys;
+        for (Py_ssize_t j = 0; j < k->dk_nentries; j++) {
+            stored += values[j] != NULL;
+        }
+        for (Py_ssize_t i = 0; i < r->n; i++) {
+            found += r->code[i] < 0 && values[-1 - r->code[i]] != NULL;
+        }
+        return stored == found;
+    }
+#endif
+    PyObject *dict = PyObject_GenericGetDict(obj, NULL);
+    if (dict == NULL) {
+        return -1;
+    }
+    int ok = PyDict_Check(dict);
+    for (Py_ssize_t i = 0; ok && i < r->n; i++) {
+        if (READS_DICT_OK(r, i) && r->code[i] <= 0) {
+            /* an exact str key looked up in a dict: no code runs */
+            PyObject *x = PyDict_GetItemWithError(dict, PyTuple_GET_ITEM(names, i));
+            if (x == NULL && PyErr_Occurred()) {
+                Py_DECREF(dict);
+                return -1;
+            }
+            found += x != NULL;
+        }
+    }
+    ok = ok && PyDict_GET_SIZE(dict) == found;
+    Py_DECREF(dict);
+    return ok;
+}
+
 /* Reads the fields of obj, a record whose class's reads are r, into v (new
  * references; NULL for an unset field, counted in *absent) as getattr
  * would, and makes sure that obj keeps no state outside them: nothing in a
@@ -1827,7 +1882,7 @@ record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
 #if LAYOUT_311
     PyObject **values = NULL;
 #endif
-    int values_all_fields = 0;
+    int values_all_fields = 0, ran = 0;
     *absent = 0;
     for (Py_ssize_t j = 0; j < r->n_slots; j++) {
         if (SLOT(obj, READS_SLOT(r, j)) != NULL) {
@@ -1893,6 +1948,7 @@ record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
         if (s != NULL && stack_freeze(s) < 0) {
             goto fail;
         }
+        ran = 1;
         if ((v[i] = PyObject_GetAttr(obj, name)) == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
                 goto fail;
@@ -1902,11 +1958,14 @@ record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
         }
     }
     Py_XDECREF(dict);
-    if (r->has_dict && !values_all_fields && found != stored) {
+    /* what getattr ran may have changed the instance: counted again */
+    int kept = ran ? record_recheck(obj, r, names)
+                   : !r->has_dict || values_all_fields || found == stored;
+    if (kept != 1) {
         for (Py_ssize_t k = 0; k < n; k++) {
             Py_CLEAR(v[k]);
         }
-        return 2;
+        return kept < 0 ? -1 : 2;
     }
     return 1;
 fail:

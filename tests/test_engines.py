@@ -922,6 +922,50 @@ def test_record_field_reads_match_getattr() -> None:
 
 
 @dataclasses.dataclass
+class _LazyBase:
+    x: Any
+    y: Any = 0
+
+
+class _LazyY(_LazyBase):
+    """Field y is a property whose getter writes to the instance (when adds)."""
+
+    adds = "attr"  # "dict": through its __dict__ (which 3.11+ then makes); None: nothing
+
+    @property  # type: ignore[override]
+    def y(self) -> Any:
+        if type(self).adds == "dict":
+            self.__dict__.setdefault("_seen", 1)
+        elif type(self).adds and not hasattr(self, "_seen"):
+            object.__setattr__(self, "_seen", 1)  # inline on 3.11+
+        return 5
+
+    @y.setter
+    def y(self, value: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("adds", ["attr", "dict"])
+def test_state_a_field_getter_adds_while_it_is_read_is_seen_by_both_engines(adds: str) -> None:
+    """A getter runs while the C engine reads the fields: it counts the
+    instance's own state again afterwards, so both engines refuse what the
+    getter added, with one message."""
+    _LazyY.adds = adds
+    for name in ("flatten", "leaves", "flatten_with_path"):
+        got = [outcome(getattr(eng, name), [_LazyY([1])], None, None) for eng in (_pure, _speedups)]
+        assert got[0] == got[1] and got[0][0] == "raise", got
+        assert "keeps state outside its fields ('_seen')" in got[0][2]
+    _LazyY.adds = None
+    spec = _pure.flatten([_LazyY([1])], None, None)[1]
+    _LazyY.adds = adds
+    try:
+        got = [outcome(eng.flatten_up_to, spec, [_LazyY([2])]) for eng in (_pure, _speedups)]
+        assert got[0] == got[1] and "('_seen')" in got[0][2], got
+    finally:
+        _LazyY.adds = "attr"
+
+
+@dataclasses.dataclass
 class _FieldsFromInstance:
     """dataclasses.fields(obj) asks the instance, whose class answers with no fields."""
 
