@@ -19,7 +19,8 @@ For each supported CPython (``VERSIONS``) it makes a virtual environment in
 - the engine tests against a build with every layout-reading fast path left
   out (``PYTREE_KIT_NO_FAST_PATHS=1``), in a copy of the repository;
 - ``scripts/sanitize.sh --quick`` (ASan + UBSan), on ``SANITIZED`` versions;
-- the package: ``python -m build`` makes an sdist and, from it, a wheel; the
+- the package: ``python -m build`` makes an sdist and, from it, a wheel, in a
+  copy of the repository (sdists write into their source tree); the
   wheel must hold the compiled extension, and is installed into a fresh
   virtual environment outside the checkout, where ``pytree_kit.ENGINE`` must
   be ``"c"``.
@@ -235,8 +236,11 @@ def job_sanitizers(v: str, python: str, logp: Path) -> None:
 
 def job_package(v: str, python: str, logp: Path) -> None:
     with tempfile.TemporaryDirectory(prefix=f"pytree_kit-dist-{v}-") as tmp:
-        dist, env_dir = Path(tmp) / "dist", Path(tmp) / "venv"
-        sh([venv_python(v), "-m", "build", "--outdir", dist, ROOT], logp, env=BUILD_ENV)
+        dist, env_dir, src = Path(tmp) / "dist", Path(tmp) / "venv", Path(tmp) / "src"
+        # from a copy: an sdist writes its egg-info and its staging folder in the
+        # source tree, and two versions' package jobs run at once
+        copy_checkout(src)
+        sh([venv_python(v), "-m", "build", "--outdir", dist, src], logp, env=BUILD_ENV, cwd=src)
         sdists, wheels = list(dist.glob("*.tar.gz")), list(dist.glob("*.whl"))
         if len(sdists) != 1 or len(wheels) != 1:
             raise Failed(f"expected one sdist and one wheel, got {sorted(dist.iterdir())}")

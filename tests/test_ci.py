@@ -84,3 +84,25 @@ def test_jobs_cover_every_version_and_what_the_issue_asks(ci: Any) -> None:
     # the setups come first: everything else waits for its version's
     prio = ci.priorities(jobs)
     assert max(prio, key=prio.get) == f"{ci.FULL} setup"
+
+
+def test_package_jobs_build_from_their_own_copy(ci: Any, monkeypatch: Any, tmp_path: Path) -> None:
+    """Two versions' package jobs run at once; an sdist writes its egg-info and
+    its staging folder into the source tree, so each builds from a copy."""
+    builds: list = []
+
+    class Stop(Exception):
+        pass
+
+    def sh(cmd: list, log_path: Path, *, env: Any = None, cwd: Path = ci.ROOT) -> None:
+        builds.append((Path(cmd[-1]), Path(cwd)))
+        assert (Path(cmd[-1]) / "setup.py").is_file()
+        raise Stop
+
+    monkeypatch.setattr(ci, "sh", sh)
+    for v in ("3.12", "3.13"):
+        with pytest.raises(Stop):
+            ci.job_package(v, sys.executable, tmp_path / "log")
+    (a, a_cwd), (b, b_cwd) = builds
+    assert a != b and ci.ROOT not in (a, b, a_cwd, b_cwd)
+    assert not a.is_relative_to(ci.ROOT) and not b.is_relative_to(ci.ROOT)
