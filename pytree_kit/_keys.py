@@ -112,16 +112,42 @@ class GetAttrKey(_Key):
         return (GetAttrKey, (self.name,))
 
 
-def keystr(path: Iterable[Any]) -> str:
+def keystr(path: Iterable[Any], *, simple: bool = False, separator: str | None = None) -> str:
     """Render a path (a tuple of keys) as text.
 
+    By default each key is written as Python would index with it, so the text
+    reads back unambiguously (:func:`pytree_kit.parse_keystr`). With
+    ``simple=True`` a key is written bare (``targets``, ``3``, ``boxes``): more
+    compact, as jax's ``keystr(..., simple=True)``, but ``3`` may then be a
+    position or a mapping key, and a key may contain the separator.
+    ``separator`` goes between the keys (default: nothing).
+
     Examples:
-        >>> keystr((DictKey("targets"), SequenceKey(3), GetAttrKey("boxes")))
+        >>> path = (DictKey("targets"), SequenceKey(3), GetAttrKey("boxes"))
+        >>> keystr(path)
         "['targets'][3].boxes"
+        >>> keystr(path, simple=True, separator="/")
+        'targets/3/boxes'
         >>> keystr(())
         ''
     """
-    return "".join(map(str, path))
+    text = _simple if simple else str
+    if separator is None:
+        return "".join(map(text, path))
+    if type(separator) is not str:
+        raise TypeError(f"keystr: separator must be a str, got {type(separator).__name__}")
+    return separator.join(map(text, path))
+
+
+def _simple(key: Any) -> str:
+    t = type(key)
+    if t is DictKey:
+        return str(key.key)
+    if t is SequenceKey:
+        return str(key.idx)
+    if t is GetAttrKey:
+        return key.name
+    return str(key)
 
 
 def where(path: Iterable[Any]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from ._keys import DictKey, GetAttrKey, SequenceKey
 from ._kinds import (
     ATTRS,
     CUSTOM,
@@ -19,6 +20,7 @@ from ._kinds import (
     DEQUE,
     DICT,
     LEAF,
+    LEAF_NODE,
     LIST,
     NAMEDTUPLE,
     NONE,
@@ -26,6 +28,7 @@ from ._kinds import (
     RULE,
     STRUCTSEQ,
     TUPLE,
+    check_rules,
 )
 
 __all__ = ["TreeSpec"]
@@ -132,6 +135,146 @@ class TreeSpec:
             (True, False)
         """
         return self._nodes[0][0] == LEAF
+
+    @property
+    def num_children(self) -> int:
+        """How many children the root has (0 for a leaf and for None).
+
+        Examples:
+            >>> import pytree_kit as pk
+            >>> pk.structure({"a": 1, "b": (2, 3)}).num_children
+            2
+        """
+        return int(self._nodes[0][2])
+
+    @classmethod
+    def leaf(cls) -> TreeSpec:
+        """The spec of a single leaf, as ``structure(x)`` gives for a leaf ``x``.
+
+        Examples:
+            >>> import pytree_kit as pk
+            >>> pk.TreeSpec.leaf() == pk.structure(1.0)
+            True
+        """
+        return _LEAF_SPEC
+
+    @classmethod
+    def from_collection(cls, obj: Any, *, rules: Any = None) -> TreeSpec:
+        """One spec from a container whose leaves are TreeSpecs: the container
+        is the top of the new spec, and each TreeSpec is the subtree at its place.
+
+        Any leaf that is not a TreeSpec raises TypeError naming its path.
+
+        Examples:
+            >>> import pytree_kit as pk
+            >>> inner = pk.structure((0, 0))
+            >>> pk.TreeSpec.from_collection({"a": inner, "b": pk.TreeSpec.leaf()})
+            TreeSpec({'a': (*, *), 'b': *})
+        """
+        pairs, outer = _impl.flatten_with_path(obj, _is_spec, check_rules(rules))
+        for path, leaf in pairs:
+            if type(leaf) is not TreeSpec:
+                raise TypeError(
+                    f"TreeSpec.from_collection: tree{''.join(map(str, path))} is "
+                    f"{type(leaf).__qualname__}, not a TreeSpec"
+                )
+        return _substitute(outer, [leaf for _, leaf in pairs])
+
+    def compose(self, inner: TreeSpec) -> TreeSpec:
+        """The spec of a tree of this structure whose every leaf is a tree of
+        ``inner``'s structure.
+
+        Examples:
+            >>> import pytree_kit as pk
+            >>> outer, inner = pk.structure([0, 0]), pk.structure({"x": 0, "y": None})
+            >>> outer.compose(inner)
+            TreeSpec([{'x': *, 'y': None}, {'x': *, 'y': None}])
+            >>> outer.compose(inner).num_leaves == outer.num_leaves * inner.num_leaves
+            True
+        """
+        if type(inner) is not TreeSpec:
+            raise TypeError(f"compose expects a TreeSpec, got {type(inner).__name__}")
+        return _substitute(self, [inner] * self._num_leaves)
+
+    def is_prefix(self, other: TreeSpec, strict: bool = False) -> bool:
+        """Whether ``other`` is this structure with some leaves replaced by
+        subtrees (any structure is a prefix of itself unless ``strict``).
+
+        ``a < b`` is ``a.is_prefix(b, strict=True)``, and ``a <= b`` is
+        ``a.is_prefix(b)``, as in optree: a partial order consistent with ``==``.
+
+        Examples:
+            >>> import pytree_kit as pk
+            >>> a, b = pk.structure([0, 0]), pk.structure([0, (0, 0)])
+            >>> a.is_prefix(b), b.is_prefix(a), a.is_prefix(a, strict=True)
+            (True, False, False)
+            >>> a < b, a <= a, pk.TreeSpec.leaf() <= b
+            (True, True, True)
+        """
+        if type(other) is not TreeSpec:
+            raise TypeError(f"is_prefix expects a TreeSpec, got {type(other).__name__}")
+        mine, theirs = self._nodes, other._nodes
+        j = 0
+        for node in mine:
+            if node[0] == LEAF:
+                j = _subtree_end(theirs, j)
+                continue
+            if node != theirs[j]:
+                return False
+            j += 1
+        return not (strict and mine == theirs)
+
+    def __le__(self, other: object) -> bool:
+        if type(other) is not TreeSpec:
+            return NotImplemented
+        return self.is_prefix(other)
+
+    def __lt__(self, other: object) -> bool:
+        if type(other) is not TreeSpec:
+            return NotImplemented
+        return self.is_prefix(other, strict=True)
+
+    def __ge__(self, other: object) -> bool:
+        if type(other) is not TreeSpec:
+            return NotImplemented
+        return other.is_prefix(self)
+
+    def __gt__(self, other: object) -> bool:
+        if type(other) is not TreeSpec:
+            return NotImplemented
+        return other.is_prefix(self, strict=True)
+
+    def paths(self) -> list[tuple]:
+        """The path of each leaf, in leaf order, from the spec alone: what
+        ``flatten_with_path`` pairs with the leaves of a tree of this structure.
+
+        Examples:
+            >>> import pytree_kit as pk
+            >>> spec = pk.structure({"b": [0, 0], "a": 0})
+            >>> [pk.keystr(p) for p in spec.paths()]
+            ["['a']", "['b'][0]", "['b'][1]"]
+        """
+        out: list = []
+        keys: list = []  # the path to the node at hand
+        frames: list = []  # [node, children done]
+        for node in self._nodes:
+            if frames:
+                fr = frames[-1]
+                keys.append(child_key(fr[0], fr[1]))
+                fr[1] += 1
+            if node[0] == LEAF:
+                out.append(tuple(keys))
+            elif node[2]:
+                frames.append([node, 0])
+                continue
+            # this node is done: so is every frame whose last child it was
+            if frames:
+                keys.pop()
+            while frames and frames[-1][1] == frames[-1][0][2]:
+                frames.pop()
+                if frames:
+                    keys.pop()
+        return out
 
     def children(self) -> list[TreeSpec]:
         """The specs of the root's children, in leaf order.
@@ -250,6 +393,52 @@ class TreeSpec:
         return f"TreeSpec({_render(self._nodes, dict(self._orders))})"
 
 
+def _is_spec(x: Any) -> bool:
+    return type(x) is TreeSpec
+
+
+def child_key(node: tuple, i: int) -> Any:
+    """The path key of child ``i`` of a container node, as the engines name it."""
+    kind, aux = node[0], node[3]
+    if kind == DICT or kind == ORDEREDDICT:
+        return DictKey(aux[i])
+    if kind == DEFAULTDICT:
+        return DictKey(aux[1][i])
+    if kind == NAMEDTUPLE:
+        return GetAttrKey(aux[i])
+    if kind == DATACLASS or kind == ATTRS:
+        return GetAttrKey(aux[0][i])
+    if kind == CUSTOM or kind == RULE:
+        keys = aux[1] if kind == CUSTOM else aux[2]
+        return SequenceKey(i) if keys is None else DictKey(keys[i])
+    if kind == STRUCTSEQ:
+        # named when every item has a name (as _pure._structseq_node decides)
+        t = node[1]
+        names = getattr(t, "__match_args__", ())
+        if t.n_unnamed_fields == 0 and len(names) == node[2]:
+            return GetAttrKey(names[i])
+    return SequenceKey(i)  # tuple, list, deque, other structseqs
+
+
+def _substitute(outer: TreeSpec, inners: list) -> TreeSpec:
+    """``outer`` with its leaf number k replaced by the spec ``inners[k]``."""
+    nodes: list = []
+    orders: list = []
+    outer_orders = dict(outer._orders)
+    k = 0
+    for i, node in enumerate(outer._nodes):
+        if node[0] == LEAF:
+            inner = inners[k]
+            k += 1
+            orders.extend((len(nodes) + j, o) for j, o in inner._orders)
+            nodes.extend(inner._nodes)
+            continue
+        if i in outer_orders:
+            orders.append((len(nodes), outer_orders[i]))
+        nodes.append(node)
+    return TreeSpec._make(tuple(nodes), tuple(orders), sum(inner._num_leaves for inner in inners))
+
+
 def _from_state(nodes: tuple, orders: tuple) -> TreeSpec:
     return TreeSpec._make(nodes, orders, sum(1 for n in nodes if n[0] == LEAF))
 
@@ -349,3 +538,6 @@ def _render(nodes: tuple, orders: dict, leaves: list | None = None) -> str:
         while frames and frames[-1][1] == frames[-1][0]:
             out.append(frames.pop()[2])
     return "".join(out)
+
+
+_LEAF_SPEC = TreeSpec._make((LEAF_NODE,), (), 1)

@@ -15,6 +15,7 @@ from ._spec import TreeSpec
 
 __all__ = [
     "flatten",
+    "flatten_one_level",
     "flatten_with_path",
     "leaves",
     "structure",
@@ -112,6 +113,43 @@ def flatten_with_path(
         [("['targets'][0]['boxes']", 1)]
     """
     return _impl.flatten_with_path(tree, is_leaf, check_rules(rules))
+
+
+def flatten_one_level(
+    tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None
+) -> tuple[list[Any], TreeSpec]:
+    """The children of the root of ``tree``, and the spec that puts them back.
+
+    The spec has the root's node with a leaf for each child, so
+    ``spec.unflatten(children)`` rebuilds the root around the same children,
+    and ``spec.paths()`` names them. A leaf (where ``is_leaf`` says so, or
+    anything that is not a container) raises ValueError; None has no children.
+
+    Examples:
+        >>> import pytree_kit as pk
+        >>> children, spec = pk.flatten_one_level({"b": [1, 2], "a": None})
+        >>> children
+        [None, [1, 2]]
+        >>> spec
+        TreeSpec({'a': *, 'b': *})
+        >>> spec.unflatten(["x", "y"])
+        {'b': 'y', 'a': 'x'}
+    """
+    first = True
+
+    def one_level(x: Any) -> bool:
+        nonlocal first
+        if first:
+            first = False
+            return is_leaf is not None and bool(is_leaf(x))
+        return True
+
+    children, spec = _impl.flatten(tree, one_level, check_rules(rules))
+    if spec.is_leaf():
+        raise ValueError(
+            f"flatten_one_level: the tree is a leaf ({type(tree).__qualname__}): it has no children"
+        )
+    return children, spec
 
 
 @accelerate("tree_map")

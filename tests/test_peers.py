@@ -250,6 +250,108 @@ def test_paths_match_optree_accessors(tree: Any) -> None:
         assert accessor(tree) is leaf
 
 
+@SETTINGS
+@given(
+    trees(),
+    st.sampled_from([{}, {"simple": True}, {"separator": "/"}, {"simple": True, "separator": "."}]),
+)
+def test_spec_paths_and_keystr_options_match_jax(tree: Any, options: dict) -> None:
+    jtu = _jtu()
+    jpairs, _ = jtu.tree_flatten_with_path(tree)
+    mine = [pk.keystr(p, **options) for p in pk.structure(tree).paths()]
+    assert mine == [jtu.keystr(p, **options) for p, _ in jpairs]
+
+
+@SETTINGS
+@given(trees(with_deque=True))
+def test_flatten_one_level_and_num_children_match_optree(tree: Any) -> None:
+    optree = _optree()
+    spec, ospec = pk.structure(tree), optree.tree_structure(tree)
+    assert spec.num_children == ospec.num_children
+    if spec.is_leaf():
+        return
+    children, one = pk.flatten_one_level(tree)
+    ochildren, _, entries, _ = optree.tree_flatten_one_level(tree)
+    assert _same_objects(children, list(ochildren))
+    named = [
+        k.key if isinstance(k, pk.DictKey) else k.idx
+        for (k,) in one.paths()
+        if not isinstance(k, pk.GetAttrKey)
+    ]
+    if named:  # a namedtuple's entries are positions in optree, names here
+        assert named == list(entries)
+
+
+def _nodes_of(tree: Any) -> list:
+    """Every container of a tree the strategy makes."""
+    out, todo = [], [tree]
+    while todo:
+        t = todo.pop()
+        if isinstance(t, dict):
+            out.append(t)
+            todo.extend(t.values())
+        elif isinstance(t, (list, tuple, deque)):
+            out.append(t)
+            todo.extend(t)
+    return out
+
+
+def _as_dicts(tree: Any) -> Any:
+    """The tree with every OrderedDict and defaultdict made a dict."""
+    if isinstance(tree, dict):
+        return {k: _as_dicts(v) for k, v in tree.items()}
+    if type(tree) is list:
+        return [_as_dicts(x) for x in tree]
+    if type(tree) is tuple:
+        return tuple(_as_dicts(x) for x in tree)
+    if type(tree) in _NAMEDTUPLES:
+        return type(tree)(*[_as_dicts(x) for x in tree])
+    if type(tree) is deque:
+        return deque([_as_dicts(x) for x in tree], tree.maxlen)
+    return tree
+
+
+@SETTINGS
+@given(trees(with_deque=True), trees(with_deque=True), st.data())
+def test_is_prefix_and_compose_match_optree(a: Any, b: Any, data: Any) -> None:
+    optree = _optree()
+    # b's structure with one of its containers cut to a leaf is a prefix of it
+    pairs, _ = pk.flatten_with_path(b)
+    nodes = sorted({p[:i] for p, _ in pairs for i in range(len(p))}, key=len)
+    cut = pk.tree_set(b, data.draw(st.sampled_from(nodes)), 0) if nodes else b
+    # optree's prefix order is looser than its ==: it takes a dict, an
+    # OrderedDict and a defaultdict with the same keys as one node, and deques
+    # of any maxlen; here <= agrees with == (docs/migration/optree.md). So a
+    # prefix here is one in optree, and where the trees hold only dicts and
+    # no deques, the answers are the same.
+    plain = not any(isinstance(t, deque) for t in _nodes_of(a) + _nodes_of(b))
+    for x, y in ((a, b), (b, a), (cut, b), (b, cut), (a, a)):
+        sx, sy = pk.structure(x), pk.structure(y)
+        ox, oy = optree.tree_structure(x), optree.tree_structure(y)
+        for strict in (False, True):
+            mine, theirs = sx.is_prefix(sy, strict=strict), ox.is_prefix(oy, strict=strict)
+            assert theirs or not mine
+            if plain:
+                dx, dy = pk.structure(_as_dicts(x)), pk.structure(_as_dicts(y))
+                assert dx.is_prefix(dy, strict=strict) == theirs
+        assert (sx < sy) == sx.is_prefix(sy, strict=True) and (sx <= sy) == sx.is_prefix(sy)
+    assert pk.structure(cut) <= pk.structure(b) and optree.tree_structure(
+        cut
+    ) <= optree.tree_structure(b)
+    sa, sb = pk.structure(a), pk.structure(b)
+    if sa.num_leaves * sb.num_leaves < 100:
+        composed, ocomposed = (
+            sa.compose(sb),
+            optree.tree_structure(a).compose(optree.tree_structure(b)),
+        )
+        assert (composed.num_leaves, composed.num_nodes) == (
+            ocomposed.num_leaves,
+            ocomposed.num_nodes,
+        )
+        leaves = [object() for _ in range(composed.num_leaves)]
+        assert _same_tree(composed.unflatten(leaves), ocomposed.unflatten(leaves), dict_order=True)
+
+
 # --------------------------------------------------------------------------
 # Part 2: the README's comparison table, one test per cell
 

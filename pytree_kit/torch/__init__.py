@@ -17,6 +17,7 @@ from ._distributed import (
 )
 from ._flatspec import FlatSpec
 from ._storage import consolidate, is_consolidated
+from ._testing import assert_close
 from ._tracing import TracedModel, TracingAdapter, export, load, save, trace
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "TreeWork",
     "all_gather_tree",
     "all_reduce_tree",
+    "assert_close",
     "broadcast_tree",
     "collate",
     "consolidate",
