@@ -14,8 +14,13 @@ starts a process group).
 import importlib.util
 
 # tests/bridge_worker.py is a script run in fresh processes (it imports
-# transformers, whose registrations are global): never imported here.
-collect_ignore = ["pytree_kit/torch/_distributed.py", "tests/bridge_worker.py"]
+# transformers, whose registrations are global): never imported here; nor are
+# tests/typing_examples, which mypy reads (tests/test_typing.py).
+collect_ignore = [
+    "pytree_kit/torch/_distributed.py",
+    "tests/bridge_worker.py",
+    "tests/typing_examples",
+]
 
 # Without torch (every Python but the one its wheel is for), the modules that
 # import torch at the top are not collected: pytree_kit.torch's doctests and

@@ -24,6 +24,24 @@ from ._paths import (
     tree_set,
     unflatten_keystr,
 )
+from ._reduce import (
+    tree_all,
+    tree_all_only,
+    tree_any,
+    tree_any_only,
+    tree_map_only,
+    tree_max,
+    tree_min,
+    tree_reduce,
+    tree_sum,
+)
+from ._restructure import (
+    tree_broadcast_prefix,
+    tree_combine,
+    tree_partition,
+    tree_replace_nones,
+    tree_transpose,
+)
 from ._spec import TreeSpec
 from ._version import __version__
 from .api import (
@@ -42,8 +60,8 @@ from .api import (
 )
 
 __all__ = [
-    "ENGINE",
     "DictKey",
+    "ENGINE",
     "GetAttrKey",
     "Rule",
     "SequenceKey",
@@ -61,15 +79,29 @@ __all__ = [
     "optree_rules",
     "parse_keystr",
     "structure",
+    "tree_all",
+    "tree_all_only",
+    "tree_any",
+    "tree_any_only",
     "tree_at",
+    "tree_broadcast_prefix",
+    "tree_combine",
     "tree_equal",
     "tree_flatten",
     "tree_get",
     "tree_leaves",
     "tree_map",
+    "tree_map_only",
     "tree_map_with_path",
+    "tree_max",
+    "tree_min",
+    "tree_partition",
+    "tree_reduce",
+    "tree_replace_nones",
     "tree_set",
     "tree_structure",
+    "tree_sum",
+    "tree_transpose",
     "tree_unflatten",
     "unflatten",
     "unflatten_keystr",

@@ -10,9 +10,15 @@ from ._keys import where
 from ._kinds import LEAF, check_rules
 from ._paths import tree_get
 from ._pure import _describe_node, _qualname
-from ._spec import TreeSpec, child_key
+from ._spec import TreeSpec, node_paths
 
-__all__ = ["assert_same_structure", "first_difference", "leaf_equal", "tree_equal"]
+__all__ = [
+    "assert_same_structure",
+    "first_difference",
+    "leaf_equal",
+    "mismatch_text",
+    "tree_equal",
+]
 
 IsLeaf = Optional[Callable[[Any], bool]]
 
@@ -26,25 +32,20 @@ def first_difference(a: TreeSpec, b: TreeSpec) -> Optional[tuple]:
     """
     if a == b:
         return None
-    keys: list = []  # the path to the node at hand
-    frames: list = []  # [node, children done]
-    for mine, theirs in zip(a._nodes, b._nodes):
-        if frames:
-            fr = frames[-1]
-            keys.append(child_key(fr[0], fr[1]))
-            fr[1] += 1
+    for (mine, keys), theirs in zip(node_paths(a._nodes), b._nodes):
         if mine != theirs:
             return tuple(keys), mine, theirs
-        if mine[2]:
-            frames.append([mine, 0])
-            continue
-        if frames:
-            keys.pop()
-        while frames and frames[-1][1] == frames[-1][0][2]:
-            frames.pop()
-            if frames:
-                keys.pop()
     raise AssertionError("unequal specs with equal nodes")  # pragma: no cover
+
+
+def mismatch_text(found: tuple, first: str, second: str) -> str:
+    """The message for :func:`first_difference`'s result, the trees called
+    ``first`` and ``second``: ``tree['a']: structure mismatch: ...``."""
+    path, mine, theirs = found
+    return (
+        f"{where(path)}: structure mismatch: {first} has {_describe_node(mine)}, "
+        f"{second} has {_describe_node(theirs)}"
+    )
 
 
 def _what(node: tuple, tree: Any, path: tuple, is_leaf: IsLeaf, rules: Any) -> str:

@@ -244,10 +244,27 @@ def tree_get(tree: Any, path: PathLike, *, is_leaf: IsLeaf = None, rules: Any = 
         ...
         IndexError: tree_get: tree['targets'] is a list of 2, which has no [5]
     """
+    node = tree
+    done = 0
+    if type(path) is tuple and is_leaf is None and not rules:
+        # builtin dicts, lists and tuples, read directly: what _step gives
+        for key in path:
+            t, kt = type(node), type(key)
+            if t is dict and kt is DictKey:
+                try:
+                    node = node[key.key]
+                except (KeyError, TypeError):
+                    break
+            elif (t is list or t is tuple) and kt is SequenceKey and 0 <= key.idx < len(node):
+                node = node[key.idx]
+            else:
+                break
+            done += 1
+        if done == len(path):
+            return node
     keys = _as_path(path)
     rules = check_rules(rules)
-    node = tree
-    for depth in range(len(keys)):
+    for depth in range(done, len(keys)):
         children, _, i = _step("tree_get", node, keys, depth, is_leaf, rules)
         node = children[i]
     return node

@@ -573,6 +573,29 @@ def flatten_with_path(tree: Any, is_leaf: Any = None, rules: Any = None) -> tupl
     return _walk(tree, is_leaf, rules, 2)
 
 
+def flatten_one_level(tree: Any, is_leaf: Any = None, rules: Any = None) -> Any:
+    """``(children, spec)`` of the root, the spec being the root's node over a
+    leaf per child; None when the root is a leaf. The same classification as
+    ``_walk`` makes of the root (``classify``, after ``is_leaf``), with no
+    descent, so every engine gives it by this function."""
+    if is_leaf is not None and is_leaf(tree):
+        return None
+    t = type(tree)
+    if t in _ATOMS and (rules is None or t not in rules):
+        return None
+    found = classify(tree, t, rules, [], {})
+    if found is None:
+        return None
+    node, children, _keymode, _names = found
+    orders: tuple = ()
+    if node[0] == DICT or node[0] == DEFAULTDICT:
+        order = dict_order_differs(node, tree)
+        if order is not None:
+            orders = ((0, order),)
+    arity = node[2]
+    return list(children), TreeSpec._make((node,) + (LEAF_NODE,) * arity, orders, arity)
+
+
 # --------------------------------------------------------------------------
 # unflatten
 

@@ -9,7 +9,7 @@ to rebuild dicts as they were; equality and hashing ignore them.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from ._keys import DictKey, GetAttrKey, SequenceKey
 from ._kinds import (
@@ -254,27 +254,7 @@ class TreeSpec:
             >>> [pk.keystr(p) for p in spec.paths()]
             ["['a']", "['b'][0]", "['b'][1]"]
         """
-        out: list = []
-        keys: list = []  # the path to the node at hand
-        frames: list = []  # [node, children done]
-        for node in self._nodes:
-            if frames:
-                fr = frames[-1]
-                keys.append(child_key(fr[0], fr[1]))
-                fr[1] += 1
-            if node[0] == LEAF:
-                out.append(tuple(keys))
-            elif node[2]:
-                frames.append([node, 0])
-                continue
-            # this node is done: so is every frame whose last child it was
-            if frames:
-                keys.pop()
-            while frames and frames[-1][1] == frames[-1][0][2]:
-                frames.pop()
-                if frames:
-                    keys.pop()
-        return out
+        return [tuple(keys) for node, keys in node_paths(self._nodes) if node[0] == LEAF]
 
     def children(self) -> list[TreeSpec]:
         """The specs of the root's children, in leaf order.
@@ -395,6 +375,29 @@ class TreeSpec:
 
 def _is_spec(x: Any) -> bool:
     return type(x) is TreeSpec
+
+
+def node_paths(nodes: tuple) -> Iterator[tuple[tuple, list]]:
+    """Each node of a pre-order node tuple, with the keys of the path to it:
+    a list the walk goes on changing (copy it to keep it)."""
+    keys: list = []
+    frames: list = []  # [node, children done]
+    for node in nodes:
+        if frames:
+            fr = frames[-1]
+            keys.append(child_key(fr[0], fr[1]))
+            fr[1] += 1
+        yield node, keys
+        if node[2]:
+            frames.append([node, 0])
+            continue
+        # this node is done: so is every frame whose last child it was
+        if frames:
+            keys.pop()
+        while frames and frames[-1][1] == frames[-1][0][2]:
+            frames.pop()
+            if frames:
+                keys.pop()
 
 
 def child_key(node: tuple, i: int) -> Any:

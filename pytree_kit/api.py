@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+from . import _pure
 from ._engine import accelerate
 from ._engine import impl as _impl
 from ._kinds import Rule, check_rules
@@ -135,20 +136,13 @@ def flatten_one_level(
         >>> spec.unflatten(["x", "y"])
         {'b': 'y', 'a': 'x'}
     """
-    first = True
-
-    def one_level(x: Any) -> bool:
-        nonlocal first
-        if first:
-            first = False
-            return is_leaf is not None and bool(is_leaf(x))
-        return True
-
-    children, spec = _impl.flatten(tree, one_level, check_rules(rules))
-    if spec.is_leaf():
+    # one node: the pure engine's classification, which both engines follow
+    found = _pure.flatten_one_level(tree, is_leaf, check_rules(rules))
+    if found is None:
         raise ValueError(
             f"flatten_one_level: the tree is a leaf ({type(tree).__qualname__}): it has no children"
         )
+    children, spec = found
     return children, spec
 
 

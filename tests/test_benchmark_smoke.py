@@ -250,3 +250,20 @@ def test_record_cost_runs_each_case_it_counts() -> None:
                 check=True,
                 timeout=120,
             )
+
+
+def test_algebra_benchmark_smoke(tmp_path: Path) -> None:
+    """benchmarks/algebra.py --quick times every function beside its peers."""
+    _run_quick("algebra.py", tmp_path)
+    text = (tmp_path / "algebra.md").read_text()
+    for name in (
+        "tree_map_only(int, f)",
+        "tree_all",
+        "tree_transpose",
+        "spec.paths()",
+        "flatten_one_level",
+        "assert_same_structure",
+        "tree_broadcast_prefix",
+    ):
+        assert f"| {name} |" in text, name
+    assert "## Worst ratio per function" in text

@@ -489,3 +489,17 @@ def test_the_spec_algebra_in_examples() -> None:
         _ = leaf < 1  # type: ignore[operator]
     # a None is a node: only a leaf is a prefix of it
     assert leaf < pk.structure(None) and not pk.structure([None]) <= pk.structure([[1]])
+
+
+def test_a_position_out_of_range_is_named_not_wrapped() -> None:
+    tree = {"a": [1, 2], "t": (3,)}
+    for key in (pk.SequenceKey(-1), pk.SequenceKey(2)):
+        with pytest.raises(IndexError) as info:
+            pk.tree_get(tree, (pk.DictKey("a"), key))
+        assert info.value.args[0] == f"tree_get: tree['a'] is a list of 2, which has no {key}"
+    with pytest.raises(IndexError, match=r"tree\['t'\] is a tuple of 1, which has no \[-1\]"):
+        pk.tree_set(tree, (pk.DictKey("t"), pk.SequenceKey(-1)), 0)
+    with pytest.raises(
+        KeyError, match=r"tree is a dict with keys \['a', 't'\], which has no \[\['x'\]\]"
+    ):
+        pk.tree_get(tree, (pk.DictKey(["x"]),))  # an unhashable key

@@ -7,11 +7,10 @@ from typing import Any, Callable, Optional
 
 import torch.testing
 
-from .._compare import first_difference
+from .._compare import first_difference, mismatch_text
 from .._engine import impl as _impl
 from .._keys import where
 from .._kinds import check_rules
-from .._pure import _describe_node
 
 __all__ = ["assert_close"]
 
@@ -55,11 +54,7 @@ def assert_close(
     leaves, other = _impl.flatten(expected, is_leaf, rules)
     found = first_difference(spec, other)
     if found is not None:
-        path, mine, theirs = found
-        raise AssertionError(
-            f"{where(path)}: structure mismatch: actual has {_describe_node(mine)}, "
-            f"expected has {_describe_node(theirs)}"
-        )
+        raise AssertionError(mismatch_text(found, "actual", "expected"))
     for (path, a), e in zip(pairs, leaves):
         try:
             torch.testing.assert_close(a, e, **torch_kwargs)

@@ -1,0 +1,182 @@
+"""Changing a tree's structure: transpose a tree of trees, broadcast a
+prefix over a full tree, split a tree in two by a predicate and join it
+back, and replace None."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from ._compare import first_difference, mismatch_text
+from ._engine import impl as _impl
+from ._kinds import check_rules
+from ._spec import TreeSpec
+
+__all__ = [
+    "tree_broadcast_prefix",
+    "tree_combine",
+    "tree_partition",
+    "tree_replace_nones",
+    "tree_transpose",
+]
+
+IsLeaf = Optional[Callable[[Any], bool]]
+
+
+def tree_transpose(
+    outer_spec: TreeSpec,
+    inner_spec: Optional[TreeSpec],
+    tree: Any,
+    *,
+    is_leaf: IsLeaf = None,
+    rules: Any = None,
+) -> Any:
+    """Turn a tree of ``outer_spec``'s structure whose every leaf is a tree of
+    ``inner_spec``'s structure inside out: a tree of the inner structure whose
+    leaves are trees of the outer one. jax's ``tree_transpose``.
+
+    With ``inner_spec=None`` the inner structure is read from the first inner
+    tree. A tree that is not ``outer_spec.compose(inner_spec)`` raises
+    TypeError (as in jax) naming the first path where it differs.
+
+    Examples:
+        >>> import pytree_kit as pk
+        >>> rows = [{"x": 1, "y": 2}, {"x": 3, "y": 4}]
+        >>> outer, inner = pk.structure([0, 0]), pk.structure({"x": 0, "y": 0})
+        >>> pk.tree_transpose(outer, inner, rows)
+        {'x': [1, 3], 'y': [2, 4]}
+        >>> pk.tree_transpose(outer, None, rows)
+        {'x': [1, 3], 'y': [2, 4]}
+    """
+    rules = check_rules(rules)
+    if type(outer_spec) is not TreeSpec:
+        raise TypeError(f"tree_transpose: outer_spec must be a TreeSpec, got {outer_spec!r}")
+    if inner_spec is None:
+        if outer_spec.num_leaves == 0:
+            raise ValueError(
+                "tree_transpose: inner_spec=None reads the inner structure from the "
+                "first inner tree, but the outer structure has no leaves"
+            )
+        first = _impl.flatten_up_to(outer_spec, tree, "the outer spec", "the tree")[0]
+        inner_spec = _impl.flatten(first, is_leaf, rules)[1]
+    elif type(inner_spec) is not TreeSpec:
+        raise TypeError(f"tree_transpose: inner_spec must be a TreeSpec, got {inner_spec!r}")
+    leaves, spec = _impl.flatten(tree, is_leaf, rules)
+    expected = outer_spec.compose(inner_spec)
+    found = first_difference(expected, spec)
+    if found is not None:
+        text = mismatch_text(found, "outer_spec.compose(inner_spec)", "the tree")
+        raise TypeError(f"tree_transpose: {text}")
+    n_outer, n_inner = outer_spec.num_leaves, inner_spec.num_leaves
+    rebuild = _impl.unflatten
+    subtrees = [
+        rebuild(outer_spec, leaves[j : n_outer * n_inner : n_inner]) for j in range(n_inner)
+    ]
+    return rebuild(inner_spec, subtrees)
+
+
+def tree_broadcast_prefix(
+    prefix_tree: Any, full_tree: Any, is_leaf: IsLeaf = None, *, rules: Any = None
+) -> Any:
+    """A tree of ``full_tree``'s structure in which each leaf of
+    ``prefix_tree`` stands for every leaf of the subtree at its place.
+    optree's ``tree_broadcast_prefix``. ``prefix_tree`` must be a prefix of
+    ``full_tree``; where it is not, ValueError names the path.
+
+    Examples:
+        >>> import pytree_kit as pk
+        >>> pk.tree_broadcast_prefix({"a": 1, "b": 2}, {"a": [0, 0], "b": (0, {"c": 0})})
+        {'a': [1, 1], 'b': (2, {'c': 2})}
+    """
+    rules = check_rules(rules)
+    values, spec = _impl.flatten(prefix_tree, is_leaf, rules)
+    subtrees = _impl.flatten_up_to(spec, full_tree, "the prefix tree", "the full tree")
+    out = []
+    for value, sub in zip(values, subtrees):
+        sub_spec = _impl.flatten(sub, is_leaf, rules)[1]
+        out.append(_impl.unflatten(sub_spec, [value] * sub_spec.num_leaves))
+    return _impl.unflatten(spec, out)
+
+
+def tree_partition(
+    predicate: Callable[[Any], Any],
+    tree: Any,
+    is_leaf: IsLeaf = None,
+    *,
+    fillvalue: Any = None,
+    rules: Any = None,
+) -> tuple[Any, Any]:
+    """Two trees of ``tree``'s structure: the first keeps the leaves
+    ``predicate`` accepts, the second the others, each with ``fillvalue``
+    where the other has its leaf. optree's ``tree_partition``;
+    :func:`tree_combine` joins them back.
+
+    Examples:
+        >>> import pytree_kit as pk
+        >>> ints, rest = pk.tree_partition(lambda x: isinstance(x, int), {"a": [1, "s"], "b": 2})
+        >>> ints, rest
+        ({'a': [1, None], 'b': 2}, {'a': [None, 's'], 'b': None})
+        >>> pk.tree_combine(ints, rest)
+        {'a': [1, 's'], 'b': 2}
+    """
+    leaves, spec = _impl.flatten(tree, is_leaf, check_rules(rules))
+    chosen = [bool(predicate(x)) for x in leaves]
+    left = _impl.unflatten(spec, [x if c else fillvalue for x, c in zip(leaves, chosen)])
+    right = _impl.unflatten(spec, [fillvalue if c else x for x, c in zip(leaves, chosen)])
+    return left, right
+
+
+def tree_combine(
+    *trees: Any, fillvalue: Any = None, is_leaf: IsLeaf = None, rules: Any = None
+) -> Any:
+    """One tree from trees of one structure in which ``fillvalue`` (None by
+    default, compared by identity) marks an empty place: each place takes the
+    first leaf there that is not ``fillvalue``. The inverse of
+    :func:`tree_partition` (and of equinox's ``partition``, as its ``combine``).
+
+    The trees must have the same structure, ``fillvalue`` counting as a leaf;
+    where they do not, ValueError names the path.
+
+    Examples:
+        >>> import pytree_kit as pk
+        >>> pk.tree_combine({"a": [1, None]}, {"a": [None, 2]})
+        {'a': [1, 2]}
+    """
+    if not trees:
+        raise TypeError("tree_combine needs at least one tree")
+    rules = check_rules(rules)
+
+    def leaf(x: Any) -> bool:
+        return x is fillvalue or (is_leaf is not None and bool(is_leaf(x)))
+
+    leaves, spec = _impl.flatten(trees[0], leaf, rules)
+    columns = [leaves]
+    for k, other in enumerate(trees[1:], 1):
+        more, other_spec = _impl.flatten(other, leaf, rules)
+        found = first_difference(spec, other_spec)
+        if found is not None:
+            raise ValueError(f"tree_combine: {mismatch_text(found, 'trees[0]', f'trees[{k}]')}")
+        columns.append(more)
+    out = []
+    for row in zip(*columns):
+        for x in row:
+            if x is not fillvalue:
+                break
+        out.append(x)
+    return _impl.unflatten(spec, out)
+
+
+def tree_replace_nones(sentinel: Any, tree: Any, *, rules: Any = None) -> Any:
+    """``tree`` with every None replaced by ``sentinel``. optree's
+    ``tree_replace_nones``.
+
+    Examples:
+        >>> import pytree_kit as pk
+        >>> pk.tree_replace_nones(0, {"a": [1, None], "b": None})
+        {'a': [1, 0], 'b': 0}
+    """
+    leaves, spec = _impl.flatten(tree, _is_none, check_rules(rules))
+    return _impl.unflatten(spec, [sentinel if x is None else x for x in leaves])
+
+
+def _is_none(x: Any) -> bool:
+    return x is None
