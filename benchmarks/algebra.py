@@ -1,5 +1,5 @@
 """The tree algebra against its peers: each function of pytree_kit that a peer
-also has (tree_map_only, tree_any/all, the reductions, tree_transpose,
+also has (tree_iter, tree_map_only, tree_any/all, the reductions, tree_transpose,
 tree_broadcast_prefix, tree_partition, tree_replace_nones,
 flatten_one_level, keystr and the spec algebra, tree_get,
 assert_same_structure) timed beside that peer's equivalent, in one process,
@@ -8,6 +8,7 @@ that every library reads alike.
 
     python benchmarks/algebra.py            # results/pythonX.Y/algebra.md
     python benchmarks/algebra.py --quick    # smoke mode (CI): two trees, rough
+    python benchmarks/algebra.py --only tree_any   # some functions, printed only
 
 A cell reads ``median µs (speedup x)`` with speedup = (the fastest peer's
 median) / (this median), as in compare.md: above 1 is faster than every peer.
@@ -95,6 +96,13 @@ def cases(tree: Any) -> dict[str, dict[str, Callable[[], Any]]]:
     def is_odd(x: int) -> bool:
         return x % 2 == 1
 
+    add(
+        "list(tree_iter)",
+        lambda: list(pk.tree_iter(tree)),
+        optree=optree and (lambda: list(optree.tree_iter(tree))),
+        torch=tp and (lambda: list(tp.tree_iter(tree))),
+        torch_cxx=tcx and (lambda: list(tcx.tree_iter(tree))),
+    )
     add(
         "tree_map_only(int, f)",
         p(pk.tree_map_only, int, operator.neg, tree),
@@ -220,7 +228,7 @@ def _version(name: str) -> str:
         return "not installed"
 
 
-def run(quick: bool) -> str:
+def run(quick: bool, only: Optional[list[str]] = None) -> str:
     min_time, repeats = (0.0005, 1) if quick else (0.02, 7)
     rows = []
     worst: dict[str, float] = {}
@@ -229,6 +237,8 @@ def run(quick: bool) -> str:
     blocks.append(("1000 dicts x 3 -> dict of 3 lists", transpose_cases()))
     for tree_label, by_fn in blocks:
         for fn_name, calls in by_fn.items():
+            if only and not any(o in fn_name for o in only):
+                continue
             times = measure_many(calls, min_time, repeats)
             peers = [t for k, t in times.items() if k != "pytree_kit" and not isinstance(t, str)]
             best = min(peers) if peers else None
@@ -272,8 +282,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke mode: tiny repeats")
     ap.add_argument("--out", type=Path, default=None, help="folder for algebra.md")
+    ap.add_argument(
+        "--only",
+        action="append",
+        help="only the functions whose name holds this text (repeatable); printed, not saved",
+    )
     args = ap.parse_args(argv)
-    text = run(args.quick)
+    text = run(args.quick, args.only)
+    if args.only:
+        print(text)
+        return 0
     out = args.out or RESULTS / f"python{sys.version_info[0]}.{sys.version_info[1]}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "algebra.md").write_text(text)

@@ -219,12 +219,14 @@ def _node_json(node: tuple, order: Any) -> Any:
         if dict_keys is not None:
             out["dict_keys"] = list(dict_keys)
     else:  # CUSTOM, RULE
-        user_aux, keys = aux if kind == CUSTOM else aux[1:]
+        tail = aux if kind == CUSTOM else aux[1:]  # (aux, keys) or (aux, None, entries)
         out["class"] = ref(t)
         out["arity"] = arity
-        if keys is not None:
-            out["keys"] = [encode(k) for k in keys]
-        out["aux"] = encode(user_aux)
+        if tail[1] is not None:
+            out["keys"] = [encode(k) for k in tail[1]]
+        if len(tail) == 3:
+            out["entries"] = [encode(k) for k in tail[2]]
+        out["aux"] = encode(tail[0])
     if order is not None:
         out["order"] = [encode(k) for k in order]
     return out
@@ -518,16 +520,23 @@ def _node_from_json(node: Any, i: int, table: dict, rules: Any) -> tuple[tuple, 
             raise _Bad(f"node {i}: 'keys' must have 'arity' entries")
     aux = decode(node.get("aux"), table)
     hash(aux)
+    tail: tuple = (aux, keys)
+    if "entries" in node:
+        # optree's form: the children are named, and unflattened as a tuple
+        entries = _keys(node, "entries", i, table)
+        if keys is not None or len(entries) != arity:
+            raise _Bad(f"node {i}: 'entries' must have 'arity' items, and no 'keys' beside")
+        tail = (aux, None, entries)
     if kind == CUSTOM:
         if not isinstance(cls, type) or not callable(getattr(cls, "__tree_unflatten__", None)):
             raise _Bad(f"node {i}: {ref(cls)} has no __tree_unflatten__")
-        return (kind, cls, arity, (aux, keys)), None
+        return (kind, cls, arity, tail), None
     rule = (rules or {}).get(cls)
     if type(rule) is not Rule:
         raise _Bad(
             f"class {ref(cls)} was flattened by a rule; pass its rule in rules= to read this spec"
         )
-    return (kind, cls, arity, (rule, aux, keys)), None
+    return (kind, cls, arity, (rule, *tail)), None
 
 
 def spec_from_json(text: Any, *, allow: Iterable[Any] = (), rules: Any = None) -> TreeSpec:

@@ -18,7 +18,7 @@ import sys
 import types
 from collections import OrderedDict, defaultdict, deque
 from itertools import islice
-from typing import Any
+from typing import Any, Iterator
 
 from ._bridge import rules_fix
 from ._keys import DictKey, GetAttrKey, SequenceKey, where
@@ -360,14 +360,23 @@ def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tup
 
 
 def _user_children(res: Any, stack: list, what: str) -> tuple:
-    """Validate a (children, aux) pair from __tree_flatten__ or a rule."""
-    if type(res) is not tuple or len(res) != 2:
+    """Validate what ``__tree_flatten__`` or a rule returned.
+
+    Two forms are read: ``(children, aux)``, the children a list or tuple, or
+    a dict whose keys name them; and optree's ``(children, aux, entries)``,
+    the children a list or tuple and ``entries`` one distinct hashable key
+    per child (None means none given). Returns ``(children, tail, names,
+    mode)``: ``tail`` is the node's aux data after the rule, ``(aux, keys)``
+    or ``(aux, None, entries)``, and ``names`` the keys or entries (or None).
+    """
+    if type(res) is not tuple or not 2 <= len(res) <= 3:
         raise TypeError(
-            f"{where(_path(stack))}: {what} must return a (children, aux) pair, "
-            f"got {type(res).__name__}"
+            f"{where(_path(stack))}: {what} must return a (children, aux) pair "
+            f"or a (children, aux, entries) triple, got {_returned(res)}"
         )
-    children, aux = res
-    if isinstance(children, dict):
+    children, aux = res[0], res[1]
+    entries = res[2] if len(res) == 3 else None
+    if isinstance(children, dict) and entries is None:
         keys = tuple(children)
         children = tuple(children.values())
         mode = _MAP
@@ -376,12 +385,50 @@ def _user_children(res: Any, stack: list, what: str) -> tuple:
         children = tuple(children)
         mode = _SEQ
     else:
+        allowed = "a list or tuple" if entries is not None else "a list, tuple or dict"
         raise TypeError(
-            f"{where(_path(stack))}: {what} must return children as a list, tuple or dict, "
+            f"{where(_path(stack))}: {what} must return children as {allowed}, "
             f"got {type(children).__name__}"
         )
     _check_hashable(aux, stack, what)
-    return children, aux, keys, mode
+    if entries is None:
+        return children, (aux, keys), keys, mode
+    entries = _entries(entries, len(children), stack, what)
+    return children, (aux, None, entries), entries, _MAP
+
+
+def _returned(res: Any) -> str:
+    if type(res) is tuple:
+        return f"a tuple of {len(res)}"
+    return type(res).__name__
+
+
+def _entries(entries: Any, n: int, stack: list, what: str) -> tuple:
+    """optree's entries, checked: one distinct hashable key per child."""
+    if isinstance(entries, (str, bytes)) or not hasattr(type(entries), "__iter__"):
+        raise TypeError(
+            f"{where(_path(stack))}: {what} must return entries as an iterable of keys, "
+            f"got {type(entries).__name__}"
+        )
+    entries = tuple(entries)
+    if len(entries) != n:
+        raise TypeError(
+            f"{where(_path(stack))}: {what} returned {len(entries)} "
+            f"{'entry' if len(entries) == 1 else 'entries'} for "
+            f"{n} {'child' if n == 1 else 'children'}"
+        )
+    try:
+        distinct = len(set(entries)) == n
+    except TypeError as e:
+        raise TypeError(
+            f"{where(_path(stack))}: the entries of {what} must be hashable ({e})"
+        ) from None
+    if not distinct:
+        raise TypeError(
+            f"{where(_path(stack))}: the entries of {what} must be distinct, "
+            f"got {_keys_text(entries)}"
+        )
+    return entries
 
 
 def _custom_result(res: Any, stack: list, t: Any) -> tuple:
@@ -427,8 +474,8 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
     if rules is not None:
         rule = rules.get(t)
         if rule is not None:
-            children, aux, keys, mode = _rule_result(rule.flatten(obj), stack, t)
-            return (RULE, t, len(children), (rule, aux, keys)), children, mode, keys
+            children, tail, names, mode = _rule_result(rule.flatten(obj), stack, t)
+            return (RULE, t, len(children), (rule, *tail)), children, mode, names
     if t is tuple:
         return (TUPLE, None, len(obj), None), obj, _SEQ, None
     if t is list:
@@ -441,8 +488,8 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
     if t is _NoneType:
         return NONE_NODE, (), _SEQ, None
     if t is OrderedDict:
-        keys = tuple(obj)
-        return (ORDEREDDICT, None, len(keys), keys), [obj[k] for k in keys], _MAP, keys
+        order = tuple(obj)
+        return (ORDEREDDICT, None, len(order), order), [obj[k] for k in order], _MAP, order
     if t is defaultdict:
         keys = _leaf_order(obj)
         factory = obj.default_factory
@@ -458,8 +505,8 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
                 f"{where(_path(stack))}: {_qualname(t)} defines __tree_flatten__ "
                 "but no classmethod __tree_unflatten__"
             )
-        children, aux, keys, mode = _custom_result(obj.__tree_flatten__(), stack, t)
-        return (CUSTOM, t, len(children), (aux, keys)), children, mode, keys
+        children, tail, names, mode = _custom_result(obj.__tree_flatten__(), stack, t)
+        return (CUSTOM, t, len(children), tail), children, mode, names
     if isinstance(obj, tuple):
         if hasattr(t, "n_sequence_fields") and hasattr(t, "n_fields"):
             return _structseq_node(obj, t)
@@ -561,6 +608,50 @@ def _walk(tree: Any, is_leaf: Any, rules: Any, mode: int) -> tuple:
     return leaves, spec
 
 
+def iter_leaves(tree: Any, is_leaf: Any = None, rules: Any = None) -> Iterator[Any]:
+    """The leaves as a generator: ``_walk``'s traversal in mode 0, each leaf
+    yielded as soon as it is found. A container's children are read when the
+    container is reached, so a change the caller makes between two leaves
+    shows only in containers not reached yet. As in one call, a type found
+    to be a leaf type stays one for the rest of the iteration."""
+    stack: list = []  # frames: [children, position, keymode, names, obj]
+    onpath: set = set()
+    cache: dict = {}
+    leaf_types: set = set(_ATOMS) if rules is None else set(_ATOMS) - rules.keys()
+    obj = tree
+    while True:
+        t = type(obj)
+        if is_leaf is not None and is_leaf(obj):
+            found = None
+        elif t in leaf_types:
+            found = None
+        else:
+            found = classify(obj, t, rules, stack, cache)
+            if found is None and not isinstance(obj, tuple):
+                leaf_types.add(t)
+        if found is None:
+            yield obj
+        else:
+            _node, children, keymode, names = found
+            if children:
+                if id(obj) in onpath:
+                    raise _cycle_error(stack, obj)
+                onpath.add(id(obj))
+                stack.append([children, 0, keymode, names, obj])
+        # Move to the next value in pre-order.
+        while stack:
+            fr = stack[-1]
+            i = fr[1]
+            if i < len(fr[0]):
+                fr[1] = i + 1
+                obj = fr[0][i]
+                break
+            stack.pop()
+            onpath.discard(id(fr[4]))
+        else:
+            return
+
+
 def flatten(tree: Any, is_leaf: Any = None, rules: Any = None) -> tuple[list, TreeSpec]:
     return _walk(tree, is_leaf, rules, 1)
 
@@ -647,16 +738,14 @@ def build(kind: int, t: Any, aux: Any, children: list, order: Any) -> Any:
         return deque(children, aux)
     if kind == STRUCTSEQ:
         return t(children, dict(aux)) if aux else t(children)
-    if kind == CUSTOM:
-        user_aux, keys = aux
-        return t.__tree_unflatten__(
-            user_aux, tuple(children) if keys is None else dict(zip(keys, children))
-        )
-    if kind == RULE:
-        rule, user_aux, keys = aux
-        return rule.unflatten(
-            user_aux, tuple(children) if keys is None else dict(zip(keys, children))
-        )
+    if kind == CUSTOM or kind == RULE:
+        # (aux, keys) or (aux, None, entries), after the rule for RULE
+        tail = aux if kind == CUSTOM else aux[1:]
+        keys = tail[1]
+        got = tuple(children) if keys is None else dict(zip(keys, children))
+        if kind == CUSTOM:
+            return t.__tree_unflatten__(tail[0], got)
+        return aux[0].unflatten(tail[0], got)
     raise ValueError(f"unknown node kind {kind!r}")  # pragma: no cover - specs are validated
 
 
@@ -740,11 +829,12 @@ def _describe_node(node: tuple) -> str:
         return f"dataclass {_qualname(t)}{_fields_text(aux)}"
     if kind == ATTRS:
         return f"attrs class {_qualname(t)}{_fields_text(aux)}"
-    if kind == CUSTOM:
-        user_aux, keys, how = aux[0], aux[1], "__tree_flatten__"
+    tail, how = (aux, "__tree_flatten__") if kind == CUSTOM else (aux[1:], "a rule")
+    if len(tail) == 3:
+        children = f"children with entries {_keys_text(tail[2])}"
     else:
-        user_aux, keys, how = aux[1], aux[2], "a rule"
-    return f"{_qualname(t)} (by {how}, aux={user_aux!r}) with {_children_text(arity, keys)}"
+        children = _children_text(arity, tail[1])
+    return f"{_qualname(t)} (by {how}, aux={tail[0]!r}) with {children}"
 
 
 def _keys_text(keys: Any) -> str:
@@ -833,14 +923,14 @@ def _match(node: tuple, obj: Any, stack: list, label: str, other: str) -> tuple:
                 return children, keymode, names
     elif kind == CUSTOM:
         if ot is t:
-            children, user_aux, keys, mode = _custom_result(obj.__tree_flatten__(), stack, t)
-            if len(children) == arity and (user_aux, keys) == aux:
-                return children, mode, keys
+            children, tail, names, mode = _custom_result(obj.__tree_flatten__(), stack, t)
+            if len(children) == arity and tail == aux:
+                return children, mode, names
     elif kind == RULE:
         if ot is t:
-            children, user_aux, keys, mode = _rule_result(aux[0].flatten(obj), stack, t)
-            if len(children) == arity and (user_aux, keys) == aux[1:]:
-                return children, mode, keys
+            children, tail, names, mode = _rule_result(aux[0].flatten(obj), stack, t)
+            if len(children) == arity and tail == aux[1:]:
+                return children, mode, names
     raise _mismatch(stack, label, node, obj, other)
 
 

@@ -1,11 +1,13 @@
 """Filtering and reducing the leaves of a tree: ``tree_map_only``, the
 ``tree_any`` / ``tree_all`` family and the reductions, with optree's and
-torch's semantics. Each reads the leaves in one call to the engine."""
+torch's semantics. The reductions read the leaves in one call to the engine;
+``tree_any`` and ``tree_all`` and their ``_only`` forms walk lazily and stop
+at the first leaf that decides."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ._engine import impl as _impl
 from ._kinds import check_rules
@@ -28,6 +30,11 @@ _MISSING: Any = object()
 
 def _leaves(tree: Any, is_leaf: IsLeaf, rules: Any) -> list:
     return _impl.leaves(tree, is_leaf, check_rules(rules))  # type: ignore[no-any-return]
+
+
+def _lazy(tree: Any, is_leaf: IsLeaf, rules: Any) -> Iterator[Any]:
+    """The leaves as the engine's iterator: the walk stops where the caller does."""
+    return _impl.iter_leaves(tree, is_leaf, check_rules(rules))  # type: ignore[no-any-return]
 
 
 def _is_types(x: Any) -> bool:
@@ -87,6 +94,7 @@ def tree_map_only(
 
 def tree_any(tree: Any, is_leaf: IsLeaf = None, *, rules: Any = None) -> bool:
     """Whether any leaf is true, as optree's ``tree_any`` (False for no leaves).
+    The walk stops at the first true leaf.
 
     torch's ``tree_any(pred, tree)`` is ``pk.tree_any(pk.tree_map(pred, tree))``.
 
@@ -95,18 +103,19 @@ def tree_any(tree: Any, is_leaf: IsLeaf = None, *, rules: Any = None) -> bool:
         >>> pk.tree_any({"a": [0, None], "b": ""}), pk.tree_any([0, (1,)])
         (False, True)
     """
-    return any(_leaves(tree, is_leaf, rules))
+    return any(_lazy(tree, is_leaf, rules))
 
 
 def tree_all(tree: Any, is_leaf: IsLeaf = None, *, rules: Any = None) -> bool:
     """Whether every leaf is true, as optree's ``tree_all`` (True for no leaves).
+    The walk stops at the first false leaf.
 
     Examples:
         >>> import pytree_kit as pk
         >>> pk.tree_all({"a": [1, None], "b": "s"}), pk.tree_all([1, (0,)])
         (True, False)
     """
-    return all(_leaves(tree, is_leaf, rules))
+    return all(_lazy(tree, is_leaf, rules))
 
 
 def tree_any_only(
@@ -133,7 +142,7 @@ def _chosen(
 ) -> Any:
     """``pred`` of each leaf of the given type(s), lazily."""
     kinds = _types(type_or_types, fn)
-    return (pred(x) for x in _leaves(tree, is_leaf, rules) if isinstance(x, kinds))
+    return (pred(x) for x in _lazy(tree, is_leaf, rules) if isinstance(x, kinds))
 
 
 def tree_all_only(

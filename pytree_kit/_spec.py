@@ -412,7 +412,9 @@ def child_key(node: tuple, i: int) -> Any:
     if kind == DATACLASS or kind == ATTRS:
         return GetAttrKey(aux[0][i])
     if kind == CUSTOM or kind == RULE:
-        keys = aux[1] if kind == CUSTOM else aux[2]
+        # (aux, keys) or (aux, None, entries), after the rule for RULE
+        tail = aux if kind == CUSTOM else aux[1:]
+        keys = tail[2] if len(tail) == 3 else tail[1]
         return SequenceKey(i) if keys is None else DictKey(keys[i])
     if kind == STRUCTSEQ:
         # named when every item has a name (as _pure._structseq_node decides)
@@ -494,11 +496,14 @@ def _parts(node: tuple, order: Any) -> tuple[str, str, list | None]:
             tail = tail[2:]
         return f"{_name(t)}(", tail + ")", [f"{n}=" for n in names]
     if kind == CUSTOM or kind == RULE:
-        user_aux, keys = aux if kind == CUSTOM else aux[1:]
-        tail = f"aux={user_aux!r})"
+        tail = aux if kind == CUSTOM else aux[1:]
+        user_aux, keys = tail[0], tail[1]
+        end = f"aux={user_aux!r})"
+        if len(tail) == 3:  # entries: named children, unflattened as a tuple
+            return f"{_name(t)}(", ", " + end, [f"[{k!r}]=" for k in tail[2]]
         if keys is not None:
-            return f"{_name(t)}({{", "}, " + tail, [f"{k!r}: " for k in keys]
-        return f"{_name(t)}(", (", " if arity else "") + tail, None
+            return f"{_name(t)}({{", "}, " + end, [f"{k!r}: " for k in keys]
+        return f"{_name(t)}(", (", " if arity else "") + end, None
     raise ValueError(f"unknown node kind {kind!r}")  # pragma: no cover
 
 

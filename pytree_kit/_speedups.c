@@ -1688,11 +1688,14 @@ classify_python(Ctx *c, Stack *s, PyObject *obj, Found *f)
 }
 
 /* What __tree_flatten__ or a rule returned, as _pure._user_children validates
- * it. The common shape is checked here; anything else goes to the pure helper.
- * On success sets *children (a tuple), *aux and *keys (strong; keys may be None). */
+ * it. The common shape, (list, tuple or dict children, hashable aux), is read
+ * here; anything else (optree's (children, aux, entries) included) goes to
+ * the pure helper. On success sets *children (a tuple), *tail (the node's aux
+ * data after the rule: (aux, keys) or (aux, None, entries); only when tail is
+ * not NULL) and *names (the keys or entries, or None), all strong references. */
 static int
 user_result(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *helper,
-            PyObject **children, PyObject **aux, PyObject **keys, int *keymode)
+            PyObject **children, PyObject **tail, PyObject **names, int *keymode)
 {
     if (PyTuple_CheckExact(res) && PyTuple_GET_SIZE(res) == 2) {
         PyObject *ch = PyTuple_GET_ITEM(res, 0);
@@ -1705,10 +1708,12 @@ user_result(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *helper,
                 if (*children == NULL) {
                     return -1;
                 }
-                Py_INCREF(ax);
-                *aux = ax;
+                if (tail != NULL && (*tail = PyTuple_Pack(2, ax, Py_None)) == NULL) {
+                    Py_CLEAR(*children);
+                    return -1;
+                }
                 Py_INCREF(Py_None);
-                *keys = Py_None;
+                *names = Py_None;
                 *keymode = KM_SEQ;
                 return 0;
             }
@@ -1729,10 +1734,13 @@ user_result(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *helper,
                     PyTuple_SET_ITEM(vt, k, val);
                     k++;
                 }
-                Py_INCREF(ax);
-                *aux = ax;
+                if (tail != NULL && (*tail = PyTuple_Pack(2, ax, kt)) == NULL) {
+                    Py_DECREF(kt);
+                    Py_DECREF(vt);
+                    return -1;
+                }
                 *children = vt;
-                *keys = kt;
+                *names = kt;
                 *keymode = KM_MAP;
                 return 0;
             }
@@ -1751,36 +1759,56 @@ user_result(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *helper,
     if (out == NULL) {
         return -1;
     }
-    /* (children, aux, keys, mode) */
+    /* (children, tail, names, mode) */
     PyObject *ch = PyTuple_GET_ITEM(out, 0);
     *children = PySequence_Tuple(ch);
     if (*children == NULL) {
         Py_DECREF(out);
         return -1;
     }
-    *aux = PyTuple_GET_ITEM(out, 1);
-    Py_INCREF(*aux);
-    *keys = PyTuple_GET_ITEM(out, 2);
-    Py_INCREF(*keys);
+    if (tail != NULL) {
+        *tail = Py_NewRef(PyTuple_GET_ITEM(out, 1));
+    }
+    *names = PyTuple_GET_ITEM(out, 2);
+    Py_INCREF(*names);
     *keymode = (int)PyLong_AsLong(PyTuple_GET_ITEM(out, 3));
     Py_DECREF(out);
     return 0;
 }
 
+/* A RULE node's aux data: (rule, *tail). */
+static PyObject *
+rule_aux(PyObject *rule, PyObject *tail)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(tail);
+    PyObject *a = PyTuple_New(n + 1);
+    if (a == NULL) {
+        return NULL;
+    }
+    Py_INCREF(rule);
+    PyTuple_SET_ITEM(a, 0, rule);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PyTuple_GET_ITEM(tail, i);
+        Py_INCREF(x);
+        PyTuple_SET_ITEM(a, i + 1, x);
+    }
+    return a;
+}
+
 /* The node and children of what a rule (rule != NULL) or __tree_flatten__
- * returned, res: a RULE node (rule, aux, keys) or a CUSTOM node (aux, keys). */
+ * returned, res: a RULE node (rule, *tail) or a CUSTOM node (tail). */
 static int
 user_node(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *rule, Found *f)
 {
-    PyObject *children, *aux, *keys;
+    PyObject *children, *tail = NULL, *names;
     int km;
-    if (user_result(c, s, res, t, rule ? py_rule_result : py_custom_result, &children, &aux,
-                    &keys, &km) < 0) {
+    if (user_result(c, s, res, t, rule ? py_rule_result : py_custom_result, &children,
+                    c->mode ? &tail : NULL, &names, &km) < 0) {
         return -1;
     }
     f->node = NULL;
     if (c->mode) {
-        PyObject *a = rule ? PyTuple_Pack(3, rule, aux, keys) : PyTuple_Pack(2, aux, keys);
+        PyObject *a = rule ? rule_aux(rule, tail) : Py_NewRef(tail);
         if (a != NULL) {
             f->node = make_node(rule ? K_RULE : K_CUSTOM, (PyObject *)t,
                                 PyTuple_GET_SIZE(children), a);
@@ -1788,16 +1816,16 @@ user_node(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *rule, Foun
         }
         if (f->node == NULL) {
             Py_DECREF(children);
-            Py_DECREF(aux);
-            Py_DECREF(keys);
+            Py_DECREF(tail);
+            Py_DECREF(names);
             return -1;
         }
     }
-    Py_DECREF(aux);
+    Py_XDECREF(tail);
     f->children = children;
-    f->names = keys == Py_None ? NULL : keys;
-    if (keys == Py_None) {
-        Py_DECREF(keys);
+    f->names = names == Py_None ? NULL : names;
+    if (names == Py_None) {
+        Py_DECREF(names);
     }
     f->keymode = km;
     f->live = 0;
@@ -2707,34 +2735,82 @@ done:;
     return 0;
 }
 
-static PyObject *
-walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
-{
+/* A traversal's whole state: walk() keeps one on the C stack for one call,
+ * a LeafIter (below) one between its __next__ calls. */
+typedef struct {
     Ctx c;
     Stack s;
     Vec nodes, keys, leaves;
-    PyObject *orders = NULL, *paths = NULL, *obj = NULL, *result = NULL;
-    stack_init(&s);
-    vec_init(&nodes);
-    vec_init(&keys);
-    vec_init(&leaves);
-    if (ctx_init(&c, is_leaf, rules, mode) < 0) {
-        return NULL;
+    PyObject *orders; /* strong or NULL: (node index, insertion order) pairs */
+    PyObject *paths;  /* strong or NULL: mode 2's paths */
+    PyObject *obj;    /* strong or NULL: the next value to classify */
+    int mode;         /* 0 leaves, 1 and spec, 2 and paths */
+} Walk;
+
+static int
+walk_init(Walk *w, PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
+{
+    stack_init(&w->s);
+    vec_init(&w->nodes);
+    vec_init(&w->keys);
+    vec_init(&w->leaves);
+    w->orders = w->paths = w->obj = NULL;
+    w->mode = mode;
+    if (ctx_init(&w->c, is_leaf, rules, mode) < 0) {
+        return -1;
     }
-    if (mode == 2 && (paths = PyList_New(0)) == NULL) {
-        goto error;
+    if (mode == 2 && (w->paths = PyList_New(0)) == NULL) {
+        return -1;
     }
     Py_INCREF(tree);
-    obj = tree;
+    w->obj = tree;
+    return 0;
+}
+
+/* Drop what w holds; w may be cleared again. */
+static void
+walk_clear(Walk *w)
+{
+    Py_CLEAR(w->obj);
+    vec_clear(&w->leaves);
+    Py_CLEAR(w->orders);
+    Py_CLEAR(w->paths);
+    vec_clear(&w->nodes);
+    vec_clear(&w->keys);
+    stack_clear(&w->s);
+    ctx_clear(&w->c);
+}
+
+/* Walk from w->obj on in pre-order, appending to w's leaves (and nodes,
+ * orders and paths by its mode). Returns 0 once the tree is done, -1 on
+ * error, and, when lazy, 1 as soon as a leaf is ready, with w->obj the next
+ * value to classify. Inlined into each caller, so walk()'s copy has lazy
+ * constant 0 and its loop is as it was before there was a lazy one. */
+static PK_ALWAYS_INLINE int
+walk_run(Walk *w, const int lazy)
+{
+    Ctx *const c = &w->c;
+    Stack *const s = &w->s;
+    Vec *const nodes = &w->nodes, *const keys = &w->keys, *const leaves = &w->leaves;
+    const int mode = w->mode;
+    PyObject *obj = w->obj;
+    w->obj = NULL;
     for (;;) {
+        if (lazy && leaves->n) {
+            /* a leaf is ready: return it before anything that can run user
+             * code; the caller's code runs next, so the lists still being
+             * read are copied now, as they are (stack_freeze) */
+            w->obj = obj;
+            return stack_freeze(s) < 0 ? -1 : 1;
+        }
         int r;
         Found f;
         f.order = NULL;
         f.order_known = 0;
         f.direct_n = 0;
         f.direct_owned = 0;
-        if (c.is_leaf != NULL) {
-            PyObject *v = PyObject_CallOneArg(c.is_leaf, obj);
+        if (c->is_leaf != NULL) {
+            PyObject *v = PyObject_CallOneArg(c->is_leaf, obj);
             if (v == NULL) {
                 goto error;
             }
@@ -2743,24 +2819,24 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
             if (r < 0) {
                 goto error;
             }
-            r = r ? 0 : classify(&c, &s, obj, &f);
+            r = r ? 0 : classify(c, s, obj, &f);
         }
-        else if (known_leaf(&c, Py_TYPE(obj))) {
+        else if (known_leaf(c, Py_TYPE(obj))) {
             r = 0;
         }
         else {
-            r = classify(&c, &s, obj, &f);
+            r = classify(c, s, obj, &f);
         }
         if (r < 0) {
             goto error;
         }
         if (r == 0) {
-            if (emit_leaf(&leaves, &nodes, mode, obj) < 0) {
+            if (emit_leaf(leaves, nodes, mode, obj) < 0) {
                 goto error;
             }
             if (mode == 2) {
-                PyObject *p = seq_of(0, keys.v, keys.n);
-                if (p == NULL || PyList_Append(paths, p) < 0) {
+                PyObject *p = seq_of(0, keys->v, keys->n);
+                if (p == NULL || PyList_Append(w->paths, p) < 0) {
                     Py_XDECREF(p);
                     goto error;
                 }
@@ -2774,19 +2850,19 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
                     f.order = NULL;
                     if (order == NULL) {
                         order = f.order_known ? (Py_INCREF(Py_None), Py_None)
-                              : stack_freeze(&s) < 0 ? NULL
+                              : stack_freeze(s) < 0 ? NULL
                                                      : dict_order(f.node, obj, f.names);
                     }
                     if (order == NULL) {
                         goto found_error;
                     }
                     if (order != Py_None) {
-                        if (orders == NULL && (orders = PyList_New(0)) == NULL) {
+                        if (w->orders == NULL && (w->orders = PyList_New(0)) == NULL) {
                             Py_DECREF(order);
                             goto found_error;
                         }
-                        PyObject *pair = Py_BuildValue("(nN)", nodes.n, order);
-                        if (pair == NULL || PyList_Append(orders, pair) < 0) {
+                        PyObject *pair = Py_BuildValue("(nN)", nodes->n, order);
+                        if (pair == NULL || PyList_Append(w->orders, pair) < 0) {
                             Py_XDECREF(pair);
                             goto found_error;
                         }
@@ -2798,26 +2874,26 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
                 }
                 PyObject *node = f.node;
                 f.node = NULL;
-                if (vec_push(&nodes, node) < 0) {
+                if (vec_push(nodes, node) < 0) {
                     goto found_error;
                 }
             }
             Py_ssize_t nch = PyTuple_Check(f.children) ? PyTuple_GET_SIZE(f.children)
                                                         : PyList_GET_SIZE(f.children);
             if (nch) {
-                int held = stack_holds(&s, obj);
+                int held = stack_holds(s, obj);
                 if (held < 0) {
                     goto found_error;
                 }
                 if (held) {
-                    PyObject *st = stack_py(&s);
+                    PyObject *st = stack_py(s);
                     if (st != NULL) {
                         raise_returned(PyObject_CallFunctionObjArgs(py_cycle_error, st, obj, NULL));
                         Py_DECREF(st);
                     }
                     goto found_error;
                 }
-                if (stack_push(&s, obj, f.children, f.names, f.keymode, f.live, 1) < 0) {
+                if (stack_push(s, obj, f.children, f.names, f.keymode, f.live, 1) < 0) {
                     Py_XDECREF(f.node);
                     goto error;
                 }
@@ -2826,7 +2902,7 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
                 Py_DECREF(f.children);
                 Py_XDECREF(f.names);
                 Py_ssize_t i = 0;
-                while (i < f.direct_n && emit_leaf(&leaves, &nodes, mode, f.direct[i]) == 0) {
+                while (i < f.direct_n && emit_leaf(leaves, nodes, mode, f.direct[i]) == 0) {
                     i++;
                 }
                 release_direct(&f);
@@ -2848,25 +2924,25 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
     advance:
         Py_CLEAR(obj);
         /* Move to the next value in pre-order. */
-        while (s.n) {
-            Frame *fr = &s.v[s.n - 1];
+        while (s->n) {
+            Frame *fr = &s->v[s->n - 1];
             if (fr->pos < fr->n) {
                 if (frame_check(fr) < 0) {
                     goto error;
                 }
-                if (mode != 2 && c.is_leaf == NULL &&
-                    known_leaf(&c, Py_TYPE(frame_item(fr, fr->pos)))) {
+                if (mode != 2 && c->is_leaf == NULL &&
+                    known_leaf(c, Py_TYPE(frame_item(fr, fr->pos)))) {
                     /* A run of children that are leaves by their type: no user code
                      * runs, so they are copied in one go. The room reserved is at
                      * most what this frame's own children take. */
                     if (fr->n - fr->pos == 1) {
                         /* the last child (as in [tree, leaf]): no run to copy */
-                        if (emit_leaf(&leaves, &nodes, mode, frame_item(fr, fr->pos)) < 0) {
+                        if (emit_leaf(leaves, nodes, mode, frame_item(fr, fr->pos)) < 0) {
                             goto error;
                         }
                         fr->pos++;
                     }
-                    else if (leaf_run_out(&c, fr, &leaves, mode ? &nodes : NULL) < 0) {
+                    else if (leaf_run_out(c, fr, leaves, mode ? nodes : NULL) < 0) {
                         goto error;
                     }
                     if (fr->pos == fr->n) {
@@ -2884,37 +2960,47 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
                     if (k == NULL) {
                         goto error;
                     }
-                    while (keys.n > s.n - 1) {
-                        Py_DECREF(keys.v[--keys.n]);
+                    while (keys->n > s->n - 1) {
+                        Py_DECREF(keys->v[--keys->n]);
                     }
-                    if (vec_push(&keys, k) < 0) {
+                    if (vec_push(keys, k) < 0) {
                         goto error;
                     }
                 }
                 break;
             }
-            stack_pop(&s);
+            stack_pop(s);
         }
         if (obj == NULL) {
-            break;
+            return 0;
         }
     }
+error:
+    w->obj = obj;
+    return -1;
+}
+
+/* The leaves, and by mode the spec and the paths, as the caller gets them. */
+static PyObject *
+walk_result(Walk *w)
+{
+    const int mode = w->mode;
+    PyObject *result = NULL;
     if (!mode) {
-        result = vec_to_list(&leaves);
-        goto done;
+        return vec_to_list(&w->leaves);
     }
     {
-        Py_ssize_t nleaves = leaves.n;
-        PyObject *tnodes = vec_to_tuple(&nodes);
+        Py_ssize_t nleaves = w->leaves.n;
+        PyObject *tnodes = vec_to_tuple(&w->nodes);
         if (tnodes == NULL) {
             goto error;
         }
         PyObject *torders;
-        if (orders == NULL) {
+        if (w->orders == NULL) {
             Py_INCREF(empty_tuple);
             torders = empty_tuple;
         }
-        else if ((torders = PyList_AsTuple(orders)) == NULL) {
+        else if ((torders = PyList_AsTuple(w->orders)) == NULL) {
             Py_DECREF(tnodes);
             goto error;
         }
@@ -2929,7 +3015,7 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
                 goto error;
             }
             for (Py_ssize_t i = 0; i < nleaves; i++) {
-                PyObject *pr = PyTuple_Pack(2, PyList_GET_ITEM(paths, i), leaves.v[i]);
+                PyObject *pr = PyTuple_Pack(2, PyList_GET_ITEM(w->paths, i), w->leaves.v[i]);
                 if (pr == NULL) {
                     Py_DECREF(pairs);
                     Py_DECREF(spec);
@@ -2942,25 +3028,185 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
             Py_DECREF(spec);
         }
         else {
-            PyObject *lst = vec_to_list(&leaves);
+            PyObject *lst = vec_to_list(&w->leaves);
             result = lst == NULL ? NULL : PyTuple_Pack(2, lst, spec);
             Py_XDECREF(lst);
             Py_DECREF(spec);
         }
     }
-    goto done;
-error:
-    result = NULL;
-done:
-    Py_XDECREF(obj);
-    vec_clear(&leaves);
-    Py_XDECREF(orders);
-    Py_XDECREF(paths);
-    vec_clear(&nodes);
-    vec_clear(&keys);
-    stack_clear(&s);
-    ctx_clear(&c);
     return result;
+error:
+    return NULL;
+}
+
+static PyObject *
+walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode)
+{
+    Walk w;
+    PyObject *result = NULL;
+    if (walk_init(&w, tree, is_leaf, rules, mode) == 0 && walk_run(&w, 0) == 0) {
+        result = walk_result(&w);
+    }
+    walk_clear(&w);
+    return result;
+}
+
+/* ------------------------------------------------------------------------ */
+/* iter_leaves: the leaves, lazily */
+
+/* An iterator over a tree's leaves, as _pure.iter_leaves yields them:
+ * walk_run with lazy set, the Walk kept here between __next__ calls. It holds
+ * the containers being read, the leaves found but not yet returned, is_leaf
+ * and rules, all visited by the GC. Like a generator it refuses to be
+ * re-entered (an is_leaf that calls next on it, or a second thread), and is
+ * done after an error. */
+typedef struct {
+    PyObject_HEAD
+    Walk w;
+    PyObject *is_leaf; /* strong or NULL; w.c borrows it */
+    PyObject *rules;   /* strong or NULL; w.c borrows it */
+    Py_ssize_t next;   /* w.leaves[next:] are found and not yet returned */
+    int state;         /* LI_WALKING, LI_RUNNING (in walk_run) or LI_DONE */
+} LeafIter;
+
+enum { LI_WALKING, LI_RUNNING, LI_DONE };
+
+static PyTypeObject LeafIter_Type;
+
+/* Drop everything it holds; it is done. Safe to call again. */
+static void
+leafiter_release(LeafIter *it)
+{
+    Walk *w = &it->w;
+    Py_ssize_t k = it->next, n = w->leaves.n;
+    it->state = LI_DONE;
+    /* the leaves not returned: taken out first, as their release can run code */
+    w->leaves.n = 0;
+    it->next = 0;
+    for (Py_ssize_t i = k; i < n; i++) {
+        Py_DECREF(w->leaves.v[i]);
+    }
+    walk_clear(w);
+    Py_CLEAR(it->is_leaf);
+    Py_CLEAR(it->rules);
+}
+
+static PyObject *
+leafiter_next(LeafIter *it)
+{
+    Walk *w = &it->w;
+    if (it->next < w->leaves.n) {
+        PyObject *x = w->leaves.v[it->next++]; /* its reference moves to the caller */
+        return x;
+    }
+    if (it->state == LI_RUNNING) {
+        PyErr_SetString(PyExc_ValueError, "generator already executing");
+        return NULL;
+    }
+    if (it->state == LI_DONE) {
+        return NULL;
+    }
+    w->leaves.n = it->next = 0; /* every leaf found was returned */
+    w->c.last_leaf = NULL;      /* the caller's code ran since the last call */
+    it->state = LI_RUNNING;
+    int r = walk_run(w, 1);
+    it->state = LI_WALKING;
+    if (r < 0) {
+        leafiter_release(it);
+        return NULL;
+    }
+    if (r == 0) {
+        it->state = LI_DONE; /* the leaves found last are still returned */
+    }
+    if (w->leaves.n == 0) {
+        leafiter_release(it);
+        return NULL;
+    }
+    it->next = 1;
+    return w->leaves.v[0];
+}
+
+static int
+leafiter_traverse(LeafIter *it, visitproc visit, void *arg)
+{
+    Walk *w = &it->w;
+    Py_VISIT(it->is_leaf);
+    Py_VISIT(it->rules);
+    Py_VISIT(w->obj);
+    Py_VISIT(w->c.pycache);
+    for (Py_ssize_t i = it->next; i < w->leaves.n; i++) {
+        Py_VISIT(w->leaves.v[i]);
+    }
+    for (Py_ssize_t i = 0; i < w->s.n; i++) {
+        Py_VISIT(w->s.v[i].obj);
+        Py_VISIT(w->s.v[i].children);
+        Py_VISIT(w->s.v[i].names);
+    }
+    for (Py_ssize_t i = 0; i < w->c.types.n; i++) {
+        TypeEntry *e = &w->c.types.v[i];
+        Py_VISIT(e->type);
+        Py_VISIT(e->info);
+        Py_VISIT(e->node);
+        Py_VISIT(e->reads_obj);
+    }
+    return 0;
+}
+
+static int
+leafiter_clear(LeafIter *it)
+{
+    if (it->state != LI_RUNNING) { /* while running, its caller holds it */
+        leafiter_release(it);
+    }
+    return 0;
+}
+
+static void
+leafiter_dealloc(LeafIter *it)
+{
+    PyObject_GC_UnTrack(it);
+    leafiter_release(it);
+    PyObject_GC_Del(it);
+}
+
+static PyTypeObject LeafIter_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pytree_kit._speedups.LeafIter",
+    .tp_basicsize = sizeof(LeafIter),
+    .tp_dealloc = (destructor)leafiter_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The leaves of a tree, in order, found as they are asked for.",
+    .tp_traverse = (traverseproc)leafiter_traverse,
+    .tp_clear = (inquiry)leafiter_clear,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)leafiter_next,
+};
+
+/* iter_leaves(tree, is_leaf=None, rules=None): a LeafIter; nothing is read
+ * until the first next */
+static PyObject *
+sp_iter_leaves(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "iter_leaves(tree, is_leaf=None, rules=None) takes 1 to 3 arguments");
+        return NULL;
+    }
+    PyObject *is_leaf = nargs > 1 ? args[1] : Py_None, *rules = nargs > 2 ? args[2] : Py_None;
+    LeafIter *it = PyObject_GC_New(LeafIter, &LeafIter_Type);
+    if (it == NULL) {
+        return NULL;
+    }
+    it->is_leaf = is_leaf == Py_None ? NULL : Py_NewRef(is_leaf);
+    it->rules = rules == Py_None ? NULL : Py_NewRef(rules);
+    it->next = 0;
+    it->state = LI_WALKING;
+    if (walk_init(&it->w, args[0], is_leaf, rules, 0) < 0) {
+        Py_DECREF(it);
+        return NULL;
+    }
+    PyObject_GC_Track(it);
+    return (PyObject *)it;
 }
 
 /* fname(tree, is_leaf=None, rules=None): walk in the given mode */
@@ -3506,7 +3752,9 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
         }
         break;
     case K_CUSTOM:
-        if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == 2 &&
+        /* (aux, None) or optree's (aux, None, entries): children as a tuple */
+        if (PyTuple_CheckExact(aux) &&
+            (PyTuple_GET_SIZE(aux) == 2 || PyTuple_GET_SIZE(aux) == 3) &&
             PyTuple_GET_ITEM(aux, 1) == Py_None) {
             PyObject *tup = seq_of(0, ch, arity);
             if (tup == NULL) {
@@ -4028,28 +4276,29 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
                 Py_DECREF(res);
                 return r < 0 ? -1 : (r == 1 ? 1 : mismatch(u, node, obj));
             }
-            PyObject *ch, *uaux, *keys;
+            PyObject *ch, *tail, *keys;
             int km;
             r = user_result(c, u->s, res, ot, kind == K_CUSTOM ? py_custom_result : py_rule_result,
-                                &ch, &uaux, &keys, &km);
+                                &ch, &tail, &keys, &km);
             Py_DECREF(res);
             if (r < 0) {
                 return -1;
             }
             int eq = 0;
             if (PyTuple_GET_SIZE(ch) == arity) {
-                /* (aux, keys) == the node's, item by item as a tuple compares,
-                 * ours on the left as in the pure engine: a CUSTOM node's aux
-                 * is (aux, keys), a RULE node's (rule, aux, keys) */
-                Py_ssize_t at = kind == K_CUSTOM ? 0 : 1;
-                if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == at + 2) {
-                    eq = PyObject_RichCompareBool(uaux, PyTuple_GET_ITEM(aux, at), Py_EQ);
-                    if (eq > 0) {
-                        eq = PyObject_RichCompareBool(keys, PyTuple_GET_ITEM(aux, at + 1), Py_EQ);
+                /* tail == the node's, item by item as a tuple compares, ours
+                 * on the left as in the pure engine: a CUSTOM node's aux is
+                 * the tail, a RULE node's (rule, *tail) */
+                Py_ssize_t at = kind == K_CUSTOM ? 0 : 1, n = PyTuple_GET_SIZE(tail);
+                if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == at + n) {
+                    eq = 1;
+                    for (Py_ssize_t k = 0; k < n && eq > 0; k++) {
+                        eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(tail, k),
+                                                      PyTuple_GET_ITEM(aux, at + k), Py_EQ);
                     }
                 }
             }
-            Py_DECREF(uaux);
+            Py_DECREF(tail);
             if (eq <= 0) {
                 Py_DECREF(ch);
                 Py_DECREF(keys);
@@ -4546,6 +4795,8 @@ static PyMethodDef methods[] = {
      "flatten(tree, is_leaf=None, rules=None) -> (leaves, spec)"},
     {"leaves", (PyCFunction)(void (*)(void))sp_leaves, METH_FASTCALL,
      "leaves(tree, is_leaf=None, rules=None) -> leaves"},
+    {"iter_leaves", (PyCFunction)(void (*)(void))sp_iter_leaves, METH_FASTCALL,
+     "iter_leaves(tree, is_leaf=None, rules=None) -> an iterator over the leaves"},
     {"flatten_with_path", (PyCFunction)(void (*)(void))sp_flatten_with_path, METH_FASTCALL,
      "flatten_with_path(tree, is_leaf=None, rules=None) -> ([(path, leaf), ...], spec)"},
     {"unflatten", (PyCFunction)(void (*)(void))sp_unflatten, METH_FASTCALL,
@@ -4924,7 +5175,7 @@ PyInit__speedups(void)
         (off_hash = slot_offset((PyObject *)TreeSpec_type, "_hash")) < 0) {
         goto fail;
     }
-    if (PyType_Ready(&StackView_Type) < 0 || pk_fastcall_add(m) < 0) {
+    if (PyType_Ready(&StackView_Type) < 0 || PyType_Ready(&LeafIter_Type) < 0 || pk_fastcall_add(m) < 0) {
         goto fail;
     }
     if ((empty_tuple = PyTuple_New(0)) == NULL) {

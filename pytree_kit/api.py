@@ -6,7 +6,7 @@ maps a type to a :class:`~pytree_kit.Rule` for this call only.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 from . import _pure
 from ._engine import accelerate
@@ -21,6 +21,7 @@ __all__ = [
     "leaves",
     "structure",
     "tree_flatten",
+    "tree_iter",
     "tree_leaves",
     "tree_map",
     "tree_map_with_path",
@@ -87,6 +88,27 @@ def leaves(tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None) -> list[An
         [1, 2, 's']
     """
     return _impl.leaves(tree, is_leaf, check_rules(rules))
+
+
+def tree_iter(tree: Any, is_leaf: IsLeaf = None, *, rules: Rules = None) -> Iterator[Any]:
+    """The leaves of a tree, in order, found as they are asked for.
+
+    Nothing is read until the first leaf is asked for, and the walk stops
+    where the caller stops: ``next(pk.tree_iter(tree))`` reads one path down
+    the tree, and an error further on is not raised. A container's children
+    are read when the walk reaches it. Like a generator, the iterator is done
+    after an error and may not be re-entered (from ``is_leaf``, or another
+    thread): that raises ValueError.
+
+    Examples:
+        >>> import pytree_kit as pk
+        >>> it = pk.tree_iter({"b": [1, 2], "a": (0, None)})
+        >>> next(it), list(it)
+        (0, [1, 2])
+        >>> any(x > 1 for x in pk.tree_iter([3, {"never": "read"}]))
+        True
+    """
+    return _impl.iter_leaves(tree, is_leaf, check_rules(rules))  # type: ignore[no-any-return]
 
 
 @accelerate("structure")

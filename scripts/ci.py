@@ -71,6 +71,7 @@ ENGINE_TESTS = (
     "tests/test_fastcall.py",
     "tests/test_versions.py",
     "tests/test_threads.py",
+    "tests/test_iter.py",
 )
 SUMMARY = re.compile(
     r"^=*\s*((?:\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|warnings?|deselected)"

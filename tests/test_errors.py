@@ -211,14 +211,24 @@ def test_unhashable_rule_aux_is_a_type_error():
         pk.flatten(Opaque([], 0), rules=rules)
 
 
+SHAPE = "must return a (children, aux) pair or a (children, aux, entries) triple, got "
+
+
 @pytest.mark.parametrize(
     ("returned", "message"),
     [
-        (None, "must return a (children, aux) pair, got NoneType"),
-        (((1,),), "must return a (children, aux) pair, got tuple"),
-        ([(1,), None], "must return a (children, aux) pair, got list"),
+        (None, SHAPE + "NoneType"),
+        (((1,),), SHAPE + "a tuple of 1"),
+        (((1,), None, (), 4), SHAPE + "a tuple of 4"),
+        ([(1,), None], SHAPE + "list"),
         ((iter([1]), None), "must return children as a list, tuple or dict, got list_iterator"),
         ((5, None), "must return children as a list, tuple or dict, got int"),
+        # optree's triple
+        (({"a": 1}, None, ("a",)), "must return children as a list or tuple, got dict"),
+        (((1, 2), None, ("a",)), "returned 1 entry for 2 children"),
+        (((1,), None, ("a", "b")), "returned 2 entries for 1 child"),
+        (((1, 2), None, "ab"), "must return entries as an iterable of keys, got str"),
+        (((1, 2), None, 7), "must return entries as an iterable of keys, got int"),
     ],
 )
 def test_protocol_returning_the_wrong_shape_is_a_type_error(returned, message):
@@ -233,6 +243,35 @@ def test_protocol_returning_the_wrong_shape_is_a_type_error(returned, message):
     pattern = r"tree\['w'\]: \S*Wrong\.__tree_flatten__ " + re.escape(message)
     with pytest.raises(TypeError, match=pattern):
         pk.flatten({"w": Wrong()})
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        (("a", "a"), "the entries of {} must be distinct, got ['a', 'a']"),
+        (([], "b"), "the entries of {} must be hashable (unhashable type: 'list')"),
+    ],
+)
+@pytest.mark.parametrize("by_rule", [False, True])
+def test_bad_entries_name_the_path(entries, message, by_rule):
+    class Entries:
+        def __tree_flatten__(self):
+            return (1, 2), None, entries
+
+        @classmethod
+        def __tree_unflatten__(cls, aux, children):
+            return cls()
+
+    rules = None
+    what = "Entries.__tree_flatten__"
+    if by_rule:
+        rules = {Entries: pk.Rule(lambda o: ((1, 2), None, entries), lambda a, c: None)}
+        what = "the rule for Entries"
+    pattern = r"tree\[1\]\.boxes: " + re.escape(message.format(what)).replace(
+        "Entries", r"\S*Entries"
+    )
+    with pytest.raises(TypeError, match=pattern):
+        pk.flatten([0, Target(Entries())], rules=rules)
 
 
 def test_protocol_without_unflatten_is_a_type_error():

@@ -191,6 +191,21 @@ class MapBox:
         return cls(children, aux)
 
 
+class EntriesBox:
+    """A protocol class written to optree's convention: (children, aux, entries)."""
+
+    def __init__(self, items: Any, names: Any, aux: Any = None) -> None:
+        self.items, self.names, self.aux = list(items), tuple(names), aux
+
+    def __tree_flatten__(self) -> tuple:
+        return self.items, (self.aux, self.names), self.names
+
+    @classmethod
+    def __tree_unflatten__(cls, aux: Any, children: Any) -> EntriesBox:
+        assert type(children) is tuple
+        return cls(children, aux[1], aux[0])
+
+
 class Opaque:
     """A class flattened by a Rule (sequence children)."""
 
@@ -227,7 +242,25 @@ def _opaque_map_unflatten(aux: Any, children: Any) -> OpaqueMap:
 
 OPAQUE_MAP_RULE = pk.Rule(_opaque_map_flatten, _opaque_map_unflatten)
 
-RULES = {Opaque: OPAQUE_RULE, OpaqueMap: OPAQUE_MAP_RULE}
+
+class OpaqueEntries:
+    """A class flattened by a Rule that returns optree's triple."""
+
+    def __init__(self, a: Any, b: Any) -> None:
+        self.a, self.b = a, b
+
+
+def _opaque_entries_flatten(o: OpaqueEntries) -> tuple:
+    return [o.a, o.b], None, [b"a", None]
+
+
+def _opaque_entries_unflatten(aux: Any, children: Any) -> OpaqueEntries:
+    return OpaqueEntries(*children)
+
+
+OPAQUE_ENTRIES_RULE = pk.Rule(_opaque_entries_flatten, _opaque_entries_unflatten)
+
+RULES = {Opaque: OPAQUE_RULE, OpaqueMap: OPAQUE_MAP_RULE, OpaqueEntries: OPAQUE_ENTRIES_RULE}
 
 
 class _Unwritable:
@@ -303,6 +336,7 @@ ALL_CLASSES = [
     AttrsInitFalse,
     SeqBox,
     MapBox,
+    EntriesBox,
     Recorder,
     os.stat_result,
     time.struct_time,
@@ -354,7 +388,7 @@ def assert_same_tree(got: Any, want: Any) -> None:
                     stack.append((getattr(x, name), getattr(y, name), f"{path}.{name}"))
             if isinstance(x, dict):
                 assert list(dict.items(x)) == list(dict.items(y)), f"{path}: dict view"
-        elif t in (SeqBox, MapBox, Opaque, OpaqueMap, Recorder):
+        elif t in (SeqBox, MapBox, EntriesBox, Opaque, OpaqueMap, OpaqueEntries, Recorder):
             vx, vy = vars(x), vars(y)
             assert list(vx) == list(vy), f"{path}: attributes"
             stack.extend((vx[k], vy[k], f"{path}.{k}") for k in vx)
@@ -493,6 +527,18 @@ CASES: list = [
     ("protocol-dict", lambda: MapBox({"w": 1, "b": [2], 3: None}, ("m", 1)), (MapBox,), None),
     ("rule-seq", lambda: [Opaque(1, [2, 3])], (), RULES),
     ("rule-dict", lambda: {"o": OpaqueMap(z=1, a=2)}, (), RULES),
+    (
+        "protocol-entries",
+        lambda: EntriesBox([1, EntriesBox([], ())], ("x", 2), "a"),
+        (EntriesBox,),
+        None,
+    ),
+    (
+        "rule-entries",
+        lambda: [OpaqueEntries(1, [2])],
+        (),
+        {OpaqueEntries: OPAQUE_ENTRIES_RULE},
+    ),
     (
         "mixed",
         lambda: {
@@ -1519,6 +1565,38 @@ HOSTILE: list = [
         _doc(
             [{"kind": "custom", "class": _S, "arity": 2, "keys": ["a", "a"], "aux": None}, "*", "*"]
         ),
+    ),
+    (
+        "custom-entries-arity-mismatch",
+        _doc(
+            [{"kind": "custom", "class": _S, "arity": 2, "entries": ["a"], "aux": None}, "*", "*"]
+        ),
+    ),
+    (
+        "custom-entries-duplicate",
+        _doc(
+            [{"kind": "custom", "class": _S, "arity": 2, "entries": [1, 1], "aux": None}, "*", "*"]
+        ),
+    ),
+    (
+        "custom-entries-and-keys",
+        _doc(
+            [
+                {
+                    "kind": "custom",
+                    "class": _S,
+                    "arity": 1,
+                    "keys": ["a"],
+                    "entries": ["a"],
+                    "aux": None,
+                },
+                "*",
+            ]
+        ),
+    ),
+    (
+        "custom-entries-not-a-list",
+        _doc([{"kind": "custom", "class": _S, "arity": 0, "entries": {}, "aux": None}]),
     ),
     (
         "custom-keys-string",

@@ -9,6 +9,7 @@ import functools
 import importlib.util
 import os
 import pickle
+import re
 import subprocess
 import sys
 import time
@@ -374,6 +375,51 @@ def test_protocol_with_dict_children_names_the_paths():
     rebuilt = spec.unflatten([5, 6, 7])["targets"][0]
     assert (rebuilt.coords, rebuilt.labels, rebuilt.fmt) == ([5, 6], [7], "xyxy")
     assert spec != pk.structure({"targets": [Boxes([1, 2], [3], "cxcy")]})
+
+
+class Named:
+    """optree's triple: (children, aux, entries); the entries may change."""
+
+    def __init__(self, values, names, aux=None):
+        self.values, self.names, self.aux = list(values), names, aux
+
+    def __tree_flatten__(self):
+        return self.values, self.aux, self.names
+
+    @classmethod
+    def __tree_unflatten__(cls, aux, children):
+        assert type(children) is tuple  # a tuple, as optree passes it
+        return cls(children, ("rebuilt",) * len(children), aux)
+
+
+@pytest.mark.parametrize("by_rule", [False, True])
+def test_entries_name_the_paths_and_travel_in_the_spec(by_rule):
+    rules = None
+    if by_rule:
+
+        def flatten(n):
+            return tuple(n.values), n.aux, None if n.names is None else list(n.names)
+
+        rules = {Named: pk.Rule(flatten, Named.__tree_unflatten__)}
+    tree = {"t": [Named([1, [2]], ("lo", 0), aux="m")]}
+    pairs, spec = pk.flatten_with_path(tree, rules=rules)
+    assert [pk.keystr(p) for p, _ in pairs] == ["['t'][0]['lo']", "['t'][0][0][0]"]
+    assert spec.paths() == [p for p, _ in pairs]
+    assert pk.tree_get(tree, "['t'][0][0][0]", rules=rules) == 2
+    rebuilt = spec.unflatten(["a", "b"])["t"][0]
+    assert (rebuilt.values, rebuilt.aux) == (["a", ["b"]], "m")
+    assert spec.flatten_up_to(tree) == [1, 2]
+    # the entries are part of the spec: other entries, or none, are another structure
+    for names, theirs in ((("lo", 1), "entries ['lo', 1]"), (None, "2 children")):
+        other = {"t": [Named([1, [2]], names, aux="m")]}
+        assert pk.structure(other, rules=rules) != spec
+        how = "a rule" if by_rule else "__tree_flatten__"
+        message = (
+            f"tree['t'][0]: structure mismatch: the spec has Named (by {how}, aux='m') with "
+            f"children with entries ['lo', 0], the tree has Named (by {how}, aux='m') with "
+        )
+        with pytest.raises(ValueError, match=re.escape(message) + ".*" + re.escape(theirs)):
+            spec.flatten_up_to(other)
 
 
 def test_protocol_takes_precedence_over_dataclass():

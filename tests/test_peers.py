@@ -352,6 +352,69 @@ def test_is_prefix_and_compose_match_optree(a: Any, b: Any, data: Any) -> None:
         assert _same_tree(composed.unflatten(leaves), ocomposed.unflatten(leaves), dict_order=True)
 
 
+class OptreeSpan:
+    """A class written to optree's convention: tree_flatten returns
+    (children, metadata, entries); optree's register_pytree_node_class gives
+    it __tree_flatten__, which pytree_kit reads with no registration."""
+
+    def __init__(self, lo: Any, hi: Any, unit: str = "s") -> None:
+        self.lo, self.hi, self.unit = lo, hi, unit
+
+    def tree_flatten(self) -> tuple:
+        return (self.lo, self.hi), self.unit, ("lo", 1)
+
+    @classmethod
+    def tree_unflatten(cls, unit: Any, children: tuple) -> OptreeSpan:
+        return cls(children[0], children[1], unit)
+
+
+_SPAN_NAMESPACE = "pytree_kit-tests"
+
+
+def _optree_with_span() -> Any:
+    optree = _optree()
+    if not hasattr(OptreeSpan, "__tree_flatten__"):
+        optree.register_pytree_node_class(OptreeSpan, namespace=_SPAN_NAMESPACE)
+    return optree
+
+
+def _raw_path(tree: Any, path: tuple) -> tuple:
+    """Our path as optree's raw entries: a namedtuple field is its index."""
+    out, obj = [], tree
+    for key in path:
+        if isinstance(key, pk.GetAttrKey) and isinstance(obj, tuple):
+            out.append(type(obj)._fields.index(key.name))
+        else:
+            out.append(key.key if isinstance(key, pk.DictKey) else key.idx)
+        obj = pk.tree_get(obj, (key,))
+    return tuple(out)
+
+
+@SETTINGS
+@given(trees(with_deque=True), trees(with_deque=True), trees())
+def test_entries_protocol_matches_optree(a: Any, b: Any, c: Any) -> None:
+    optree = _optree_with_span()
+
+    def fn(*args: Any, **kwargs: Any) -> Any:
+        return args, kwargs
+
+    tree = [
+        OptreeSpan(a, {"k": OptreeSpan(b, None, "ms")}),
+        optree.functools.partial(fn, c, x=[a]),
+    ]
+    opaths, oleaves, ospec = optree.tree_flatten_with_path(tree, namespace=_SPAN_NAMESPACE)
+    pairs, spec = pk.flatten_with_path(tree)
+    assert _same_objects([x for _, x in pairs], oleaves)
+    assert [_raw_path(tree, p) for p, _ in pairs] == opaths
+    assert spec.paths() == [p for p, _ in pairs]
+    fresh = [object() for _ in oleaves]
+    mine, theirs = spec.unflatten(fresh), optree.tree_unflatten(ospec, fresh)
+    assert pk.leaves(mine) == optree.tree_leaves(theirs, namespace=_SPAN_NAMESPACE)
+    assert pk.structure(mine) == spec == pk.structure(theirs)
+    assert mine[1]() == theirs[1]()
+    assert spec.flatten_up_to(theirs) == fresh
+
+
 # --------------------------------------------------------------------------
 # Part 2: the README's comparison table, one test per cell
 

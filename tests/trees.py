@@ -116,7 +116,40 @@ def _opaque_unflatten(scale: int, children: tuple) -> Opaque:
     return Opaque(list(children), scale)
 
 
-RULES = {Opaque: pk.Rule(_opaque_flatten, _opaque_unflatten)}
+class Span:
+    """A class written to optree's convention: ``__tree_flatten__`` returns
+    (children, aux, entries), and the entries name the children."""
+
+    def __init__(self, lo: Any, hi: Any, unit: str = "s") -> None:
+        self.lo, self.hi, self.unit = lo, hi, unit
+
+    def __tree_flatten__(self) -> tuple:
+        return (self.lo, self.hi), self.unit, ("lo", 1)
+
+    @classmethod
+    def __tree_unflatten__(cls, unit: Any, children: tuple) -> Span:
+        return cls(children[0], children[1], unit)
+
+
+class Sealed:
+    """A class handled by a rule that returns optree's triple."""
+
+    def __init__(self, a: Any, b: Any, tag: int) -> None:
+        self.a, self.b, self.tag = a, b, tag
+
+
+def _sealed_flatten(o: Sealed) -> tuple:
+    return [o.a, o.b], o.tag, ["a", "b"]
+
+
+def _sealed_unflatten(tag: int, children: tuple) -> Sealed:
+    return Sealed(children[0], children[1], tag)
+
+
+RULES = {
+    Opaque: pk.Rule(_opaque_flatten, _opaque_unflatten),
+    Sealed: pk.Rule(_sealed_flatten, _sealed_unflatten),
+}
 
 
 @dataclasses.dataclass
@@ -180,6 +213,7 @@ ALLOW = (
     AttrsStatic,
     Node,
     Record,
+    Span,
     ModelOutput,
 )
 
@@ -209,6 +243,8 @@ EXTRA_KINDS = [
     lambda c: st.builds(Node, c, c, st.sampled_from(["n", "m"])),
     lambda c: st.builds(Record, a=c, b=c),
     lambda c: st.builds(Opaque, st.lists(c, max_size=3), st.integers(0, 2)),
+    lambda c: st.builds(Span, c, c, st.sampled_from(["s", "ms"])),
+    lambda c: st.builds(Sealed, c, c, st.integers(0, 2)),
     lambda c: st.builds(_model_output, c, st.one_of(st.none(), c)),
 ]
 
@@ -273,11 +309,16 @@ def assert_same_tree(a: Any, b: Any, path: str = "tree", identical_leaves: bool 
             for k in a:
                 assert dict.__getitem__(b, k) is getattr(b, k), f"{path}: dict view {k!r}"
         return
-    if isinstance(a, (Node, Opaque)):
+    user = {
+        Node: ("label", ("left", "right")),
+        Opaque: ("scale", ("items",)),
+        Span: ("unit", ("lo", "hi")),
+        Sealed: ("tag", ("a", "b")),
+    }
+    if ta in user:
         # aux data travels in the spec (and through pickle and JSON): equal, not identical
-        aux = "label" if isinstance(a, Node) else "scale"
+        aux, kids = user[ta]
         assert getattr(a, aux) == getattr(b, aux), f"{path}: aux"
-        kids = ("left", "right") if isinstance(a, Node) else ("items",)
         for n in kids:
             assert_same_tree(getattr(a, n), getattr(b, n), f"{path}.{n}", identical_leaves)
         return
@@ -297,12 +338,15 @@ def resolve(tree: Any, path: tuple) -> Any:
     obj = tree
     for key in path:
         t = type(obj)
-        if t in RULES:
-            children, _ = RULES[t].flatten(obj)
-            obj = children[key.idx]
-        elif hasattr(t, "__tree_flatten__"):
-            children, _ = obj.__tree_flatten__()
-            obj = children[key.key if isinstance(key, pk.DictKey) else key.idx]
+        if t in RULES or hasattr(t, "__tree_flatten__"):
+            res = RULES[t].flatten(obj) if t in RULES else obj.__tree_flatten__()
+            children = res[0]
+            if isinstance(key, pk.SequenceKey):
+                obj = list(children)[key.idx]
+            elif len(res) == 3:  # optree's entries name the children
+                obj = list(children)[list(res[2]).index(key.key)]
+            else:
+                obj = children[key.key]
         elif isinstance(key, pk.DictKey):
             obj = obj[key.key]
         elif isinstance(key, pk.SequenceKey):

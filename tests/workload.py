@@ -63,6 +63,7 @@ OPS = (
     "flatten_up_to",
     "tree_map_with_path",
     "columns",
+    "tree_iter",
 )
 ERRORS = "errors"
 
@@ -286,6 +287,7 @@ class Api:
     columns: Callable[[pk.TreeSpec, Any], Any]
     tree_map: Callable[..., Any]
     tree_map_with_path: Callable[..., Any]
+    tree_iter: Callable[..., Any]
 
 
 def public_api() -> Api:
@@ -300,6 +302,7 @@ def public_api() -> Api:
         columns=pk.TreeSpec.columns,
         tree_map=pk.tree_map,
         tree_map_with_path=pk.tree_map_with_path,
+        tree_iter=pk.tree_iter,
     )
 
 
@@ -343,6 +346,9 @@ def direct_api(engine: Any) -> Api:
         xs = [x for _, x in pairs]
         return engine.unflatten(spec, list(map(fn, paths, xs, *others)))
 
+    def tree_iter(tree: Any, *, is_leaf: Any = None, rules: Any = None) -> Any:
+        return engine.iter_leaves(tree, is_leaf, check_rules(rules))
+
     return Api(
         name=f"direct({engine.NAME})",
         flatten=flatten,
@@ -353,6 +359,7 @@ def direct_api(engine: Any) -> Api:
         columns=columns,
         tree_map=tree_map,
         tree_map_with_path=tree_map_with_path,
+        tree_iter=tree_iter,
     )
 
 
@@ -369,6 +376,7 @@ def op_calls(api: Api, case: Case) -> dict[str, Call]:
     flatten, unflatten, leaves_ = api.flatten, api.unflatten, api.leaves
     with_path, up_to, columns = api.flatten_with_path, api.flatten_up_to, api.columns
     tree_map, tree_map_with_path = api.tree_map, api.tree_map_with_path
+    iter_ = api.tree_iter
 
     def do_flatten() -> object:
         return flatten(tree, **kw)
@@ -394,6 +402,12 @@ def op_calls(api: Api, case: Case) -> dict[str, Call]:
     def do_columns() -> object:
         return columns(spec, (tree, tree))
 
+    def do_tree_iter() -> object:
+        # to the end, and abandoned after the first leaf (its walk still held)
+        it = iter_(tree, **kw)
+        next(it, None)
+        return list(iter_(tree, **kw))
+
     calls: dict[str, Call] = {
         "flatten": do_flatten,
         "unflatten": do_unflatten,
@@ -403,6 +417,7 @@ def op_calls(api: Api, case: Case) -> dict[str, Call]:
         "flatten_up_to": do_flatten_up_to,
         "tree_map_with_path": do_tree_map_with_path,
         "columns": do_columns,
+        "tree_iter": do_tree_iter,
     }
     assert tuple(calls) == OPS
     return calls
@@ -486,6 +501,7 @@ def error_calls(api: Api, base: Optional[Case] = None) -> dict[str, Call]:
     flatten, unflatten, leaves = api.flatten, api.unflatten, api.leaves
     with_path, up_to = api.flatten_with_path, api.flatten_up_to
     tree_map, tree_map_with_path = api.tree_map, api.tree_map_with_path
+    iter_ = api.tree_iter
     too_few, too_many = big_leaves[:-1], [*big_leaves, L()]
 
     def e(fn: Call, exc: type[BaseException], match: str) -> Call:
@@ -556,6 +572,14 @@ def error_calls(api: Api, base: Optional[Case] = None) -> dict[str, Call]:
         "dataclass_dict_mismatch": e(lambda: flatten(mo_bad), TypeError, "cannot be rebuilt"),
         "is_leaf_raises": e(
             lambda: leaves(big, is_leaf=raising_is_leaf), RuntimeError, "is_leaf refused"
+        ),
+        # raised by a next() deep in the walk, with the leaves before it returned
+        "tree_iter/cycle_deep": e(lambda: list(iter_(deep_cycle, **big_kw)), ValueError, "cycle"),
+        "tree_iter/tree_flatten_raises": e(
+            lambda: list(iter_(boom, **big_kw)), RuntimeError, "boom"
+        ),
+        "tree_iter/is_leaf_raises": e(
+            lambda: list(iter_(big, is_leaf=raising_is_leaf)), RuntimeError, "is_leaf refused"
         ),
     }
     return calls
