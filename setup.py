@@ -53,7 +53,12 @@ if platform.python_implementation() == "CPython" or require_c:
     ext_modules.append(
         Extension(
             "pytree_kit._speedups",
-            sources=["pytree_kit/_speedups.c", "pytree_kit/_fastcall.c", "pytree_kit/_reach.c"],
+            sources=[
+                "pytree_kit/_speedups.c",
+                "pytree_kit/_fastcall.c",
+                "pytree_kit/_reach.c",
+                "pytree_kit/_specops.c",
+            ],
             depends=["pytree_kit/_speedups.h"],
             optional=not require_c,  # with the extension missing, the install goes on
             define_macros=[("PK_NO_FAST_PATHS", "1")] if _flag("PYTREE_KIT_NO_FAST_PATHS") else [],

@@ -31,7 +31,18 @@ import warnings
 from typing import Any
 
 _DYNAMO = "torch._dynamo"
-_NAMES = ("flatten", "leaves", "flatten_with_path", "unflatten", "flatten_up_to")
+_NAMES = (
+    "flatten",
+    "leaves",
+    "iter_leaves",
+    "flatten_with_path",
+    "unflatten",
+    "flatten_up_to",
+    "keystr",
+    "spec_compose",
+    "spec_is_prefix",
+    "spec_paths",
+)
 _lock = threading.Lock()
 _registered = False
 

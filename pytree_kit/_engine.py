@@ -21,7 +21,7 @@ import sys
 import sysconfig
 from typing import Any, Callable, Optional, TypeVar
 
-from . import _pure, _spec
+from . import _keys, _pure, _spec
 from ._version import __version__
 
 
@@ -123,6 +123,8 @@ def engine_info() -> dict[str, Any]:
 
 
 _spec._impl = impl
+if impl is not _pure:
+    _keys._fast = impl.keystr
 
 F = TypeVar("F", bound=Callable[..., Any])
 

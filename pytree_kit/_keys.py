@@ -112,6 +112,11 @@ class GetAttrKey(_Key):
         return (GetAttrKey, (self.name,))
 
 
+#: The C engine's ``keystr(path)`` for the default options (set by ``_engine``
+#: when it runs), which writes the three key classes' ``__str__`` in C; else None.
+_fast: Any = None
+
+
 def keystr(path: Iterable[Any], *, simple: bool = False, separator: str | None = None) -> str:
     """Render a path (a tuple of keys) as text.
 
@@ -131,6 +136,8 @@ def keystr(path: Iterable[Any], *, simple: bool = False, separator: str | None =
         >>> keystr(())
         ''
     """
+    if separator is None and not simple and _fast is not None:
+        return _fast(path)  # type: ignore[no-any-return]
     text = _simple if simple else str
     if separator is None:
         return "".join(map(text, path))

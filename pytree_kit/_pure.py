@@ -41,7 +41,7 @@ from ._kinds import (
     TUPLE,
 )
 from ._reach import first_reaching  # noqa: F401  (the engine's interface)
-from ._spec import TreeSpec
+from ._spec import TreeSpec, _subtree_end, node_paths
 
 NAME = "python"
 
@@ -973,3 +973,50 @@ def flatten_up_to_columns(
     return (
         [list(column) for column in zip(*rows)] if rows else [[] for _ in range(spec._num_leaves)]
     )
+
+
+# --------------------------------------------------------------------------
+# The spec algebra on node tuples (TreeSpec.compose, is_prefix, paths)
+
+
+def spec_compose(
+    outer_nodes: tuple, outer_orders: tuple, inner_nodes: tuple, inner_orders: tuple
+) -> tuple:
+    """``(nodes, orders)`` of the outer nodes with every leaf replaced by the
+    inner nodes; the dict orders of both moved to where their nodes now stand."""
+    nodes: list = []
+    orders: list = []
+    by_index = dict(outer_orders)
+    for i, node in enumerate(outer_nodes):
+        if node[0] == LEAF:
+            orders.extend((len(nodes) + j, o) for j, o in inner_orders)
+            nodes.extend(inner_nodes)
+            continue
+        if i in by_index:
+            orders.append((len(nodes), by_index[i]))
+        nodes.append(node)
+    return tuple(nodes), tuple(orders)
+
+
+def spec_is_prefix(mine: tuple, theirs: tuple) -> bool:
+    """Whether the nodes ``theirs`` are the nodes ``mine`` with some leaves
+    replaced by subtrees."""
+    j = 0
+    for node in mine:
+        if node[0] == LEAF:
+            j = _subtree_end(theirs, j)
+            continue
+        if node != theirs[j]:
+            return False
+        j += 1
+    return True
+
+
+def keystr(path: Any) -> str:
+    """``_keys.keystr`` with its default options: each key as its ``str``."""
+    return "".join(map(str, path))
+
+
+def spec_paths(nodes: tuple) -> list:
+    """The path of each leaf of a spec's nodes, as ``flatten_with_path`` names them."""
+    return [tuple(keys) for node, keys in node_paths(nodes) if node[0] == LEAF]

@@ -62,7 +62,7 @@ def tree_transpose(
         raise TypeError(f"tree_transpose: inner_spec must be a TreeSpec, got {inner_spec!r}")
     leaves, spec = _impl.flatten(tree, is_leaf, rules)
     expected = outer_spec.compose(inner_spec)
-    found = first_difference(expected, spec)
+    found = None if spec == expected else first_difference(expected, spec)
     if found is not None:
         text = mismatch_text(found, "outer_spec.compose(inner_spec)", "the tree")
         raise TypeError(f"tree_transpose: {text}")

@@ -194,7 +194,8 @@ class TreeSpec:
         """
         if type(inner) is not TreeSpec:
             raise TypeError(f"compose expects a TreeSpec, got {type(inner).__name__}")
-        return _substitute(self, [inner] * self._num_leaves)
+        nodes, orders = _impl.spec_compose(self._nodes, self._orders, inner._nodes, inner._orders)
+        return TreeSpec._make(nodes, orders, self._num_leaves * inner._num_leaves)
 
     def is_prefix(self, other: TreeSpec, strict: bool = False) -> bool:
         """Whether ``other`` is this structure with some leaves replaced by
@@ -214,15 +215,7 @@ class TreeSpec:
         if type(other) is not TreeSpec:
             raise TypeError(f"is_prefix expects a TreeSpec, got {type(other).__name__}")
         mine, theirs = self._nodes, other._nodes
-        j = 0
-        for node in mine:
-            if node[0] == LEAF:
-                j = _subtree_end(theirs, j)
-                continue
-            if node != theirs[j]:
-                return False
-            j += 1
-        return not (strict and mine == theirs)
+        return bool(_impl.spec_is_prefix(mine, theirs)) and not (strict and mine == theirs)
 
     def __le__(self, other: object) -> bool:
         if type(other) is not TreeSpec:
@@ -254,7 +247,7 @@ class TreeSpec:
             >>> [pk.keystr(p) for p in spec.paths()]
             ["['a']", "['b'][0]", "['b'][1]"]
         """
-        return [tuple(keys) for node, keys in node_paths(self._nodes) if node[0] == LEAF]
+        return _impl.spec_paths(self._nodes)  # type: ignore[no-any-return]
 
     def children(self) -> list[TreeSpec]:
         """The specs of the root's children, in leaf order.

@@ -59,13 +59,7 @@
 #define INT_DIGITS (PK_VALIDATED && PY_VERSION_HEX < 0x030C0000)
 
 /* ------------------------------------------------------------------------ */
-/* Kinds: keep in step with _kinds.py */
-
-enum {
-    K_LEAF = 0, K_NONE = 1, K_TUPLE = 2, K_LIST = 3, K_DICT = 4, K_ORDEREDDICT = 5,
-    K_DEFAULTDICT = 6, K_DEQUE = 7, K_NAMEDTUPLE = 8, K_STRUCTSEQ = 9, K_DATACLASS = 10,
-    K_ATTRS = 11, K_CUSTOM = 12, K_RULE = 13, K_COUNT = 14
-};
+/* Kinds: in _speedups.h, in step with _kinds.py */
 
 /* How the children of a frame are named in paths (as in _pure). */
 enum { KM_SEQ = 0, KM_MAP = 1, KM_ATTR = 2 };
@@ -1269,6 +1263,89 @@ frame_item(Frame *f, Py_ssize_t i)
                                       : PyList_GET_ITEM(f->children, i);
 }
 
+/* Path keys (_keys.py) are made without calling their class, whose
+ * __init__ only sets the one slot: the type allocates the instance and the
+ * slot's member descriptor sets it, both through public type slots. key_init
+ * checks on import that a key made so equals one made by the class, with the
+ * same slot and no __dict__; where anything differs, the class is called. */
+static PyObject *key_class[3]; /* borrowed: SequenceKey_t, DictKey_t, GetAttrKey_t */
+static PyObject *key_slot[3];  /* strong member descriptors, or NULL: call the class */
+
+PyObject *
+pk_key(int which, PyObject *value)
+{
+    PyTypeObject *t = (PyTypeObject *)key_class[which];
+    PyObject *d = key_slot[which];
+    if (d == NULL) {
+        return PyObject_CallOneArg((PyObject *)t, value);
+    }
+    PyObject *k = t->tp_alloc(t, 0);
+    if (k != NULL && Py_TYPE(d)->tp_descr_set(d, k, value) < 0) {
+        Py_CLEAR(k);
+    }
+    return k;
+}
+
+PyObject *
+pk_key_class(int which)
+{
+    return key_class[which];
+}
+
+/* Whether pk_key's own way makes, for value, what the class makes. */
+static int
+key_same(int which, const char *slot, PyObject *value)
+{
+    PyObject *mine = pk_key(which, value);
+    PyObject *theirs = PyObject_CallOneArg(key_class[which], value);
+    int same = 0;
+    if (mine != NULL && theirs != NULL && Py_TYPE(mine) == Py_TYPE(theirs) &&
+        !PyObject_HasAttrString(mine, "__dict__")) {
+        PyObject *a = PyObject_GetAttrString(mine, slot), *b = PyObject_GetAttrString(theirs, slot);
+        same = a != NULL && a == b && a == value &&
+               PyObject_RichCompareBool(mine, theirs, Py_EQ) == 1 &&
+               PyObject_Hash(mine) == PyObject_Hash(theirs);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+    }
+    Py_XDECREF(mine);
+    Py_XDECREF(theirs);
+    PyErr_Clear();
+    return same;
+}
+
+static int
+key_init(void)
+{
+    static const char *const slots[3] = {"idx", "key", "name"};
+    key_class[PK_KEY_SEQUENCE] = SequenceKey_t;
+    key_class[PK_KEY_DICT] = DictKey_t;
+    key_class[PK_KEY_ATTR] = GetAttrKey_t;
+    for (int w = 0; w < 3; w++) {
+        PyTypeObject *t = (PyTypeObject *)key_class[w];
+        PyObject *d = PyObject_GetAttrString(key_class[w], slots[w]);
+        if (d == NULL) {
+            return -1;
+        }
+        if (!PyType_Check(key_class[w]) || !Py_IS_TYPE(d, &PyMemberDescr_Type) ||
+            Py_TYPE(d)->tp_descr_set == NULL || t->tp_alloc == NULL ||
+            t->tp_new != PyBaseObject_Type.tp_new) {
+            Py_DECREF(d);
+            continue;
+        }
+        key_slot[w] = d;
+        PyObject *probe = w == PK_KEY_SEQUENCE ? PyLong_FromLong(3) : PyUnicode_FromString("k");
+        if (probe == NULL) {
+            return -1;
+        }
+        if (!key_same(w, slots[w], probe)) {
+            Py_CLEAR(key_slot[w]);
+        }
+        Py_DECREF(probe);
+    }
+    return 0;
+}
+
 /* The key of the child being visited in frame f, as _pure._key. */
 static PyObject *
 frame_key(Frame *f, Py_ssize_t i)
@@ -1278,7 +1355,7 @@ frame_key(Frame *f, Py_ssize_t i)
         if (idx == NULL) {
             return NULL;
         }
-        PyObject *k = PyObject_CallOneArg(SequenceKey_t, idx);
+        PyObject *k = pk_key(PK_KEY_SEQUENCE, idx);
         Py_DECREF(idx);
         return k;
     }
@@ -1286,7 +1363,7 @@ frame_key(Frame *f, Py_ssize_t i)
     if (name == NULL) {
         return NULL;
     }
-    PyObject *k = PyObject_CallOneArg(f->keymode == KM_MAP ? DictKey_t : GetAttrKey_t, name);
+    PyObject *k = pk_key(f->keymode == KM_MAP ? PK_KEY_DICT : PK_KEY_ATTR, name);
     Py_DECREF(name);
     return k;
 }
@@ -3350,6 +3427,12 @@ node_parts(PyObject *node, int *kind, Py_ssize_t *arity)
     return node_parts_slow(node, kind, arity);
 }
 
+int
+pk_node_parts(PyObject *node, int *kind, Py_ssize_t *arity)
+{
+    return node_parts(node, kind, arity);
+}
+
 static int
 is_plain_tuple_subtype(PyObject *t)
 {
@@ -4806,6 +4889,13 @@ static PyMethodDef methods[] = {
      "flatten_up_to_columns(spec, trees, label='the spec', other='the tree') -> columns"},
     {"flatten_up_to", (PyCFunction)(void (*)(void))sp_flatten_up_to, METH_FASTCALL,
      "flatten_up_to(spec, tree, label='the spec', other='the tree') -> leaves"},
+    {"keystr", (PyCFunction)pk_keystr, METH_O, "keystr(path) -> ''.join(map(str, path))"},
+    {"spec_compose", (PyCFunction)(void (*)(void))pk_spec_compose, METH_FASTCALL,
+     "spec_compose(outer_nodes, outer_orders, inner_nodes, inner_orders) -> (nodes, orders)"},
+    {"spec_is_prefix", (PyCFunction)(void (*)(void))pk_spec_is_prefix, METH_FASTCALL,
+     "spec_is_prefix(mine, theirs) -> whether the nodes mine are a prefix of theirs"},
+    {"spec_paths", (PyCFunction)(void (*)(void))pk_spec_paths, METH_FASTCALL,
+     "spec_paths(nodes) -> the path of each leaf"},
     {"first_reaching", (PyCFunction)(void (*)(void))pk_first_reaching, METH_FASTCALL,
      "first_reaching(leaves, start, target, skip, opaque, registered, limit) -> index or -1"},
     {"_field_codes", (PyCFunction)(void (*)(void))sp_field_codes, METH_FASTCALL,
@@ -4907,8 +4997,8 @@ dict_layout_check(void)
             }
         }
         tmpl = e.dict;
-        PyObject **p;
-        Py_ssize_t step;
+        PyObject **p = NULL;
+        Py_ssize_t step = 0;
         ok = ok && dict_table(want, &p, &step) && step == (kind ? 3 : 2);
         for (Py_ssize_t i = 0; ok && i < 3; i++) {
             ok = p[i * step] == PyTuple_GET_ITEM(keys, i) && p[i * step + 1] == vals[i];
@@ -5163,6 +5253,9 @@ PyInit__speedups(void)
         !(py_mismatch = get_attr(pure, "_mismatch")) || !(py_build = get_attr(pure, "build")) ||
         !(SequenceKey_t = get_attr(keys, "SequenceKey")) || !(DictKey_t = get_attr(keys, "DictKey")) ||
         !(GetAttrKey_t = get_attr(keys, "GetAttrKey")) || !(FIELD_marker = get_attr(dc, "_FIELD"))) {
+        goto fail;
+    }
+    if (key_init() < 0 || pk_specops_init(spec) < 0) {
         goto fail;
     }
     TreeSpec_type = (PyTypeObject *)get_attr(spec, "TreeSpec");

@@ -2,7 +2,8 @@
  *
  * _speedups.c is the engine; _fastcall.c is the FastCall type, which calls
  * the engine's entry points below directly for the public API's common calls;
- * _reach.c is the search for objects that may reach an instance of a class.
+ * _reach.c is the search for objects that may reach an instance of a class;
+ * _specops.c is the spec algebra (compose, is_prefix, paths).
  */
 #ifndef PYTREE_KIT_SPEEDUPS_H
 #define PYTREE_KIT_SPEEDUPS_H
@@ -33,6 +34,32 @@
 #else
 #define PK_NO_INLINE
 #endif
+
+/* Kinds of node: keep in step with _kinds.py (tests/test_versions.py checks). */
+enum {
+    K_LEAF = 0, K_NONE = 1, K_TUPLE = 2, K_LIST = 3, K_DICT = 4, K_ORDEREDDICT = 5,
+    K_DEFAULTDICT = 6, K_DEQUE = 7, K_NAMEDTUPLE = 8, K_STRUCTSEQ = 9, K_DATACLASS = 10,
+    K_ATTRS = 11, K_CUSTOM = 12, K_RULE = 13, K_COUNT = 14
+};
+
+/* kind and arity of a spec node, checked; -1 with ValueError on a malformed one */
+PK_INTERNAL int pk_node_parts(PyObject *node, int *kind, Py_ssize_t *arity);
+
+/* A path key (_keys.py): SequenceKey(value), DictKey(value) or GetAttrKey(value). */
+enum { PK_KEY_SEQUENCE = 0, PK_KEY_DICT = 1, PK_KEY_ATTR = 2 };
+PK_INTERNAL PyObject *pk_key(int which, PyObject *value);
+/* the class of each (borrowed) */
+PK_INTERNAL PyObject *pk_key_class(int which);
+
+/* spec_compose, spec_is_prefix, spec_paths (_specops.c; the specification is
+ * _pure.py's functions of those names) */
+PK_INTERNAL PyObject *pk_spec_compose(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PK_INTERNAL PyObject *pk_spec_is_prefix(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PK_INTERNAL PyObject *pk_spec_paths(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+/* keystr(path): "".join(map(str, path)) (_specops.c) */
+PK_INTERNAL PyObject *pk_keystr(PyObject *self, PyObject *path);
+/* reads what _specops.c needs from pytree_kit._spec; -1 with an error set */
+PK_INTERNAL int pk_specops_init(PyObject *spec_module);
 
 /* The engine's walk: mode 0 leaves(), 1 flatten(), 2 flatten_with_path(). */
 PK_INTERNAL PyObject *pk_walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode);

@@ -1,6 +1,6 @@
 """Type stub for the C engine; it has the interface of pytree_kit._pure."""
 
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ._spec import TreeSpec
 
@@ -42,6 +42,19 @@ def first_reaching(
     limit: int,
     /,
 ) -> int: ...
+def spec_compose(
+    outer_nodes: tuple[Any, ...],
+    outer_orders: tuple[Any, ...],
+    inner_nodes: tuple[Any, ...],
+    inner_orders: tuple[Any, ...],
+    /,
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]: ...
+def spec_is_prefix(mine: tuple[Any, ...], theirs: tuple[Any, ...], /) -> bool: ...
+def keystr(path: Iterable[Any], /) -> str: ...
+def spec_paths(nodes: tuple[Any, ...], /) -> list[tuple[Any, ...]]: ...
+def iter_leaves(
+    tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None, rules: Any = None, /
+) -> Iterator[Any]: ...
 def _field_codes(cls: type, names: tuple[str, ...], /) -> tuple[int, ...]: ...
 def _plans_made() -> int: ...
 

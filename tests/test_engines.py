@@ -1410,3 +1410,139 @@ def test_dict_key_order_memo_stops_writing_after_misses_in_a_row() -> None:
     tree = [*fresh, same_keys, same_keys, *fresh[:3], same_keys]
     check_engines_agree(tree)
     check_engines_agree(tree)
+
+
+# -- the spec algebra (compose, is_prefix, paths) -------------------------------------
+
+
+def _spec_pairs(a: Any, b: Any) -> list:
+    """The specs of a and b, and a copy of each through pickle (equal nodes
+    that are other objects: no identity to lean on)."""
+    sa, sb = pk.structure(a, rules=RULES), pk.structure(b, rules=RULES)
+    return [(sa, sb), (pickle.loads(pickle.dumps(sa)), sb), (sa, pickle.loads(pickle.dumps(sb)))]
+
+
+@settings(max_examples=150, deadline=None)
+@given(trees(), trees(), st.data())
+def test_spec_algebra_matches(a: Any, b: Any, data: Any) -> None:
+    for sa, sb in _spec_pairs(a, b):
+        for nodes in (sa._nodes, sb._nodes):
+            x, y = same_outcome("spec_paths", nodes)
+            assert x == y
+        x, y = same_outcome("spec_compose", sa._nodes, sa._orders, sb._nodes, sb._orders)
+        assert x == y
+        for mine, theirs in ((sa, sb), (sb, sa), (sa, sa)):
+            x, y = same_outcome("spec_is_prefix", mine._nodes, theirs._nodes)
+            assert x == y
+        # a prefix made by cutting subtrees of b to leaves
+        cut = pk.tree_map(lambda _: 0, b, is_leaf=lambda x: data.draw(st.booleans()), rules=RULES)
+        sc = pk.structure(cut, rules=RULES)
+        x, y = same_outcome("spec_is_prefix", sc._nodes, sb._nodes)
+        assert x == y == ("ok", True)
+
+
+def test_spec_paths_are_the_walks_paths() -> None:
+    tree = {
+        "o": OrderedDict([("z", 1), ("a", [2])]),
+        "d": defaultdict(list, {"k": (3,)}),
+        "t": os.stat_result(range(10)),
+        "n": Node(4, [5]),
+        "q": Opaque([6, 7], 1),
+        "r": namedtuple("P", "x y")(8, deque([9])),
+    }
+    pairs, spec = _speedups.flatten_with_path(tree, None, RULES)
+    assert _speedups.spec_paths(spec._nodes) == [p for p, _ in pairs]
+    assert _pure.spec_paths(spec._nodes) == [p for p, _ in pairs]
+
+
+def test_spec_algebra_on_malformed_nodes_raises() -> None:
+    """Nodes only a hand-made pickle can hold: the C engine raises (as its
+    unflatten does), and never reads past a tuple."""
+    leaf = (0, None, 0, None)
+    for name, args in (
+        ("spec_paths", (("not a node",),)),
+        ("spec_paths", ((4, None, 1, ()), leaf)),  # a dict node without its keys
+        ("spec_is_prefix", ((leaf, (3, None, 1, None), leaf), (leaf,))),
+        ("spec_is_prefix", (((3, None, 2, None), leaf, leaf), ((3, None, 2, None), leaf))),
+        ("spec_compose", (((3, None, 1, None), leaf), ((7,),), (leaf,), ())),
+        ("spec_compose", (((3, None, 1, None), leaf), (), (leaf,), ((0,),))),
+    ):
+        with pytest.raises((ValueError, IndexError, TypeError)):
+            getattr(_speedups, name)(*args)
+
+
+def test_keys_made_in_c_are_the_classes_own() -> None:
+    """Path keys are made without calling their class (its __init__ only sets
+    the slot): they must be what the class makes."""
+    point = namedtuple("Point", "x y")
+    pairs, _ = _speedups.flatten_with_path({"a": [point(1, 2)]}, None, None)
+    path = pairs[0][0]
+    assert path == (pk.DictKey("a"), pk.SequenceKey(0), pk.GetAttrKey("x"))
+    for key in path:
+        assert not hasattr(key, "__dict__")
+        assert pickle.loads(pickle.dumps(key)) == key
+        assert hash(key) == hash(type(key)(*[getattr(key, s) for s in type(key).__slots__]))
+        with pytest.raises(AttributeError, match="immutable"):
+            key.other = 1
+
+
+class _OddKey(pk.DictKey):
+    """A subclass whose own __str__ must be asked."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return "<odd>"
+
+
+class _Shouty:
+    def __repr__(self) -> str:
+        return "SHOUT"
+
+    def __str__(self) -> str:
+        return "shout"
+
+    def __format__(self, spec: str) -> str:
+        return "formatted"
+
+
+_KEY_VALUES = st.one_of(
+    st.text(max_size=4),
+    st.integers(-(10**20), 10**20),
+    st.booleans(),
+    st.none(),
+    st.floats(allow_nan=False),
+    st.binary(max_size=3),
+    st.tuples(st.integers(0, 3), st.text(max_size=2)),
+    st.just(_Shouty()),
+)
+_KEYS = st.one_of(
+    st.builds(pk.DictKey, _KEY_VALUES),
+    st.builds(pk.SequenceKey, _KEY_VALUES),
+    st.builds(pk.GetAttrKey, _KEY_VALUES),
+    st.builds(_OddKey, _KEY_VALUES),
+    _KEY_VALUES,  # not a key at all: str() of it
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_KEYS, max_size=6), st.booleans())
+def test_keystr_in_c_is_the_keys_own_str(path: list, as_tuple: bool) -> None:
+    p = tuple(path) if as_tuple else path
+    x, y = same_outcome("keystr", p)
+    assert x == y == ("ok", "".join(map(str, p)))
+    assert pk.keystr(p) == x[1]
+
+
+def test_keystr_in_c_errors_match() -> None:
+    class Bad:
+        def __str__(self) -> Any:
+            return 5
+
+    class Raises:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    for path in ([Bad()], [pk.DictKey(Raises())], 5, [pk.SequenceKey(10**5000)]):
+        a, _ = same_outcome("keystr", path)
+        assert a[0] == "raise"
