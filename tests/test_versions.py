@@ -166,3 +166,20 @@ def test_engine_info_says_why_an_extension_did_not_load() -> None:
 def test_engine_info_with_pure_0_asks_for_the_c_engine() -> None:
     info = _info_in_child(PYTREE_KIT_PURE="0")
     assert info["engine"] == "c" and info["reason"].endswith("(PYTREE_KIT_PURE=0)")
+
+
+def test_the_c_kinds_are_those_of_kinds_py() -> None:
+    """The C engine's kinds enum (pytree_kit/_speedups.h) names the same
+    numbers as _kinds.py, every kind and no other."""
+    import re
+    from pathlib import Path
+
+    from pytree_kit import _kinds
+
+    header = (Path(__file__).resolve().parents[1] / "pytree_kit" / "_speedups.h").read_text()
+    body = re.search(r"enum \{([^}]*K_LEAF[^}]*)\}", header)
+    assert body is not None
+    in_c = {m[0]: int(m[1]) for m in re.findall(r"K_(\w+) = (\d+)", body.group(1))}
+    assert in_c.pop("COUNT") == len(_kinds.KIND_NAMES)
+    in_py = {name.upper(): getattr(_kinds, name.upper()) for name in _kinds.KIND_NAMES}
+    assert in_c == in_py
