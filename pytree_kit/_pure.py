@@ -542,6 +542,49 @@ def _cycle_error(stack: list, obj: Any) -> ValueError:
     )
 
 
+def _leaf_types(rules: Any) -> set:
+    """The types taken as leaves before any is classified. A walk adds the types
+    it finds to be leaves: whether a value that is not a tuple is a leaf
+    depends only on its type and the call's rules, so this is exact."""
+    return set(_ATOMS) if rules is None else set(_ATOMS) - rules.keys()
+
+
+def _visit(obj: Any, is_leaf: Any, rules: Any, stack: list, cache: dict, leaf_types: set) -> Any:
+    """What the walk makes of one value: None for a leaf, else ``classify``'s
+    ``(node, children, keymode, names)``. ``is_leaf`` is asked first."""
+    if is_leaf is not None and is_leaf(obj):
+        return None
+    t = type(obj)
+    if t in leaf_types:
+        return None
+    found = classify(obj, t, rules, stack, cache)
+    if found is None and not isinstance(obj, tuple):
+        leaf_types.add(t)
+    return found
+
+
+def _enter(stack: list, onpath: set, obj: Any, children: Any, keymode: int, names: Any) -> None:
+    """Push a container's frame, refusing one already on the path (a cycle)."""
+    if id(obj) in onpath:
+        raise _cycle_error(stack, obj)
+    onpath.add(id(obj))
+    stack.append([children, 0, keymode, names, obj])
+
+
+def _next_child(stack: list, onpath: set) -> Any:
+    """Move to the next value in pre-order: ``(frame, index)`` of it, popping
+    the frames that are done; None when the walk is over."""
+    while stack:
+        fr = stack[-1]
+        i = fr[1]
+        if i < len(fr[0]):
+            fr[1] = i + 1
+            return fr, i
+        stack.pop()
+        onpath.discard(id(fr[4]))
+    return None
+
+
 def _walk(tree: Any, is_leaf: Any, rules: Any, mode: int) -> tuple:
     """Pre-order traversal. mode 0: leaves; 1: and the spec; 2: and paths."""
     leaves: list = []
@@ -552,20 +595,10 @@ def _walk(tree: Any, is_leaf: Any, rules: Any, mode: int) -> tuple:
     stack: list = []  # frames: [children, position, keymode, names, obj]
     onpath: set = set()
     cache: dict = {}
-    # Types found to be leaves in this call. Whether a value that is not a tuple
-    # is a leaf depends only on its type and this call's rules, so this is exact.
-    leaf_types: set = set(_ATOMS) if rules is None else set(_ATOMS) - rules.keys()
+    leaf_types = _leaf_types(rules)
     obj = tree
     while True:
-        t = type(obj)
-        if is_leaf is not None and is_leaf(obj):
-            found = None
-        elif t in leaf_types:
-            found = None
-        else:
-            found = classify(obj, t, rules, stack, cache)
-            if found is None and not isinstance(obj, tuple):
-                leaf_types.add(t)
+        found = _visit(obj, is_leaf, rules, stack, cache, leaf_types)
         if found is None:
             leaves.append(obj)
             if mode:
@@ -581,25 +614,15 @@ def _walk(tree: Any, is_leaf: Any, rules: Any, mode: int) -> tuple:
                         orders.append((len(nodes), order))
                 nodes.append(node)
             if children:
-                if id(obj) in onpath:
-                    raise _cycle_error(stack, obj)
-                onpath.add(id(obj))
-                stack.append([children, 0, keymode, names, obj])
-        # Move to the next value in pre-order.
-        while stack:
-            fr = stack[-1]
-            i = fr[1]
-            if i < len(fr[0]):
-                fr[1] = i + 1
-                obj = fr[0][i]
-                if mode == 2:
-                    del keys[len(stack) - 1 :]
-                    keys.append(_key(fr, i))
-                break
-            stack.pop()
-            onpath.discard(id(fr[4]))
-        else:
+                _enter(stack, onpath, obj, children, keymode, names)
+        at = _next_child(stack, onpath)
+        if at is None:
             break
+        fr, i = at
+        obj = fr[0][i]
+        if mode == 2:
+            del keys[len(stack) - 1 :]
+            keys.append(_key(fr, i))
     if not mode:
         return leaves, None
     spec = TreeSpec._make(tuple(nodes), tuple(orders), len(leaves))
@@ -617,39 +640,21 @@ def iter_leaves(tree: Any, is_leaf: Any = None, rules: Any = None) -> Iterator[A
     stack: list = []  # frames: [children, position, keymode, names, obj]
     onpath: set = set()
     cache: dict = {}
-    leaf_types: set = set(_ATOMS) if rules is None else set(_ATOMS) - rules.keys()
+    leaf_types = _leaf_types(rules)
     obj = tree
     while True:
-        t = type(obj)
-        if is_leaf is not None and is_leaf(obj):
-            found = None
-        elif t in leaf_types:
-            found = None
-        else:
-            found = classify(obj, t, rules, stack, cache)
-            if found is None and not isinstance(obj, tuple):
-                leaf_types.add(t)
+        found = _visit(obj, is_leaf, rules, stack, cache, leaf_types)
         if found is None:
             yield obj
         else:
-            _node, children, keymode, names = found
+            _node, children, _keymode, _names = found
             if children:
-                if id(obj) in onpath:
-                    raise _cycle_error(stack, obj)
-                onpath.add(id(obj))
-                stack.append([children, 0, keymode, names, obj])
-        # Move to the next value in pre-order.
-        while stack:
-            fr = stack[-1]
-            i = fr[1]
-            if i < len(fr[0]):
-                fr[1] = i + 1
-                obj = fr[0][i]
-                break
-            stack.pop()
-            onpath.discard(id(fr[4]))
-        else:
+                _enter(stack, onpath, obj, children, _keymode, _names)
+        at = _next_child(stack, onpath)
+        if at is None:
             return
+        fr, i = at
+        obj = fr[0][i]
 
 
 def flatten(tree: Any, is_leaf: Any = None, rules: Any = None) -> tuple[list, TreeSpec]:

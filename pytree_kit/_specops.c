@@ -14,7 +14,12 @@
  */
 #include "_speedups.h"
 
-static PyObject *s_key, *s_idx, *s_name, *s_empty; /* set by pk_specops_init */
+/* "[0]" to "[255]", made once: the text of SequenceKey(i) for small i */
+#define SMALL_INDEX 256
+static PyObject *index_text[SMALL_INDEX];
+
+/* set by pk_specops_init */
+static PyObject *s_key, *s_idx, *s_name, *s_empty, *s_lbracket, *s_rbracket, *s_dot;
 
 /* The index just past the subtree whose root is nodes[start], as
  * _spec._subtree_end; -1 with ValueError when the tuple ends first. */
@@ -237,7 +242,19 @@ pk_specops_init(PyObject *spec_module)
     s_idx = PyUnicode_InternFromString("idx");
     s_name = PyUnicode_InternFromString("name");
     s_empty = PyUnicode_FromString("");
-    return py_child_key && s_key && s_idx && s_name && s_empty ? 0 : -1;
+    s_lbracket = PyUnicode_FromString("[");
+    s_rbracket = PyUnicode_FromString("]");
+    s_dot = PyUnicode_FromString(".");
+    if (!(py_child_key && s_key && s_idx && s_name && s_empty && s_lbracket && s_rbracket &&
+          s_dot)) {
+        return -1;
+    }
+    for (int i = 0; i < SMALL_INDEX; i++) {
+        if ((index_text[i] = PyUnicode_FromFormat("[%d]", i)) == NULL) {
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* Path keys are values (immutable, compared by what they hold), so one
@@ -492,42 +509,68 @@ done:
  * int, GetAttrKey ".name" for a str. Anything else (a subclass, a key of
  * another library, another value) is str() of it. */
 
-static PyObject *
-key_text(PyObject *key)
+/* Append key's text to parts, as pieces: "[", repr(key), "]" for a DictKey,
+ * ".", name for a GetAttrKey whose name is a str, "[i]" for a SequenceKey
+ * of an int; else str(key), checked to be a str. */
+static int
+key_text(PyObject *parts, PyObject *key)
 {
-    PyObject *t = (PyObject *)Py_TYPE(key);
+    PyObject *t = (PyObject *)Py_TYPE(key), *v = NULL, *pieces[3] = {NULL, NULL, NULL};
+    int np = 0;
     if (t == pk_key_class(PK_KEY_DICT)) {
-        PyObject *v = PyObject_GetAttr(key, s_key);
-        if (v == NULL) {
-            return NULL;
+        if ((v = PyObject_GetAttr(key, s_key)) == NULL) {
+            return -1;
         }
-        PyObject *text = PyUnicode_FromFormat("[%R]", v);
-        Py_DECREF(v);
-        return text;
+        pieces[0] = Py_NewRef(s_lbracket);
+        pieces[1] = PyObject_Repr(v);
+        pieces[2] = Py_NewRef(s_rbracket);
+        np = 3;
     }
-    if (t == pk_key_class(PK_KEY_SEQUENCE)) {
-        PyObject *v = PyObject_GetAttr(key, s_idx);
-        if (v == NULL) {
-            return NULL;
+    else if (t == pk_key_class(PK_KEY_SEQUENCE)) {
+        if ((v = PyObject_GetAttr(key, s_idx)) == NULL) {
+            return -1;
         }
-        PyObject *text = PyLong_CheckExact(v) ? PyUnicode_FromFormat("[%S]", v) : NULL;
-        Py_DECREF(v);
-        if (text != NULL || PyErr_Occurred()) {
-            return text;
+        if (PyLong_CheckExact(v)) {
+            int overflow;
+            long i = PyLong_AsLongAndOverflow(v, &overflow);
+            if (!overflow && i >= 0 && i < SMALL_INDEX && index_text[i] != NULL) {
+                pieces[0] = Py_NewRef(index_text[i]);
+                np = 1;
+            }
+            else {
+                pieces[0] = PyUnicode_FromFormat("[%S]", v);
+                np = 1;
+            }
         }
     }
     else if (t == pk_key_class(PK_KEY_ATTR)) {
-        PyObject *v = PyObject_GetAttr(key, s_name);
-        if (v == NULL) {
-            return NULL;
+        if ((v = PyObject_GetAttr(key, s_name)) == NULL) {
+            return -1;
         }
-        PyObject *text = PyUnicode_CheckExact(v) ? PyUnicode_FromFormat(".%U", v) : NULL;
-        Py_DECREF(v);
-        if (text != NULL || PyErr_Occurred()) {
-            return text;
+        if (PyUnicode_CheckExact(v)) {
+            pieces[0] = Py_NewRef(s_dot);
+            pieces[1] = Py_NewRef(v);
+            np = 2;
         }
     }
-    return PyObject_Str(key);
+    Py_XDECREF(v);
+    if (np == 0) { /* anything else: its own str */
+        pieces[0] = PyObject_Str(key);
+        np = 1;
+        if (pieces[0] != NULL && !PyUnicode_Check(pieces[0])) {
+            PyErr_Format(PyExc_TypeError, "__str__ returned non-string (type %.200s)",
+                         Py_TYPE(pieces[0])->tp_name);
+            Py_CLEAR(pieces[0]);
+        }
+    }
+    int r = 0;
+    for (int i = 0; i < np; i++) {
+        if (r == 0 && (pieces[i] == NULL || PyList_Append(parts, pieces[i]) < 0)) {
+            r = -1;
+        }
+        Py_XDECREF(pieces[i]);
+    }
+    return r;
 }
 
 PyObject *
@@ -540,38 +583,22 @@ pk_keystr(PyObject *self, PyObject *path)
     if (seq == NULL) {
         return NULL;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject *parts = PyList_New(n);
+    PyObject *parts = PyList_New(0), *out = NULL;
     if (parts == NULL) {
-        Py_DECREF(seq);
-        return NULL;
+        goto done;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        /* the list may change under str(); read it again each time */
-        if (i >= PySequence_Fast_GET_SIZE(seq)) {
-            PyErr_SetString(PyExc_RuntimeError, "keystr: the path changed size");
-            goto error;
-        }
+    /* a list may change under str() or repr(): read it again each time */
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
         PyObject *key = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
-        PyObject *text = key_text(key);
+        int r = key_text(parts, key);
         Py_DECREF(key);
-        if (text == NULL) {
-            goto error;
+        if (r < 0) {
+            goto done;
         }
-        if (!PyUnicode_Check(text)) {
-            PyErr_Format(PyExc_TypeError, "__str__ returned non-string (type %.200s)",
-                         Py_TYPE(text)->tp_name);
-            Py_DECREF(text);
-            goto error;
-        }
-        PyList_SET_ITEM(parts, i, text);
     }
+    out = PyUnicode_Join(s_empty, parts);
+done:
     Py_DECREF(seq);
-    PyObject *out = PyUnicode_Join(s_empty, parts);
-    Py_DECREF(parts);
+    Py_XDECREF(parts);
     return out;
-error:
-    Py_DECREF(seq);
-    Py_DECREF(parts);
-    return NULL;
 }
