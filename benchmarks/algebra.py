@@ -214,6 +214,35 @@ def transpose_cases() -> dict[str, dict[str, Callable[[], Any]]]:
     return {"tree_transpose": calls}
 
 
+def bound_cases() -> dict[str, dict[str, Callable[[], Any]]]:
+    """What the misses are bounded by, timed beside the peer they miss against:
+    work any implementation with pytree_kit's results has to do."""
+    sd, rows = state_dict(), records()
+    keys = list(sd)
+    out: dict[str, dict[str, Callable[[], Any]]] = {}
+    tp = importlib.import_module("torch.utils._pytree") if _peer("torch") else None
+    jax = _peer("jax")
+    jtu = jax.tree_util if jax else None
+    # tree_any over a state_dict, leaves in sorted key order: finding the
+    # first leaf takes the smallest of 500 keys (torch reads insertion order)
+    out["tree_any, state_dict: min(keys) alone"] = {
+        "min(keys)": lambda: min(keys),
+        **({"torch tree_any": functools.partial(tp.tree_any, bool, sd)} if tp else {}),
+    }
+    # a lazy walk reads a list when it reaches it: a copy of the 1000 records
+    out["tree_any, 1000 dicts: tuple(records) alone"] = {
+        "tuple(records)": lambda: tuple(rows),
+        **({"torch tree_any": functools.partial(tp.tree_any, bool, rows)} if tp else {}),
+    }
+    # flatten_one_level returns new children and a spec; jax returns the list itself
+    if jtu is not None and hasattr(jtu, "flatten_one_level"):
+        out["flatten_one_level, 1000 dicts: list(records) alone"] = {
+            "list(records)": lambda: list(rows),
+            "jax": functools.partial(jtu.flatten_one_level, rows),
+        }
+    return out
+
+
 def _cell(t: Any, best: Optional[float]) -> str:
     if isinstance(t, str):
         return t
@@ -252,6 +281,22 @@ def run(quick: bool, only: Optional[list[str]] = None) -> str:
             rows.append(
                 f"| {fn_name} | {tree_label} | {_cell(mine, best)} | {peer_text or 'no peer'} |"
             )
+    bounds = []
+    if not quick and not only:
+        for label, calls in bound_cases().items():
+            times = measure_many(calls, min_time, repeats)
+            cells = ", ".join(f"{k} {_cell(t, None)}" for k, t in times.items())
+            bounds.append(f"| {label} | {cells} |")
+    tail = []
+    if bounds:
+        tail = [
+            "",
+            "## Bounds: work any implementation with these results does, beside the peer",
+            "",
+            "| miss | µs |",
+            "|---|---|",
+            *bounds,
+        ]
     head = [
         "# The tree algebra against its peers" + (" (--quick: rough)" if quick else ""),
         "",
@@ -275,7 +320,7 @@ def run(quick: bool, only: Optional[list[str]] = None) -> str:
         "| function | tree | pytree_kit µs (x) | peers µs |",
         "|---|---|---|---|",
     ]
-    return "\n".join(head + rows) + "\n"
+    return "\n".join(head + rows + tail) + "\n"
 
 
 def main(argv: Optional[list[str]] = None) -> int:
