@@ -206,7 +206,12 @@ def _step(fn: str, node: Any, path: tuple, depth: int, is_leaf: IsLeaf, rules: A
                     return node, None, key.key
             except TypeError:  # an unhashable key: no such child
                 pass
-        elif (t is list or t is tuple) and type(key) is SequenceKey and 0 <= key.idx < len(node):
+        elif (
+            (t is list or t is tuple)
+            and type(key) is SequenceKey
+            and type(key.idx) is int
+            and 0 <= key.idx < len(node)
+        ):
             return node, None, key.idx
     try:
         children, spec = flatten_one_level(node, is_leaf=is_leaf, rules=rules)
@@ -249,18 +254,25 @@ def tree_get(tree: Any, path: PathLike, *, is_leaf: IsLeaf = None, rules: Any = 
     if type(path) is tuple and is_leaf is None and not rules:
         # builtin dicts, lists and tuples, read directly: what _step gives
         for key in path:
-            t, kt = type(node), type(key)
-            if t is dict and kt is DictKey:
+            t = type(node)
+            if t is dict:
+                if type(key) is not DictKey:
+                    break
                 try:
                     node = node[key.key]
                 except (KeyError, TypeError):
                     break
-            elif (t is list or t is tuple) and kt is SequenceKey and 0 <= key.idx < len(node):
-                node = node[key.idx]
+            elif t is list or t is tuple:
+                if type(key) is not SequenceKey:
+                    break
+                i = key.idx
+                if type(i) is not int or not 0 <= i < len(node):
+                    break
+                node = node[i]
             else:
                 break
             done += 1
-        if done == len(path):
+        else:
             return node
     keys = _as_path(path)
     rules = check_rules(rules)

@@ -186,6 +186,11 @@ def test_tree_get_and_tree_set_through_the_protocol_and_rules() -> None:
             IndexError,
             "tree_get: tree['p'] is namedtuple Point, which has no [0]",
         ),
+        (
+            (pk.DictKey("p"), pk.GetAttrKey("x"), pk.SequenceKey("0")),
+            IndexError,
+            "tree_get: tree['p'].x is a list of 1, which has no [0]",
+        ),
     ],
 )
 def test_a_bad_path_names_where_it_failed(path: Any, exc: type, message: str) -> None:
