@@ -47,6 +47,7 @@ from ._kinds import (
     STRUCTSEQ,
     TUPLE,
     Rule,
+    user_tail,
 )
 from ._pure import _fields_info
 from ._spec import TreeSpec
@@ -219,7 +220,7 @@ def _node_json(node: tuple, order: Any) -> Any:
         if dict_keys is not None:
             out["dict_keys"] = list(dict_keys)
     else:  # CUSTOM, RULE
-        tail = aux if kind == CUSTOM else aux[1:]  # (aux, keys) or (aux, None, entries)
+        tail = user_tail(kind, aux)
         out["class"] = ref(t)
         out["arity"] = arity
         if tail[1] is not None:

@@ -41,6 +41,19 @@ KIND_NAMES = (
     "rule",
 )
 
+
+def user_tail(kind: int, aux: Any) -> tuple:
+    """What ``__tree_flatten__`` or a rule's ``flatten`` gave a custom or rule
+    node's aux data: ``(aux, keys or None)``, or ``(aux, None, entries)`` for
+    optree's triple. A rule node's aux data holds the rule before it.
+
+    Examples:
+        >>> user_tail(CUSTOM, ("a", None)), user_tail(RULE, ("rule", "a", None, (1, 2)))
+        (('a', None), ('a', None, (1, 2)))
+    """
+    return aux if kind == CUSTOM else aux[1:]  # type: ignore[no-any-return]
+
+
 #: The one node every leaf shares: (kind, type, arity, aux).
 LEAF_NODE = (LEAF, None, 0, None)
 NONE_NODE = (NONE, None, 0, None)

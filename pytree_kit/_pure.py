@@ -39,6 +39,7 @@ from ._kinds import (
     RULE,
     STRUCTSEQ,
     TUPLE,
+    user_tail,
 )
 from ._reach import first_reaching  # noqa: F401  (the engine's interface)
 from ._spec import TreeSpec, _subtree_end, node_paths
@@ -744,8 +745,7 @@ def build(kind: int, t: Any, aux: Any, children: list, order: Any) -> Any:
     if kind == STRUCTSEQ:
         return t(children, dict(aux)) if aux else t(children)
     if kind == CUSTOM or kind == RULE:
-        # (aux, keys) or (aux, None, entries), after the rule for RULE
-        tail = aux if kind == CUSTOM else aux[1:]
+        tail = user_tail(kind, aux)
         keys = tail[1]
         got = tuple(children) if keys is None else dict(zip(keys, children))
         if kind == CUSTOM:
@@ -834,7 +834,8 @@ def _describe_node(node: tuple) -> str:
         return f"dataclass {_qualname(t)}{_fields_text(aux)}"
     if kind == ATTRS:
         return f"attrs class {_qualname(t)}{_fields_text(aux)}"
-    tail, how = (aux, "__tree_flatten__") if kind == CUSTOM else (aux[1:], "a rule")
+    tail = user_tail(kind, aux)
+    how = "__tree_flatten__" if kind == CUSTOM else "a rule"
     if len(tail) == 3:
         children = f"children with entries {_keys_text(tail[2])}"
     else:
@@ -934,7 +935,7 @@ def _match(node: tuple, obj: Any, stack: list, label: str, other: str) -> tuple:
     elif kind == RULE:
         if ot is t:
             children, tail, names, mode = _rule_result(aux[0].flatten(obj), stack, t)
-            if len(children) == arity and tail == aux[1:]:
+            if len(children) == arity and tail == user_tail(RULE, aux):
                 return children, mode, names
     raise _mismatch(stack, label, node, obj, other)
 

@@ -29,6 +29,7 @@ from ._kinds import (
     STRUCTSEQ,
     TUPLE,
     check_rules,
+    user_tail,
 )
 
 __all__ = ["TreeSpec"]
@@ -405,8 +406,7 @@ def child_key(node: tuple, i: int) -> Any:
     if kind == DATACLASS or kind == ATTRS:
         return GetAttrKey(aux[0][i])
     if kind == CUSTOM or kind == RULE:
-        # (aux, keys) or (aux, None, entries), after the rule for RULE
-        tail = aux if kind == CUSTOM else aux[1:]
+        tail = user_tail(kind, aux)
         keys = tail[2] if len(tail) == 3 else tail[1]
         return SequenceKey(i) if keys is None else DictKey(keys[i])
     if kind == STRUCTSEQ:
@@ -489,11 +489,11 @@ def _parts(node: tuple, order: Any) -> tuple[str, str, list | None]:
             tail = tail[2:]
         return f"{_name(t)}(", tail + ")", [f"{n}=" for n in names]
     if kind == CUSTOM or kind == RULE:
-        tail = aux if kind == CUSTOM else aux[1:]
-        user_aux, keys = tail[0], tail[1]
+        given = user_tail(kind, aux)
+        user_aux, keys = given[0], given[1]
         end = f"aux={user_aux!r})"
-        if len(tail) == 3:  # entries: named children, unflattened as a tuple
-            return f"{_name(t)}(", ", " + end, [f"[{k!r}]=" for k in tail[2]]
+        if len(given) == 3:  # entries: named children, unflattened as a tuple
+            return f"{_name(t)}(", ", " + end, [f"[{k!r}]=" for k in given[2]]
         if keys is not None:
             return f"{_name(t)}({{", "}, " + end, [f"{k!r}: " for k in keys]
         return f"{_name(t)}(", (", " if arity else "") + end, None
