@@ -58,6 +58,7 @@ if platform.python_implementation() == "CPython" or require_c:
                 "pytree_kit/_fastcall.c",
                 "pytree_kit/_reach.c",
                 "pytree_kit/_specops.c",
+                "pytree_kit/_rows.c",
             ],
             depends=["pytree_kit/_speedups.h"],
             optional=not require_c,  # with the extension missing, the install goes on

@@ -4898,6 +4898,8 @@ static PyMethodDef methods[] = {
      "spec_paths(nodes) -> the path of each leaf"},
     {"first_reaching", (PyCFunction)(void (*)(void))pk_first_reaching, METH_FASTCALL,
      "first_reaching(leaves, start, target, skip, opaque, registered, limit) -> index or -1"},
+    {"packed_sample", (PyCFunction)(void (*)(void))pk_packed_sample, METH_FASTCALL,
+     "packed_sample(bufs, specs, i, make) -> sample i of a packed dataset"},
     {"_field_codes", (PyCFunction)(void (*)(void))sp_field_codes, METH_FASTCALL,
      "_field_codes(cls, names) -> how each field is read (for tests)"},
     {"_plans_made", sp_plans_made, METH_NOARGS,

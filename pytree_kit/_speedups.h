@@ -3,7 +3,8 @@
  * _speedups.c is the engine; _fastcall.c is the FastCall type, which calls
  * the engine's entry points below directly for the public API's common calls;
  * _reach.c is the search for objects that may reach an instance of a class;
- * _specops.c is the spec algebra (compose, is_prefix, paths).
+ * _specops.c is the spec algebra (compose, is_prefix, paths); _rows.c
+ * rebuilds a packed dataset's sample from its typed rows.
  */
 #ifndef PYTREE_KIT_SPEEDUPS_H
 #define PYTREE_KIT_SPEEDUPS_H
@@ -72,6 +73,10 @@ PK_INTERNAL PyObject *pk_flatten_up_to(PyObject *spec, PyObject *tree);
 /* first_reaching(leaves, start, target, skip, opaque, registered, limit)
  * (_reach.c; the specification is pytree_kit/_reach.py) */
 PK_INTERNAL PyObject *pk_first_reaching(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* packed_sample(bufs, specs, i, make) (_rows.c; the specification is
+ * pytree_kit/_rows.py) */
+PK_INTERNAL PyObject *pk_packed_sample(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* Adds the FastCall type to the module; -1 with an error set on failure. */
 PK_INTERNAL int pk_fastcall_add(PyObject *module);

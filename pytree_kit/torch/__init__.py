@@ -16,13 +16,16 @@ from ._distributed import (
     broadcast_tree,
 )
 from ._flatspec import FlatSpec
+from ._packed import Column, PackedList
 from ._storage import consolidate, is_consolidated
 from ._testing import assert_close
 from ._tracing import TracedModel, TracingAdapter, export, load, save, trace
 
 __all__ = [
+    "Column",
     "DistributedDataParallel",
     "FlatSpec",
+    "PackedList",
     "Padded",
     "PinnedLoader",
     "PinnedPool",
