@@ -72,6 +72,7 @@ ENGINE_TESTS = (
     "tests/test_versions.py",
     "tests/test_threads.py",
     "tests/test_iter.py",
+    "tests/test_rows.py",
 )
 SUMMARY = re.compile(
     r"^=*\s*((?:\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|warnings?|deselected)"

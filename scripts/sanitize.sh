@@ -223,7 +223,8 @@ ubsan_options="print_stacktrace=1:halt_on_error=1:log_path=$logs/ubsan"
 
 if [ "$quick" = 1 ]; then
     selection=(tests/test_engines.py tests/test_kinds.py tests/test_errors.py tests/test_depth.py
-        tests/test_laws.py tests/test_fastcall.py tests/test_reach.py tests/test_iter.py)
+        tests/test_laws.py tests/test_fastcall.py tests/test_reach.py tests/test_iter.py
+        tests/test_rows.py)
 else
     # The repository's testpaths: tests/ and the doctests in pytree_kit/, less
     # tests/test_lint.py: ruff (a Rust binary) and mypy (a subprocess that never
