@@ -31,5 +31,6 @@ if importlib.util.find_spec("torch") is None:
         "pytree_kit/torch",
         "tests/dist_worker.py",
         "tests/hf_models.py",
+        "tests/packed_worker.py",
         "tests/tracing_models.py",
     ]

@@ -42,7 +42,7 @@ from ._kinds import (
     user_tail,
 )
 from ._reach import first_reaching  # noqa: F401  (the engine's interface)
-from ._rows import packed_sample  # noqa: F401  (the engine's interface)
+from ._rows import leaf_codes, number_list, packed_sample  # noqa: F401  (the engine's interface)
 from ._spec import TreeSpec, _subtree_end, node_paths
 
 NAME = "python"

@@ -210,6 +210,94 @@ leaf(Bufs *bufs, long long j, const long long plan[5], long long row, PyObject *
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* Packing: number_list and leaf_codes (_rows.py) */
+
+static int
+is_number_list(PyObject *x)
+{
+    Py_ssize_t n;
+    PyTypeObject *t;
+    if (!PyList_CheckExact(x) || (n = PyList_GET_SIZE(x)) == 0) {
+        return 0;
+    }
+    t = Py_TYPE(PyList_GET_ITEM(x, 0));
+    if (t != &PyFloat_Type && t != &PyLong_Type) {
+        return 0;
+    }
+    for (Py_ssize_t k = 1; k < n; k++) {
+        if (Py_TYPE(PyList_GET_ITEM(x, k)) != t) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* number_list(x) -> bool */
+PyObject *
+pk_number_list(PyObject *self, PyObject *x)
+{
+    return Py_NewRef(is_number_list(x) ? Py_True : Py_False);
+}
+
+static PyObject *code_obj[C_COUNT];
+
+/* leaf_codes(leaves) -> a tuple of codes, None for a leaf of another kind */
+PyObject *
+pk_leaf_codes(PyObject *self, PyObject *leaves)
+{
+    PyObject *seq = PySequence_Fast(leaves, "leaf_codes expects a list"), *out;
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if ((out = PyTuple_New(n)) == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *x = PySequence_Fast_GET_ITEM(seq, k), *code;
+        PyTypeObject *t = Py_TYPE(x);
+        if (t == &PyLong_Type) {
+            code = code_obj[C_INT];
+        }
+        else if (t == &PyFloat_Type) {
+            code = code_obj[C_FLOAT];
+        }
+        else if (t == &PyBool_Type) {
+            code = code_obj[C_BOOL];
+        }
+        else if (t == &PyUnicode_Type) {
+            code = code_obj[C_STR];
+        }
+        else if (t == &PyBytes_Type) {
+            code = code_obj[C_BYTES];
+        }
+        else if (is_number_list(x)) {
+            code = code_obj[Py_TYPE(PyList_GET_ITEM(x, 0)) == &PyLong_Type ? C_INTS : C_FLOATS];
+        }
+        else {
+            code = Py_None;
+        }
+        PyTuple_SET_ITEM(out, k, Py_NewRef(code));
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
+/* the code objects of leaf_codes; -1 with an error set */
+int
+pk_rows_init(void)
+{
+    for (int k = 0; k < C_COUNT; k++) {
+        if ((code_obj[k] = PyLong_FromLong(k)) == NULL) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* packed_sample(bufs, specs, i, make) -> the sample (_rows.packed_sample) */
 PyObject *
 pk_packed_sample(PyObject *self, PyObject *const *args, Py_ssize_t nargs)

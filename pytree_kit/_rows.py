@@ -64,6 +64,47 @@ LIMIT = 2**48
 
 Make = Callable[[int, int, int, Any], Any]
 
+_SIMPLE = {int: INT, float: FLOAT, bool: BOOL, str: STR, bytes: BYTES}
+
+
+def number_list(x: Any) -> bool:
+    """Whether ``x`` is packed as one leaf: a non-empty list of exact ints or of
+    exact floats (the ``is_leaf`` of packing).
+
+    Examples:
+        >>> number_list([1, 2]), number_list([0.5]), number_list([1, 2.5]), number_list([])
+        (True, True, False, False)
+        >>> number_list([True]), number_list((1, 2))
+        (False, False)
+    """
+    if type(x) is not list or not x:
+        return False
+    t = type(x[0])
+    if t is not float and t is not int:
+        return False
+    for v in x:
+        if type(v) is not t:
+            return False
+    return True
+
+
+def leaf_codes(leaves: list) -> tuple:
+    """The code of each leaf that is an exact int, float, bool, str or bytes, or a
+    number list (``INTS``/``FLOATS``); None for any other leaf.
+
+    Examples:
+        >>> leaf_codes([1, 2.0, True, "a", b"b", [1], [1.0], None, (1,)])
+        (0, 1, 2, 3, 4, 5, 6, None, None)
+    """
+    return tuple(map(_code, leaves))
+
+
+def _code(x: Any) -> Any:
+    code = _SIMPLE.get(type(x))
+    if code is None and number_list(x):
+        return INTS if type(x[0]) is int else FLOATS
+    return code
+
 
 def corrupt(i: int, what: str) -> ValueError:
     """The error of a read that the buffers do not allow (the same in C)."""

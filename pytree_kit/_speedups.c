@@ -4900,6 +4900,10 @@ static PyMethodDef methods[] = {
      "first_reaching(leaves, start, target, skip, opaque, registered, limit) -> index or -1"},
     {"packed_sample", (PyCFunction)(void (*)(void))pk_packed_sample, METH_FASTCALL,
      "packed_sample(bufs, specs, i, make) -> sample i of a packed dataset"},
+    {"number_list", (PyCFunction)pk_number_list, METH_O,
+     "number_list(x) -> whether x is a non-empty list of exact ints or of exact floats"},
+    {"leaf_codes", (PyCFunction)pk_leaf_codes, METH_O,
+     "leaf_codes(leaves) -> each leaf's packing code, or None"},
     {"_field_codes", (PyCFunction)(void (*)(void))sp_field_codes, METH_FASTCALL,
      "_field_codes(cls, names) -> how each field is read (for tests)"},
     {"_plans_made", sp_plans_made, METH_NOARGS,
@@ -5257,7 +5261,7 @@ PyInit__speedups(void)
         !(GetAttrKey_t = get_attr(keys, "GetAttrKey")) || !(FIELD_marker = get_attr(dc, "_FIELD"))) {
         goto fail;
     }
-    if (key_init() < 0 || pk_specops_init(spec) < 0) {
+    if (key_init() < 0 || pk_specops_init(spec) < 0 || pk_rows_init() < 0) {
         goto fail;
     }
     TreeSpec_type = (PyTypeObject *)get_attr(spec, "TreeSpec");

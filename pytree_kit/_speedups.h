@@ -77,6 +77,11 @@ PK_INTERNAL PyObject *pk_first_reaching(PyObject *self, PyObject *const *args, P
 /* packed_sample(bufs, specs, i, make) (_rows.c; the specification is
  * pytree_kit/_rows.py) */
 PK_INTERNAL PyObject *pk_packed_sample(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+/* number_list(x) and leaf_codes(leaves), for packing (_rows.c) */
+PK_INTERNAL PyObject *pk_number_list(PyObject *self, PyObject *x);
+PK_INTERNAL PyObject *pk_leaf_codes(PyObject *self, PyObject *leaves);
+/* makes what _rows.c keeps; -1 with an error set */
+PK_INTERNAL int pk_rows_init(void);
 
 /* Adds the FastCall type to the module; -1 with an error set on failure. */
 PK_INTERNAL int pk_fastcall_add(PyObject *module);

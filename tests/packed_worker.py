@@ -4,6 +4,7 @@ of dicts, reading each worker's private memory (USS, /proc/<pid>/smaps_rollup)
 after its first batch and after the last. Prints ``name=value`` pairs in MiB.
 
     python tests/packed_worker.py SAMPLES packed|list
+    python tests/packed_worker.py SAMPLES check   # forked workers give every sample back
 
 Each store is measured in its own process: what one left freed in the heap
 would be reused, and so copied, by the workers of the next.
@@ -83,6 +84,14 @@ def main() -> None:
     data = samples(n)
     packed = PackedList(data)
     report = {"packed_mb": packed.nbytes / 2**20}
+    if store == "check":
+        loader = torch.utils.data.DataLoader(
+            packed, batch_size=7, num_workers=2, collate_fn=as_is, multiprocessing_context="fork"
+        )
+        got = [x for batch in loader for x in batch]
+        assert got == data, "a forked worker's samples differ"
+        print(f"checked={len(got)}")
+        return
     if store == "packed":
         del data
         report["growth_mb"] = growth(packed)

@@ -213,3 +213,40 @@ def test_the_engine_reads_with_its_own_function() -> None:
     assert _engine.impl.packed_sample is (
         _speedups.packed_sample if _engine.ENGINE == "c" else _rows.packed_sample
     )
+
+
+values = st.one_of(
+    st.integers(),
+    st.floats(),
+    st.booleans(),
+    st.text(max_size=2),
+    st.binary(max_size=2),
+    st.none(),
+    st.tuples(st.integers()),
+)
+lists = st.one_of(
+    st.lists(st.integers(), max_size=4),
+    st.lists(st.floats(), max_size=4),
+    st.lists(st.one_of(st.integers(), st.floats(), st.booleans()), max_size=4),
+    st.lists(values, max_size=3),
+)
+
+
+class Int(int):
+    pass
+
+
+@pytest.mark.skipif(_speedups is None, reason="the C engine is not built")
+@given(st.lists(st.one_of(values, lists, st.builds(Int, st.integers()))))
+def test_packing_codes_match_the_specification(leaves: list) -> None:
+    assert _speedups.leaf_codes(leaves) == _rows.leaf_codes(leaves)
+    assert [_speedups.number_list(x) for x in leaves] == [_rows.number_list(x) for x in leaves]
+
+
+def test_packing_codes() -> None:
+    read = _engine.impl.leaf_codes
+    assert read([1, 2.0, True, "s", b"b", [1, 2], [0.5], [], [1, 2.0], Int(1), None]) == (
+        INT, FLOAT, BOOL, STR, BYTES, INTS, FLOATS, None, None, None, None
+    )  # fmt: skip
+    assert read(()) == ()
+    assert _engine.impl.number_list([True, False]) is False

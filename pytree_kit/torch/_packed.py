@@ -81,24 +81,10 @@ _NAME_DTYPE = {n: d for d, n in _DTYPE_NAME.items()}
 _FIXED = {"layouts": torch.int64, "plans": torch.int64, "meta": torch.int64,
           "ints": torch.int64, "floats": torch.float64, "bools": torch.uint8,
           "text": torch.uint8}  # fmt: skip
-_SIMPLE = {int: INT, float: FLOAT, bool: BOOL, str: STR, bytes: BYTES}
 _ROW_READ = ctypes.pythonapi.PyMemoryView_FromMemory
 _ROW_READ.restype = ctypes.py_object
 _ROW_READ.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
 _PyBUF_READ = 0x100
-
-
-def _number_list(x: Any) -> bool:
-    """Whether ``x`` is stored as one leaf: a non-empty list of ints (not bools) or of floats."""
-    if type(x) is not list or not x:
-        return False
-    t = type(x[0])
-    if t is not float and t is not int:
-        return False
-    for v in x:
-        if type(v) is not t:
-            return False
-    return True
 
 
 def _read_only(t: torch.Tensor, fmt: Any) -> memoryview:
@@ -340,8 +326,9 @@ class PackedList(Sequence):
 
     @property
     def specs(self) -> tuple:
-        """The distinct structures, each once (a sample's structure and the
-        types of its leaves make its layout; two layouts may share a spec)."""
+        """The spec of each layout. A layout is a structure with the types of its
+        leaves (int, str, a float32 tensor of 2 dimensions, ...), so one spec
+        appears once for each combination of leaf types its samples have."""
         return tuple(self._store.specs)
 
     @property
@@ -488,13 +475,10 @@ def _contiguous(np: Any, x: Any) -> Any:
 
 
 def _codes(n: int, leaves: list, spec: TreeSpec, pickle_others: bool) -> tuple:
-    codes: list[Any] = list(map(_SIMPLE.get, map(type, leaves)))
+    codes: list[Any] = list(_engine.impl.leaf_codes(leaves))
     for j, c in enumerate(codes):
         if c is None:
             x = leaves[j]
-            if type(x) is list:  # a list of numbers (_number_list)
-                codes[j] = INTS if type(x[0]) is int else FLOATS
-                continue
             try:
                 codes[j] = _tensor_code(n, spec, j, x)
             except TypeError:
@@ -508,12 +492,13 @@ def _pack(samples: Iterable[Any], rules: Any, pickle_others: bool) -> tuple:
     layouts: dict = {}
     index = array("q")
     flatten = api.flatten
+    number_list, leaf_codes = _engine.impl.number_list, _engine.impl.leaf_codes
     for n, sample in enumerate(samples):
         try:
-            leaves, spec = flatten(sample, is_leaf=_number_list, rules=rules)
+            leaves, spec = flatten(sample, is_leaf=number_list, rules=rules)
         except (TypeError, ValueError) as e:
             raise type(e)(f"samples[{n}]: {e}") from e
-        codes = tuple(map(_SIMPLE.get, map(type, leaves)))
+        codes = leaf_codes(leaves)
         if None in codes:
             codes = _codes(n, leaves, spec, pickle_others)
         lay = layouts.get((spec, codes))
@@ -550,12 +535,12 @@ class _Columns:
             lay.rows = []  # let the leaves go as they are stored
             plans += chain.from_iterable(self.layout(lay, columns))
         tensors = {
-            "layouts": torch.tensor(table, dtype=torch.int64),
-            "plans": torch.tensor(plans, dtype=torch.int64),
-            "meta": torch.tensor(self.meta, dtype=torch.int64),
-            "ints": torch.tensor(self.ints, dtype=torch.int64),
-            "floats": torch.tensor(self.floats, dtype=torch.float64),
-            "bools": torch.tensor(self.bools, dtype=torch.uint8),
+            "layouts": _from_bytes(array("q", table)),
+            "plans": _from_bytes(array("q", plans)),
+            "meta": _from_bytes(array("q", self.meta)),
+            "ints": _from_bytes(array("q", self.ints)),
+            "floats": _from_bytes(array("d", self.floats)),
+            "bools": _from_bytes(bytes(self.bools)),
             "text": _from_bytes(b"".join(self.text)),
         }
         data = {d: torch.cat(parts) for d, parts in self.data.items()}
@@ -665,11 +650,15 @@ class _Columns:
 
 
 def _from_bytes(data: Any) -> torch.Tensor:
-    """An int64 (an array) or uint8 (bytes) tensor holding a copy of ``data``."""
-    dtype = torch.int64 if isinstance(data, array) else torch.uint8
+    """An int64 or float64 (an array of q or d) or uint8 (bytes) tensor holding a
+    copy of ``data``."""
+    dtype = torch.uint8
+    if isinstance(data, array):
+        dtype = torch.float64 if data.typecode == "d" else torch.int64
     if not len(data):
         return torch.empty(0, dtype=dtype)
-    return torch.frombuffer(bytearray(data), dtype=dtype)
+    # a copy in torch's own memory: the bytearray goes, and the storage can be shared
+    return torch.frombuffer(bytearray(data), dtype=dtype).clone()
 
 
 # -- reading a column ---------------------------------------------------------------
