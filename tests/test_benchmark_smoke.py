@@ -267,3 +267,22 @@ def test_algebra_benchmark_smoke(tmp_path: Path) -> None:
     ):
         assert f"| {name} |" in text, name
     assert "## Worst ratio per function" in text
+
+
+@pytest.mark.once  # a script's smoke run (torch only): the C-engine job on 3.11
+@pytest.mark.timeout(300)
+def test_packed_benchmark_smoke(tmp_path: Path) -> None:
+    """benchmarks/packed.py --quick keeps 2,000 samples four ways, runs an epoch
+    of each in fresh processes (fork and spawn) and writes its report, chart and
+    figures; no figure is judged here."""
+    pytest.importorskip("torch")
+    pytest.importorskip("tensordict")
+    _run_quick("packed.py", tmp_path)
+    text = (tmp_path / "packed.md").read_text(encoding="utf-8")
+    for store in ("list", "pickle", "PackedList", "tensordict"):
+        for context in ("fork", "spawn"):
+            assert f"| {store} | {context} |" in text, (store, context)
+    targets = [r for r in text.split("## Targets")[1].splitlines() if r.startswith("| ")][1:]
+    assert len(targets) == 5 and all(r.endswith(("| yes |", "| MISSED |")) for r in targets)
+    assert (tmp_path / "packed.png").stat().st_size > 10_000
+    assert "open_ms" in (tmp_path / "packed.json").read_text()
