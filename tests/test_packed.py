@@ -507,3 +507,16 @@ def test_public_names() -> None:
 
     assert pkt.PackedList is PackedList and "PackedList" in pkt.__all__
     assert typing.get_type_hints(PackedList.column)["return"] is Column
+
+
+def test_a_changed_dtype_is_named_as_damage() -> None:
+    """An array leaf whose buffer a changed file gives a dtype numpy lacks."""
+    from pytree_kit.torch._packed import _DTYPE_ID, NDARRAY
+
+    packed = PackedList([{"a": np.zeros(3, np.float32)}])
+    bf16 = _DTYPE_ID[torch.bfloat16]
+    packed._store.data[bf16] = torch.zeros(3, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="cannot be rebuilt"):
+        packed._store.make(NDARRAY, bf16, 0, (3,))
+    with pytest.raises(ValueError, match="outside its buffer of 3"):
+        packed._store.make(NDARRAY, bf16, 2, (3,))

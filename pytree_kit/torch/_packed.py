@@ -169,10 +169,15 @@ class _Store:
                 f"PackedList: a tensor's elements {first}:{first + n} are outside its "
                 f"buffer of {size} (the data is corrupt)"
             )
-        t = buf[first : first + n].view(shape).clone()
-        if code == TENSOR:
-            return t
-        arr = t.numpy()
+        try:
+            t = buf[first : first + n].view(shape).clone()
+            if code == TENSOR:
+                return t
+            arr = t.numpy()
+        except (RuntimeError, TypeError) as e:  # a dtype numpy lacks, in a changed file
+            raise ValueError(
+                f"PackedList: a tensor cannot be rebuilt ({e}); the data is corrupt"
+            ) from None
         return arr if code == NDARRAY else arr[()]
 
     def texts(self, layout: int) -> dict:
