@@ -520,3 +520,16 @@ def test_a_changed_dtype_is_named_as_damage() -> None:
         packed._store.make(NDARRAY, bf16, 0, (3,))
     with pytest.raises(ValueError, match="outside its buffer of 3"):
         packed._store.make(NDARRAY, bf16, 2, (3,))
+
+
+def test_a_damaged_layout_number_is_named_by_column() -> None:
+    """A layout number a damaged file makes huge is refused, never counted
+    (torch.bincount would allocate as many counters)."""
+    packed = PackedList(coco(5))
+    index = packed._index.clone()
+    index[2] = 2**30
+    damaged = PackedList._of(packed._store, index)
+    with pytest.raises(ValueError, match="layout does not exist"):
+        damaged.column("['height']")
+    with pytest.raises(ValueError, match="layout 1073741824 does not exist"):
+        damaged[1]

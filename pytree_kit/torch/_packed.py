@@ -677,6 +677,10 @@ def _column(packed: PackedList, text: str) -> Column:
     tables = store.tensors["layouts"].view(-1, 3)
     plans = store.tensors["plans"].view(-1, 5)
     meta = store.tensors["meta"]
+    if n and not 0 <= int(layout_of.min()) <= int(layout_of.max()) < len(store.specs):
+        raise ValueError(
+            "PackedList.column: a sample's layout does not exist (the data is corrupt)"
+        )
     # the samples of each layout, in increasing order: one stable sort
     order = torch.argsort(layout_of, stable=True)
     counts = torch.bincount(layout_of, minlength=len(store.specs)).tolist()
