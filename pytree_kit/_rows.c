@@ -44,15 +44,26 @@ corrupt(Py_ssize_t i, const char *fmt, ...)
     return NULL;
 }
 
+/* where buffer b's item k is (_rows._at); NULL with ValueError outside it */
+static const char *
+at(Bufs *bufs, int b, long long k)
+{
+    if (k < 0 || k >= bufs->len[b]) {
+        corrupt(bufs->sample, "position %lld is outside a buffer of %zd", k, bufs->len[b]);
+        return NULL;
+    }
+    return (const char *)bufs->view[b].buf + k * item_size[b];
+}
+
 /* buffer b's item k as an int64 (b is an int64 buffer); -1 with an error */
 static int
 at_q(Bufs *bufs, int b, long long k, long long *out)
 {
-    if (k < 0 || k >= bufs->len[b]) {
-        corrupt(bufs->sample, "position %lld is outside a buffer of %zd", k, bufs->len[b]);
+    const char *p = at(bufs, b, k);
+    if (p == NULL) {
         return -1;
     }
-    memcpy(out, (const char *)bufs->view[b].buf + k * 8, 8);
+    memcpy(out, p, 8);
     return 0;
 }
 
@@ -103,18 +114,19 @@ leaf(Bufs *bufs, long long j, const long long plan[5], long long row, PyObject *
         return PyLong_FromLongLong(v);
     case C_FLOAT: {
         double d;
-        if (k >= bufs->len[B_FLOATS]) {
-            return corrupt(i, "position %lld is outside a buffer of %zd", k, bufs->len[B_FLOATS]);
+        const char *p = at(bufs, B_FLOATS, k);
+        if (p == NULL) {
+            return NULL;
         }
-        memcpy(&d, (const char *)bufs->view[B_FLOATS].buf + k * 8, 8);
+        memcpy(&d, p, 8);
         return PyFloat_FromDouble(d);
     }
     case C_BOOL: {
-        unsigned char c;
-        if (k >= bufs->len[B_BOOLS]) {
-            return corrupt(i, "position %lld is outside a buffer of %zd", k, bufs->len[B_BOOLS]);
+        const char *p = at(bufs, B_BOOLS, k);
+        if (p == NULL) {
+            return NULL;
         }
-        c = ((const unsigned char *)bufs->view[B_BOOLS].buf)[k];
+        unsigned char c = *(const unsigned char *)p;
         if (c > 1) {
             return corrupt(i, "a bool is stored as %d", (int)c);
         }

@@ -4,12 +4,12 @@ A map-style dataset that holds its samples as a Python list is copied, page by
 page, into every DataLoader worker it is forked into: reading an object writes
 its reference count. ``PackedList`` keeps no Python object per sample. Samples
 that share a structure share one TreeSpec and one *plan* (the type of each of
-its leaves and where its column starts); the leaves live column by column in
-flat typed tensors (int64, float64, bool, one byte buffer for str, bytes and
-pickled leaves, one buffer per tensor dtype); each sample is one
-``(layout, row)`` pair. Reading sample ``i`` rebuilds it in the C engine
-(``_rows.c``; ``pytree_kit/_rows.py`` is its specification) from memory it
-never writes.
+its leaves and where it is kept); the leaves live in flat typed tensors (int64,
+float64, bool, one byte buffer for str, bytes and pickled leaves, one buffer
+per tensor dtype), each row kept whole so that reading a sample reads a few
+runs of memory; each sample is one ``(layout, row)`` pair. Reading sample
+``i`` rebuilds it in the C engine (``_rows.c``; ``pytree_kit/_rows.py`` is its
+specification) from memory it never writes.
 
 A list of ints or of floats (``[x0, y0, x1, y1, ...]``, token ids) is stored
 as one leaf of variable length, so that samples whose lists differ in length
@@ -102,7 +102,7 @@ class Column(NamedTuple):
 
     ``values``: one tensor when every value is a number (a bool, int or
     float, or an item of a list of numbers), or a tensor of the same shape
-    and dtype, stacked; a list otherwise. ``index``: the samples they are
+    and dtype, stacked; a list otherwise. ``indices``: the samples they are
     from, in increasing order (int64). ``missing``: the samples that have no
     leaf at the path (int64).
     """
@@ -456,7 +456,7 @@ def _tensor_code(n: int, spec: TreeSpec, j: int, x: Any) -> tuple:
             raise TypeError(f"{_where(n, spec, j)} {why}")
         return (TENSOR, _DTYPE_ID[x.dtype], x.dim())
     np = sys.modules.get("numpy")
-    if (np is not None and type(x) is np.ndarray) or (np is not None and isinstance(x, np.generic)):
+    if np is not None and (type(x) is np.ndarray or isinstance(x, np.generic)):
         code = NDARRAY if type(x) is np.ndarray else NPSCALAR
         try:
             t = torch.from_numpy(_contiguous(np, x))
@@ -830,11 +830,12 @@ def _save(packed: PackedList, path: Any) -> None:
             }
         )
         offset += -(-nbytes // ALIGN) * ALIGN
+    end = max((b["offset"] + b["nbytes"] for b in buffers), default=0)
     header = json.dumps(
         {
             "format": 1,
             "samples": len(packed),
-            "data": max((b["offset"] + b["nbytes"] for b in buffers), default=0),
+            "data": end,
             "pickled": store.pickled,
             "specs": [spec.to_json() for spec in store.specs],
             "buffers": buffers,
@@ -850,7 +851,7 @@ def _save(packed: PackedList, path: Any) -> None:
         for (_, t), b in zip(named, buffers):
             f.seek(start + b["offset"])
             f.write(_read_only(t, "B"))
-        f.truncate(start + json.loads(header)["data"])
+        f.truncate(start + end)
 
 
 def _bad(path: Any, what: str) -> ValueError:
