@@ -18,8 +18,11 @@ changes what any function returns.
 The public functions are ``_speedups.FastCall`` objects, which
 ``_engine.accelerate`` marks so that dynamo traces the def each one wraps.
 Dynamo loses the instance when a method is not a Python function, so
-registering also gives ``TreeSpec.unflatten`` and ``flatten_up_to`` back
-their defs (``_engine.SPEC_METHODS``).
+registering also runs what :func:`install` was given: ``api`` gives
+``TreeSpec.unflatten`` and ``flatten_up_to`` back their defs.
+
+This module is below ``_engine`` and ``api``: it imports only the pure
+engine, and ``api`` hands it the C engine.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ import importlib.util
 import sys
 import threading
 import warnings
-from typing import Any
+from typing import Any, Callable, Optional
+
+from . import _pure
 
 _DYNAMO = "torch._dynamo"
 _NAMES = (
@@ -45,35 +50,35 @@ _NAMES = (
 )
 _lock = threading.Lock()
 _registered = False
+#: what install() was given: the C engine, and what to run once registered
+_c_engine: Any = None
+_then: Optional[Callable[[], None]] = None
 
 
 def register() -> bool:
     """Register the pure engine as dynamo's stand-in for each C function.
 
     Idempotent; returns whether the substitutes are registered (False when
-    this torch has no ``torch.compiler.substitute_in_graph``).
+    this torch has no ``torch.compiler.substitute_in_graph``, or before
+    :func:`install`, which the pure engine never calls).
     """
     global _registered
     with _lock:
         if _registered:
             return True
-        from . import _engine, _pure, _speedups
-        from ._spec import TreeSpec
-
+        if _c_engine is None:
+            return False
         try:
             from torch.compiler import substitute_in_graph
         except ImportError:  # torch older than 2.5
             return False
         try:
             for name in _NAMES:
-                substitute_in_graph(getattr(_speedups, name), skip_signature_check=True)(
+                substitute_in_graph(getattr(_c_engine, name), skip_signature_check=True)(
                     getattr(_pure, name)
                 )
-            # dynamo loses the instance of a method that is not a function:
-            # TreeSpec's methods become their defs again (about 0.05 µs a call)
-            for name in _engine.SPEC_METHODS:
-                method = TreeSpec.__dict__[name]
-                setattr(TreeSpec, name, getattr(method, "__wrapped__", method))
+            if _then is not None:
+                _then()
         except Exception as e:  # never break torch's own import over this
             warnings.warn(
                 f"pytree_kit: torch.compile cannot trace the C engine ({e}); "
@@ -130,8 +135,14 @@ def uninstall() -> None:
             sys.meta_path.remove(_finder)
 
 
-def install() -> None:
-    """Register now if ``torch._dynamo`` is imported, else when it is."""
+def install(engine: Any, then: Optional[Callable[[], None]] = None) -> None:
+    """Register now if ``torch._dynamo`` is imported, else when it is.
+
+    ``engine`` is the C engine, whose functions get the pure engine's as
+    stand-ins; ``then`` runs once they are registered.
+    """
+    global _c_engine, _then
+    _c_engine, _then = engine, then
     if _DYNAMO in sys.modules:
         register()
     elif _finder not in sys.meta_path:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import os
 import platform
 import sys
@@ -122,6 +123,9 @@ def engine_info() -> dict[str, Any]:
     }
 
 
+# The engine's injection points: both engines import _spec and _keys (the C
+# engine reads TreeSpec, child_key and the key classes when it loads), so
+# they cannot import an engine; they read the chosen one from here.
 _spec._impl = impl
 if impl is not _pure:
     _keys._fast = impl.keystr
@@ -129,20 +133,70 @@ if impl is not _pure:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def accelerate(name: str) -> Callable[[F], F]:
-    """Decorator for a public function (``name`` as ``_fastcall.c``'s table has it).
+def call_shape(func: Callable[..., Any]) -> dict[str, Any]:
+    """Which calls of ``func`` a FastCall may make itself, from its signature:
+    ``npos``, the required positional arguments (the operation's operands);
+    ``is_leaf``, whether ``is_leaf=`` may be given by keyword, and
+    ``is_leaf_at``, its position when it may be given by position (else -1);
+    ``rules``, whether ``rules=`` may be given by keyword (only ``rules=None``
+    is taken). Every other call goes to ``func``. The defs are the one place
+    the public signatures are written: ``_fastcall.c`` knows the operations,
+    and its FastCall refuses a def whose ``npos`` its operation does not take.
+
+    A def that a call taken in C could not agree with raises ValueError: a
+    required keyword-only argument (a call taken in C would lack it), or an
+    ``is_leaf`` or ``rules`` whose default is not None (the C calls give None).
+
+    Examples:
+        >>> def tree_leaves(tree, is_leaf=None): ...
+        >>> call_shape(tree_leaves)
+        {'npos': 1, 'is_leaf': True, 'is_leaf_at': 1, 'rules': False}
+        >>> def tree_map(fn, tree, *rest, is_leaf=None, rules=None): ...
+        >>> call_shape(tree_map)
+        {'npos': 2, 'is_leaf': True, 'is_leaf_at': -1, 'rules': True}
+    """
+    P = inspect.Parameter
+    params = inspect.signature(func).parameters.values()
+    named = [p for p in params if p.kind not in (P.VAR_POSITIONAL, P.VAR_KEYWORD)]
+    positional = [p for p in named if p.kind is not P.KEYWORD_ONLY]
+    keywords = [p.name for p in named if p.kind is not P.POSITIONAL_ONLY]
+    who = getattr(func, "__qualname__", repr(func))
+    for p in named:
+        if p.kind is P.KEYWORD_ONLY and p.default is P.empty:
+            raise ValueError(
+                f"{who}: a required keyword-only argument ({p.name}) has no fast calls"
+            )
+        if p.name in ("is_leaf", "rules") and p.default is not None:
+            raise ValueError(f"{who}: {p.name} must default to None to have fast calls")
+    at = [i for i, p in enumerate(positional) if p.name == "is_leaf"]
+    return {
+        "npos": sum(1 for p in positional if p.default is P.empty),
+        "is_leaf": "is_leaf" in keywords,
+        "is_leaf_at": at[0] if at else -1,
+        "rules": "rules" in keywords,
+    }
+
+
+def accelerate(op: str) -> Callable[[F], F]:
+    """Decorator for a public function that makes the operation ``op``
+    (``_fastcall.c``'s: flatten, leaves, flatten_with_path, structure,
+    unflatten, tree_map, flatten_up_to).
 
     With the C engine, the def is wrapped in a ``_speedups.FastCall``, which
-    makes the common calls (required arguments, ``is_leaf``, ``rules=None``)
-    in C and hands every other call to the def; ``functools.wraps`` gives it
-    the def's name, docstring, signature and ``__wrapped__``. With the pure
-    engine the def is returned as it is.
+    makes the common calls (the required arguments, ``is_leaf``,
+    ``rules=None``: :func:`call_shape` reads them from the def's signature) in
+    C and hands every other call to the def; ``functools.wraps`` gives it the
+    def's name, docstring, signature and ``__wrapped__``. With the pure engine
+    the def is returned as it is (its signature is read all the same, so that
+    a def :func:`call_shape` refuses fails on either engine).
     """
 
     def wrap(func: F) -> F:
+        shape = call_shape(func)
         if impl is _pure:
             return func
-        fast: Any = functools.update_wrapper(impl.FastCall(func, name, _spec.TreeSpec), func)
+        fc = impl.FastCall(func, op, _spec.TreeSpec, **shape)
+        fast: Any = functools.update_wrapper(fc, func)
         # torch.compile's dynamo cannot read C; it traces the def of a wrapper
         # marked this way (torch's own convention, from torch.jit's
         # _script_if_tracing). Nothing here imports torch.
@@ -151,18 +205,3 @@ def accelerate(name: str) -> Callable[[F], F]:
         return fast  # type: ignore[no-any-return]
 
     return wrap
-
-
-#: TreeSpec's methods that ``accelerate`` wraps (``_dynamo`` puts the defs back)
-SPEC_METHODS = ("unflatten", "flatten_up_to")
-for _name in SPEC_METHODS:
-    setattr(
-        _spec.TreeSpec,
-        _name,
-        accelerate(f"TreeSpec.{_name}")(_spec.TreeSpec.__dict__[_name]),
-    )
-
-if impl is not _pure:
-    from . import _dynamo
-
-    _dynamo.install()

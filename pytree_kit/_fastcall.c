@@ -9,6 +9,11 @@
  *   - the required arguments given by position,
  *   - is_leaf= (by position too, for the jax-style aliases),
  *   - rules=None.
+ * Which of these a def takes is read from its signature, in Python
+ * (_engine.call_shape), and given to the constructor: the defs are the one
+ * place the signatures are written. This file knows the operations, and how
+ * many positional arguments each reads; a def that requires another number
+ * is refused.
  * Every other call (rules given, *rest trees, a wrong number of arguments, an
  * unknown keyword, a spec that is not exactly a TreeSpec) goes to the def
  * unchanged, so the def stays the one definition of the function: its
@@ -27,30 +32,30 @@
 
 enum { OP_FLATTEN, OP_LEAVES, OP_WITH_PATH, OP_STRUCTURE, OP_UNFLATTEN, OP_TREE_MAP, OP_UP_TO };
 
-typedef struct {
+/* The operations, by the name _engine.accelerate gives, with the number of
+ * positional arguments each reads (its operands). */
+static const struct {
     const char *name;
     int op;
-    int npos;       /* required positional arguments */
+    int operands;
+} ops[] = {
+    {"flatten", OP_FLATTEN, 1},
+    {"leaves", OP_LEAVES, 1},
+    {"flatten_with_path", OP_WITH_PATH, 1},
+    {"structure", OP_STRUCTURE, 1},
+    {"unflatten", OP_UNFLATTEN, 2},
+    {"tree_map", OP_TREE_MAP, 2},
+    {"flatten_up_to", OP_UP_TO, 2},
+};
+
+/* The calls a FastCall takes itself, from its def's signature. */
+typedef struct {
+    int op;
+    int npos;        /* required positional arguments: the operation's operands */
     int has_is_leaf; /* takes is_leaf= */
     int is_leaf_at;  /* is_leaf's position when it may be given by position, else -1 */
-    int has_rules;  /* takes rules= */
+    int has_rules;   /* takes rules= */
 } Shape;
-
-/* The defs that can be wrapped, by the name _engine.accelerate gives. */
-static const Shape shapes[] = {
-    {"flatten", OP_FLATTEN, 1, 1, -1, 1},
-    {"leaves", OP_LEAVES, 1, 1, -1, 1},
-    {"flatten_with_path", OP_WITH_PATH, 1, 1, -1, 1},
-    {"structure", OP_STRUCTURE, 1, 1, -1, 1},
-    {"unflatten", OP_UNFLATTEN, 2, 0, -1, 0},
-    {"tree_map", OP_TREE_MAP, 2, 1, -1, 1},
-    {"tree_flatten", OP_FLATTEN, 1, 1, 1, 0},
-    {"tree_leaves", OP_LEAVES, 1, 1, 1, 0},
-    {"tree_structure", OP_STRUCTURE, 1, 1, 1, 0},
-    {"tree_unflatten", OP_UNFLATTEN, 2, 0, -1, 0},
-    {"TreeSpec.unflatten", OP_UNFLATTEN, 2, 0, -1, 0},
-    {"TreeSpec.flatten_up_to", OP_UP_TO, 2, 0, -1, 0},
-};
 
 typedef struct {
     PyObject_HEAD
@@ -170,26 +175,39 @@ fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     PyObject *func, *spec_type;
     const char *name;
-    static char *kwlist[] = {"func", "name", "spec_type", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OsO!:FastCall", kwlist, &func, &name,
-                                     &PyType_Type, &spec_type)) {
+    Shape sh = {0};
+    static char *kwlist[] = {"func", "op", "spec_type", "npos", "is_leaf", "is_leaf_at", "rules",
+                             NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OsO!ipip:FastCall", kwlist, &func, &name,
+                                     &PyType_Type, &spec_type, &sh.npos, &sh.has_is_leaf,
+                                     &sh.is_leaf_at, &sh.has_rules)) {
         return NULL;
     }
     if (!PyCallable_Check(func)) {
         PyErr_SetString(PyExc_TypeError, "FastCall: func must be callable");
         return NULL;
     }
-    const Shape *sh = NULL;
-    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
-        if (strcmp(shapes[i].name, name) == 0) {
-            sh = &shapes[i];
-            break;
-        }
+    size_t k = 0, n_ops = sizeof(ops) / sizeof(ops[0]);
+    while (k < n_ops && strcmp(ops[k].name, name) != 0) {
+        k++;
     }
-    if (sh == NULL) {
+    if (k == n_ops) {
         PyErr_Format(PyExc_ValueError, "FastCall: no fast call for %s", name);
         return NULL;
     }
+    /* the operation reads args[0 .. operands - 1] of a call of npos arguments */
+    if (sh.npos != ops[k].operands) {
+        PyErr_Format(PyExc_ValueError,
+                     "FastCall: %R requires %d positional arguments, but %s takes %d", func,
+                     sh.npos, name, ops[k].operands);
+        return NULL;
+    }
+    if (sh.is_leaf_at < -1) {
+        PyErr_Format(PyExc_ValueError, "FastCall: is_leaf_at must be -1 or a position, not %d",
+                     sh.is_leaf_at);
+        return NULL;
+    }
+    sh.op = ops[k].op;
     FastCall *fc = (FastCall *)type->tp_alloc(type, 0);
     if (fc == NULL) {
         return NULL;
@@ -199,7 +217,7 @@ fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     fc->spec_type = Py_NewRef(spec_type);
     fc->dict = NULL;
     fc->weakrefs = NULL;
-    fc->shape = *sh;
+    fc->shape = sh;
     return (PyObject *)fc;
 }
 
@@ -270,7 +288,8 @@ static PyTypeObject FastCall_Type = {
     .tp_basicsize = sizeof(FastCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
                 Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_doc = "FastCall(func, name, spec_type): func, with its common calls made in C.",
+    .tp_doc = "FastCall(func, op, spec_type, npos, is_leaf, is_leaf_at, rules): func, with its\n"
+              "common calls made in C (the shape of call from _engine.call_shape(func)).",
     .tp_new = fastcall_new,
     .tp_dealloc = (destructor)fastcall_dealloc,
     .tp_traverse = (traverseproc)fastcall_traverse,

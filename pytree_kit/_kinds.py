@@ -1,4 +1,4 @@
-"""Node kinds of the spec format, and :class:`Rule`.
+"""Node kinds of the spec format, the fields a record node holds, and :class:`Rule`.
 
 These integers are part of the spec format shared by every engine; see
 ``docs/design.md``. Never renumber them: pickles hold them.
@@ -6,6 +6,7 @@ These integers are part of the spec format shared by every engine; see
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 LEAF = 0
@@ -52,6 +53,25 @@ def user_tail(kind: int, aux: Any) -> tuple:
         (('a', None), ('a', None, (1, 2)))
     """
     return aux if kind == CUSTOM else aux[1:]  # type: ignore[no-any-return]
+
+
+def fields_info(t: Any, cache: dict, obj: Any = None) -> tuple:
+    """((name, static), ...) for a dataclass or attrs class, memoised per call.
+
+    ``obj``, an instance of ``t``, is what ``dataclasses.fields`` is asked when
+    given: torch.compile's tracer (dynamo) follows ``fields(instance)`` but not
+    ``fields(cls)``, and the pure engine is what it traces (see ``_dynamo``).
+    The pure engine reads records with it, and ``from_json`` checks them.
+    """
+    info = cache.get(t)
+    if info is None:
+        if hasattr(t, "__dataclass_fields__"):
+            fields: Any = dataclasses.fields(t if obj is None else obj)
+        else:
+            fields = t.__attrs_attrs__
+        info = tuple((f.name, bool((f.metadata or {}).get("static", False))) for f in fields)
+        cache[t] = info
+    return info
 
 
 #: The one node every leaf shares: (kind, type, arity, aux).

@@ -12,7 +12,6 @@ leaf order (sorted keys) differs from it.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 import types
@@ -41,6 +40,7 @@ from ._kinds import (
     TUPLE,
     user_tail,
 )
+from ._kinds import fields_info as _fields_info
 from ._reach import first_reaching  # noqa: F401  (the engine's interface)
 from ._rows import leaf_codes, number_list, packed_sample  # noqa: F401  (the engine's interface)
 from ._spec import TreeSpec, _subtree_end, node_paths
@@ -93,24 +93,6 @@ def _leaf_order(obj: dict) -> list:
     except Exception:
         # Keys that are not mutually orderable keep insertion order: never an error.
         return keys
-
-
-def _fields_info(t: Any, cache: dict, obj: Any = None) -> tuple:
-    """((name, static), ...) for a dataclass or attrs class, memoised per call.
-
-    ``obj``, an instance of ``t``, is what ``dataclasses.fields`` is asked when
-    given: torch.compile's tracer (dynamo) follows ``fields(instance)`` but not
-    ``fields(cls)``, and this engine is what it traces (see ``_dynamo``).
-    """
-    info = cache.get(t)
-    if info is None:
-        if hasattr(t, "__dataclass_fields__"):
-            fields: Any = dataclasses.fields(t if obj is None else obj)
-        else:
-            fields = t.__attrs_attrs__
-        info = tuple((f.name, bool((f.metadata or {}).get("static", False))) for f in fields)
-        cache[t] = info
-    return info
 
 
 def _check_hashable(aux: Any, stack: list, what: str) -> None:

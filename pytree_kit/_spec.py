@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator
 
+from ._json import nodes_from_json, nodes_to_json
 from ._keys import DictKey, GetAttrKey, SequenceKey
 from ._kinds import (
     ATTRS,
@@ -34,7 +35,9 @@ from ._kinds import (
 
 __all__ = ["TreeSpec"]
 
-#: The engine module that unflattens and flattens up to a spec; set by ``_engine``.
+#: The engine module that TreeSpec's methods call (unflatten, flatten_up_to,
+#: compose, ...). Both engines import this module, so it cannot import them:
+#: ``_engine`` sets this when it has chosen one (the one injection point here).
 _impl: Any = None
 
 
@@ -329,9 +332,7 @@ class TreeSpec:
             >>> pk.TreeSpec.from_json(spec.to_json()) == spec
             True
         """
-        from ._json import spec_to_json
-
-        return spec_to_json(self)
+        return nodes_to_json(self._nodes, self._orders, self._num_leaves)
 
     @classmethod
     def from_json(
@@ -357,9 +358,7 @@ class TreeSpec:
             ...
             ValueError: TreeSpec.from_json: class ...Point is not allowed; pass it in allow= ...
         """
-        from ._json import spec_from_json
-
-        return spec_from_json(text, allow=allow, rules=rules)
+        return TreeSpec._make(*nodes_from_json(text, allow=allow, rules=rules))
 
     # -- repr --------------------------------------------------------------
 

@@ -62,6 +62,15 @@ class FastCall:
     """``func`` with its common calls made in C (see ``_engine.accelerate``)."""
 
     __wrapped__: Callable[..., Any]
-    def __init__(self, func: Callable[..., Any], name: str, spec_type: type) -> None: ...
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        op: str,
+        spec_type: type,
+        npos: int,
+        is_leaf: bool,
+        is_leaf_at: int,
+        rules: bool,
+    ) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
     def __get__(self, obj: Any, objtype: Optional[type] = None) -> Any: ...

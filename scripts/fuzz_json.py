@@ -14,8 +14,8 @@ as str, bytes or bytearray. For every document:
 * ``from_json`` returns a TreeSpec or raises ValueError, nothing else;
 * it imports nothing: ``builtins.__import__`` and ``importlib.import_module``
   are wrapped by recorders during the call, and ``sys.modules`` is compared
-  before and after (the lazy ``from ._json import ...`` of pytree_kit's own,
-  already imported, submodules is not an import of anything new);
+  before and after (a relative import inside pytree_kit of its own, already
+  imported, submodules would not be an import of anything new);
 * an accepted spec is usable: ``to_json`` reads back to the same text and an
   equal spec, ``repr`` and ``hash`` work, and ``unflatten(list(range(n)))``
   ends the same way on the pure and the C engine (equal trees, or the same
@@ -785,8 +785,8 @@ class ImportRecorder:
     Two calls load nothing and are not recorded:
 
     * a relative import from inside pytree_kit of one of its submodules that
-      is already imported (``TreeSpec.from_json`` does ``from ._json import
-      ...``);
+      is already imported (``TreeSpec.from_json`` makes none: ``_json`` is
+      imported with ``_spec``);
     * CPython's own: from 3.12 on, the C part of the json module reports a
       syntax error by looking up ``json.decoder.JSONDecodeError`` with
       ``PyImport_ImportModule``, which calls ``builtins.__import__``. Such a

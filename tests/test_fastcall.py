@@ -8,7 +8,9 @@ shape of call, the def's name, docstring and signature, and the behaviour of
 a function (binding, pickling, weak references, garbage collection). Under
 the pure engine (PYTREE_KIT_PURE=1) the public functions are the defs
 themselves, and the FastCalls made here from the defs compare the C engine's
-fast calls against the pure engine's defs.
+fast calls against the pure engine's defs. Which calls a FastCall takes
+comes from its def's signature (``_engine.call_shape``): a changed def
+changes them.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pytree_kit as pk
-from pytree_kit import api
+from pytree_kit import _engine, api
 from pytree_kit._spec import TreeSpec
 
 from .trees import RULES, assert_same_tree, trees
@@ -59,11 +61,27 @@ DEFS: dict[str, Callable[..., Any]] = {
 DEFS["TreeSpec.unflatten"] = inspect.unwrap(TreeSpec.__dict__["unflatten"])
 DEFS["TreeSpec.flatten_up_to"] = inspect.unwrap(TreeSpec.__dict__["flatten_up_to"])
 
+#: the operation each def makes (what api.py gives ``accelerate``)
+OPS = {
+    **{name: name for name in DEFS},
+    "tree_flatten": "flatten",
+    "tree_leaves": "leaves",
+    "tree_structure": "structure",
+    "tree_unflatten": "unflatten",
+    "TreeSpec.unflatten": "unflatten",
+    "TreeSpec.flatten_up_to": "flatten_up_to",
+}
+
+
+def make(func: Callable[..., Any], op: str) -> Any:
+    """A FastCall of ``func`` making ``op``, as ``_engine.accelerate`` makes one."""
+    assert _speedups is not None
+    return _speedups.FastCall(func, op, TreeSpec, **_engine.call_shape(func))
+
 
 def fast(name: str) -> Any:
     """A FastCall of the def ``name`` (made here, so under either engine)."""
-    assert _speedups is not None
-    return _speedups.FastCall(DEFS[name], name, TreeSpec)
+    return make(DEFS[name], OPS[name])
 
 
 def public(name: str) -> Any:
@@ -317,12 +335,133 @@ def test_a_fast_call_in_a_cycle_is_collected() -> None:
 
 def test_fast_call_arguments_are_checked() -> None:
     assert _speedups is not None
+    shape = _engine.call_shape(DEFS["leaves"])
     with pytest.raises(TypeError, match="callable"):
-        _speedups.FastCall(1, "leaves", TreeSpec)
+        _speedups.FastCall(1, "leaves", TreeSpec, **shape)
     with pytest.raises(ValueError, match="no fast call for nope"):
-        _speedups.FastCall(print, "nope", TreeSpec)
+        _speedups.FastCall(print, "nope", TreeSpec, **shape)
     with pytest.raises(TypeError):
-        _speedups.FastCall(print, "leaves", "TreeSpec")
+        _speedups.FastCall(print, "leaves", "TreeSpec", **shape)
+    with pytest.raises(TypeError):  # the shape is required
+        _speedups.FastCall(print, "leaves", TreeSpec)
+    with pytest.raises(ValueError, match="is_leaf_at"):
+        _speedups.FastCall(print, "leaves", TreeSpec, **{**shape, "is_leaf_at": -2})
+    with pytest.raises(ValueError, match="requires 2 positional arguments, but leaves takes 1"):
+        _speedups.FastCall(print, "leaves", TreeSpec, **{**shape, "npos": 2})
+
+
+def test_the_defs_give_the_shapes_of_call() -> None:
+    """What each public def's signature lets a FastCall take (the table
+    _fastcall.c held before the defs became the one place)."""
+    want = {
+        "flatten": (1, True, -1, True),
+        "leaves": (1, True, -1, True),
+        "flatten_with_path": (1, True, -1, True),
+        "structure": (1, True, -1, True),
+        "unflatten": (2, False, -1, False),
+        "tree_map": (2, True, -1, True),
+        "tree_flatten": (1, True, 1, False),
+        "tree_leaves": (1, True, 1, False),
+        "tree_structure": (1, True, 1, False),
+        "tree_unflatten": (2, False, -1, False),
+        "TreeSpec.unflatten": (2, False, -1, False),
+        "TreeSpec.flatten_up_to": (2, False, -1, False),
+    }
+    got = {name: tuple(_engine.call_shape(fn).values()) for name, fn in DEFS.items()}
+    assert got == want
+
+
+class Recorded:
+    """Stands for a def (its signature, its calls), counting the calls it gets."""
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.func = func
+        self.__signature__ = inspect.signature(func)
+        self.calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return self.func(*args, **kwargs)
+
+
+def test_a_changed_signature_changes_the_calls_a_fast_call_takes() -> None:
+    """Each def below is a public def with its signature changed; its FastCall
+    takes the calls that fit the new signature and sends the others to the
+    def, with the def's outcome either way."""
+    tree = {"b": [1, 2], "a": (3,)}
+
+    def leaves_no_is_leaf(tree: Any, *, rules: Any = None) -> Any:
+        return DEFS["leaves"](tree, rules=rules)
+
+    def leaves_jax(tree: Any, is_leaf: Any = None) -> Any:
+        return DEFS["leaves"](tree, is_leaf=is_leaf)
+
+    def leaves_keyword_only_is_leaf(tree: Any, *, is_leaf: Any = None) -> Any:
+        return DEFS["leaves"](tree, is_leaf=is_leaf)
+
+    def tree_map_one_tree(fn: Any, tree: Any, *, is_leaf: Any = None) -> Any:
+        return DEFS["tree_map"](fn, tree, is_leaf=is_leaf)
+
+    cases: list[tuple[Callable[..., Any], str, tuple, dict, bool]] = [
+        # (def, op, args, kwargs, taken in C)
+        (leaves_no_is_leaf, "leaves", (tree,), {}, True),
+        (leaves_no_is_leaf, "leaves", (tree,), {"rules": None}, True),
+        (leaves_no_is_leaf, "leaves", (tree,), {"is_leaf": is_list}, False),
+        (leaves_no_is_leaf, "leaves", (tree, is_list), {}, False),
+        (leaves_jax, "leaves", (tree, is_list), {}, True),
+        (leaves_jax, "leaves", (tree,), {"is_leaf": is_list}, True),
+        (leaves_jax, "leaves", (tree,), {"rules": None}, False),
+        (leaves_keyword_only_is_leaf, "leaves", (tree, is_list), {}, False),
+        (leaves_keyword_only_is_leaf, "leaves", (tree,), {"is_leaf": is_list}, True),
+        (leaves_keyword_only_is_leaf, "leaves", (tree,), {"rules": None}, False),
+        (tree_map_one_tree, "tree_map", (identity, tree), {}, True),
+        (tree_map_one_tree, "tree_map", (add, tree, tree), {}, False),
+        (tree_map_one_tree, "tree_map", (identity, tree), {"rules": None}, False),
+    ]
+    for func, op, args, kwargs, in_c in cases:
+        recorded = Recorded(func)
+        got = outcome(make(recorded, op), *args, **kwargs)
+        assert recorded.calls == (0 if in_c else 1), (func.__name__, args, kwargs)
+        assert got == outcome(func, *args, **kwargs), (func.__name__, args, kwargs)
+        assert got[0] == "ok" or not in_c
+
+
+def test_a_def_whose_signature_no_operation_fits_is_refused() -> None:
+    """A def with another number of required positional arguments than its
+    operation reads is refused when it is wrapped, not called wrongly."""
+
+    def flatten_with_extra(tree: Any, extra: Any, *, is_leaf: Any = None, rules: Any = None) -> Any:
+        return DEFS["flatten"](tree, is_leaf=is_leaf, rules=rules)
+
+    def unflatten_one(spec: Any) -> Any:  # pragma: no cover - never called
+        raise AssertionError
+
+    with pytest.raises(ValueError, match="requires 2 positional arguments, but flatten takes 1"):
+        make(flatten_with_extra, "flatten")
+    with pytest.raises(ValueError, match="requires 1 positional arguments, but unflatten takes 2"):
+        make(unflatten_one, "unflatten")
+    if pk.ENGINE == "c":
+        with pytest.raises(ValueError, match="requires 2 positional arguments"):
+            _engine.accelerate("flatten")(flatten_with_extra)
+
+
+def test_call_shape_refuses_what_a_call_in_c_would_get_wrong() -> None:
+    def required_keyword(tree: Any, *, depth: int) -> Any:  # pragma: no cover
+        return tree
+
+    def is_leaf_default(tree: Any, *, is_leaf: Any = is_list) -> Any:  # pragma: no cover
+        return tree
+
+    def rules_default(tree: Any, *, rules: Any = ()) -> Any:  # pragma: no cover
+        return tree
+
+    with pytest.raises(ValueError, match="required keyword-only argument"):
+        _engine.call_shape(required_keyword)
+    for func in (is_leaf_default, rules_default):
+        with pytest.raises(ValueError, match="must default to None"):
+            _engine.call_shape(func)
+        with pytest.raises(ValueError, match="must default to None"):
+            _engine.accelerate("leaves")(func)  # on either engine
 
 
 @given(st.lists(st.integers(), max_size=5))

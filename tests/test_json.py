@@ -938,8 +938,8 @@ def _from_json_recording_imports(text: str, **kwargs: Any) -> tuple[Any, list]:
     def spy_import(
         name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
     ) -> Any:
-        # TreeSpec.from_json imports its own submodules lazily (``from ._json import``);
-        # those relative imports inside pytree_kit are not imports of a named module.
+        # a relative import inside pytree_kit of its own submodules would not be an
+        # import of a named module (TreeSpec.from_json makes none).
         package = (globals or {}).get("__package__")
         if not (level > 0 and package == "pytree_kit"):
             calls.append(name)

@@ -196,7 +196,9 @@ def test_import_recorder_lets_pytree_kit_reach_its_own_loaded_submodules() -> No
     with fz.ImportRecorder() as rec:
         from pytree_kit import _json  # noqa: F401  (absolute: recorded)
 
-        pk.TreeSpec.from_json(GOOD)  # does ``from ._json import ...``: not recorded
+        # relative, of a loaded submodule: not recorded
+        builtins.__import__("_json", {"__package__": "pytree_kit"}, None, ("FORMAT",), 1)
+        pk.TreeSpec.from_json(GOOD)  # imports nothing
     assert rec.calls == ["__import__('pytree_kit', level=0)"]
     with fz.ImportRecorder() as rec:
         with pytest.raises(ImportError):

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 import torch
 
-from .. import _json, api
+from .. import _jsonvalues, api
 from .._engine import impl as _impl
 from .._keys import DictKey, SequenceKey, keystr
 from .._kinds import Rule, check_rules
@@ -310,7 +310,7 @@ class FlatSpec:
             raise ValueError("FlatSpec.from_json: root, paths or constants missing")
         if len(paths) != n or not all(type(p) is str for p in paths):
             raise ValueError(f"FlatSpec.from_json: paths must be {n} strings")
-        table = _json._resolver(allow, rules)
+        table = _jsonvalues.resolver(allow, rules)
         constants: list[tuple[int, Any]] = []
         for item in raw:
             if type(item) is not list or len(item) != 2 or type(item[0]) is not int:
@@ -320,7 +320,7 @@ class FlatSpec:
                 raise ValueError(f"FlatSpec.from_json: constant index {i} out of order or range")
             try:
                 value = decode_constant(item[1], table)
-            except _json._Bad as e:
+            except _jsonvalues.Malformed as e:
                 raise ValueError(f"FlatSpec.from_json: {paths[i]}: {e}") from None
             if not is_constant(value):
                 raise ValueError(f"FlatSpec.from_json: {paths[i]}: not a constant: {item[1]!r}")
@@ -386,23 +386,23 @@ def encode_constant(value: Any) -> Any:
         return {"torch.device": str(value)}
     if isinstance(value, torch.Size):
         return {"torch.Size": list(value)}
-    return _json.encode(value)
+    return _jsonvalues.encode(value)
 
 
 def decode_constant(value: Any, table: dict) -> Any:
-    """The constant :func:`encode_constant` wrote; raises ``_json._Bad``."""
+    """The constant :func:`encode_constant` wrote; raises ``_jsonvalues.Malformed``."""
     if type(value) is dict and len(value) == 1:
         ((tag, body),) = value.items()
         if tag == "torch.dtype" and type(body) is str:
             found = getattr(torch, body, None)
             if isinstance(found, torch.dtype):
                 return found
-            raise _json._Bad(f"unknown dtype {body!r}")
+            raise _jsonvalues.Malformed(f"unknown dtype {body!r}")
         if tag == "torch.device" and type(body) is str:
             try:
                 return torch.device(body)
             except (RuntimeError, ValueError) as e:
-                raise _json._Bad(f"bad device {body!r} ({e})") from None
+                raise _jsonvalues.Malformed(f"bad device {body!r} ({e})") from None
         if tag == "torch.Size" and type(body) is list and all(type(d) is int for d in body):
             return torch.Size(body)
-    return _json.decode(value, table)
+    return _jsonvalues.decode(value, table)

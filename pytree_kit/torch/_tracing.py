@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 import torch
 from torch import nn
 
-from .. import _json
+from .. import _jsonvalues
 from .._kinds import Rule, check_rules
 from ._arguments import Arguments
 from ._flatspec import FlatSpec, check_header
@@ -470,9 +470,9 @@ def load(
             raise ValueError(f"load: {where}: the {name.replace('_', ' ')}: {e}") from None
     try:
         arguments = Arguments.from_json(
-            manifest.get("arguments"), _json._resolver(allowed, check_rules(rules))
+            manifest.get("arguments"), _jsonvalues.resolver(allowed, check_rules(rules))
         )
-    except (ValueError, _json._Bad) as e:
+    except (ValueError, _jsonvalues.Malformed) as e:
         raise ValueError(f"load: {where}: the parameters: {e}") from None
     buffer = io.BytesIO(program_bytes)
     if kind == "export":
