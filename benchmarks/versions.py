@@ -6,7 +6,10 @@ Each ``benchmarks/results/python3.X/`` holds a full run of
 ``benchmarks/compare.py`` made with that Python (``--out`` pointing there).
 This page puts their figures side by side, one table per version, and lists
 every tree and operation where the C engine is slower than the fastest peer
-(speedup below 1x). It writes ``benchmarks/results/versions.md``.
+(speedup below 1x). Where a version's folder also holds a run of
+``benchmarks/corpus.py`` (``corpus.json``), a last section gives, for each family
+of its trees and each operation, the worst speedup on each version. It writes
+``benchmarks/results/versions.md``.
 """
 
 from __future__ import annotations
@@ -98,6 +101,47 @@ def render(runs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+CORPUS_OPS = ("flatten", "unflatten", "leaves", "tree_map", "flatten_up_to")
+
+
+def render_corpus(runs: list[dict]) -> str:
+    """The section of corpus.py's runs: family x operation, one column per version."""
+    lines = [
+        "",
+        "## Corpus: worst ratio per family",
+        "",
+        "From `benchmarks/corpus.py` in the same folders (`corpus.json`; each one's",
+        "`corpus.md` has every tree). Each cell is the C engine's worst speedup against",
+        "the fastest peer over the family's trees, with that peer's initial and the tree;",
+        "for flatten_up_to, pytree_kit's own flatten time / its flatten_up_to time.",
+        "A family's targets (flatten 2, unflatten 1.5, leaves 2.5, tree_map 1.5,",
+        f"flatten_up_to 1.5{X}) are judged on this worst cell: MISSED marks a miss.",
+        "",
+    ]
+    notes = [
+        f"Python {r['python']}: seed {r['seed']}, pytree_kit {r['pytree_kit']}"
+        + (", **--quick**" if r.get("quick") else "")
+        for r in runs
+    ]
+    lines += [f"- {n}" for n in notes] + [""]
+    header = ["family", "op", *(f"Python {r['python']}" for r in runs)]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    families = list(dict.fromkeys(f for r in runs for f in r["families"]))
+    for family in families:
+        for op in CORPUS_OPS:
+            row = [family, op]
+            for run in runs:
+                cell = run["families"].get(family, {}).get(op)
+                if not cell:
+                    row.append("-")
+                    continue
+                peer = f"{_initial(cell['worst_peer'])}, " if cell.get("worst_peer") else ""
+                text = f"{cell['worst']:.2f}{X} ({peer}{cell['worst_tree']})"
+                row.append(text if cell["met"] else f"{text} MISSED")
+            lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _initial(name: str) -> str:
     return {
         "jax.tree_util": "j",
@@ -115,6 +159,9 @@ def main() -> int:
         return 1
     runs = [json.loads(p.read_text()) for p in paths]
     page = render(runs)
+    corpus_paths = sorted(RESULTS.glob("python3.*/corpus.json"), key=_version_key)
+    if corpus_paths:
+        page += render_corpus([json.loads(p.read_text()) for p in corpus_paths])
     (RESULTS / "versions.md").write_text(page, encoding="utf-8")
     print(page)
     return 0

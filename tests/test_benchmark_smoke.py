@@ -8,6 +8,7 @@ is a PNG.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -286,3 +287,68 @@ def test_packed_benchmark_smoke(tmp_path: Path) -> None:
     assert len(targets) == 5 and all(r.endswith(("| yes |", "| MISSED |")) for r in targets)
     assert (tmp_path / "packed.png").stat().st_size > 10_000
     assert "open_ms" in (tmp_path / "packed.json").read_text()
+
+
+CORPUS_FAMILIES = (
+    "state_dict",
+    "optimizer",
+    "config",
+    "records",
+    "chain",
+    "wide",
+    "dataclass",
+    "attrs",
+    "namedtuple",
+    "modeloutput",
+    "none",
+    "mixed_keys",
+    "named",
+)
+
+
+@pytest.mark.once  # a script's smoke run: the C-engine job on 3.11
+def test_corpus_benchmark_smoke(tmp_path: Path) -> None:
+    """benchmarks/corpus.py --quick draws a tree of every family, times pytree_kit
+    beside the peers on it and writes corpus.md and corpus.json; every family has
+    its worst cell for every operation, judged met or MISSED (no figure is judged
+    here), and every drawn tree its row."""
+    pytest.importorskip("jax")  # a peer that takes part in every family
+    pytest.importorskip("attrs")
+    _run_quick("corpus.py", tmp_path, "--seed", "3")
+    report = (tmp_path / "corpus.md").read_text(encoding="utf-8")
+    sections = _sections(report)
+    cell = re.compile(
+        r"\d+\.\d\d\u00d7 \((?:[jotcd], )?[^()]*(?:\([a-f]\)[^()]*)?\) (met|\*\*MISSED\*\*)"
+    )
+    rows = {
+        row.split("|")[1].strip(): [c.strip() for c in row.strip("|").split("|")[1:]]
+        for row in sections["Worst ratio per family"].splitlines()
+        if row.startswith("| ") and not row.startswith("| family")
+    }
+    assert list(rows) == list(CORPUS_FAMILIES), rows
+    for family, cells in rows.items():
+        assert len(cells) == len(OPS), (family, cells)
+        assert all(cell.fullmatch(c) for c in cells), (family, cells)
+    per_tree = [
+        r
+        for r in sections["Per tree"].splitlines()
+        if r.startswith("| ") and not r.startswith("| family")
+    ]
+    assert {r.split("|")[1].strip() for r in per_tree} == set(CORPUS_FAMILIES)
+    for word in ("Python", "CPU", "pytree_kit", "jax", "Leaves"):
+        assert word in sections["Machine and versions"], word
+    data = json.loads((tmp_path / "corpus.json").read_text(encoding="utf-8"))
+    keys = {"python", "engine", "peers", "seed", "targets", "families", "trees", "left_out"}
+    assert keys <= data.keys(), data.keys()
+    assert data["seed"] == 3 and data["quick"] is True
+    assert list(data["families"]) == list(CORPUS_FAMILIES)
+    for family, figures in data["families"].items():
+        assert list(figures) == list(OPS), family
+        for op, fig in figures.items():
+            assert fig is not None, (family, op)
+            assert {"worst", "worst_tree", "worst_peer", "median", "met"} <= fig.keys()
+            assert fig["worst"] > 0 and fig["median"] >= fig["worst"], (family, op, fig)
+            assert fig["met"] == (fig["worst"] >= data["targets"][op]), (family, op, fig)
+    assert len(data["trees"]) == len(per_tree)
+    for tree in data["trees"]:
+        assert tree["leaves"] > 0 and set(tree["ops"]) == set(OPS), tree
