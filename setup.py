@@ -60,7 +60,18 @@ if platform.python_implementation() == "CPython" or require_c:
                 "pytree_kit/_specops.c",
                 "pytree_kit/_rows.c",
             ],
-            depends=["pytree_kit/_speedups.h"],
+            # the engine's parts, #included by _speedups.c into one unit (_core.h)
+            depends=[
+                "pytree_kit/_speedups.h",
+                "pytree_kit/_core.h",
+                "pytree_kit/_layouts.c",
+                "pytree_kit/_stack.c",
+                "pytree_kit/_classify.c",
+                "pytree_kit/_flatten.c",
+                "pytree_kit/_specread.c",
+                "pytree_kit/_unflatten.c",
+                "pytree_kit/_up_to.c",
+            ],
             optional=not require_c,  # with the extension missing, the install goes on
             define_macros=[("PK_NO_FAST_PATHS", "1")] if _flag("PYTREE_KIT_NO_FAST_PATHS") else [],
             extra_compile_args=os.environ.get("PYTREE_KIT_CFLAGS", "").split(),

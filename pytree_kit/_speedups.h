@@ -1,10 +1,13 @@
-/* pytree_kit._speedups: what its C files share (not a public interface).
+/* pytree_kit._speedups: what its separately compiled C files share (not a
+ * public interface).
  *
- * _speedups.c is the engine; _fastcall.c is the FastCall type, which calls
- * the engine's entry points below directly for the public API's common calls;
- * _reach.c is the search for objects that may reach an instance of a class;
- * _specops.c is the spec algebra (compose, is_prefix, paths); _rows.c
- * rebuilds a packed dataset's sample from its typed rows.
+ * _speedups.c is the engine's module; it #includes the engine's parts as one
+ * unit (_core.h has their map). Compiled on their own: _fastcall.c is the
+ * FastCall type, which calls the engine's entry points below directly for the
+ * public API's common calls; _reach.c is the search for objects that may
+ * reach an instance of a class; _specops.c is the spec algebra (compose,
+ * is_prefix, paths) and keystr; _rows.c rebuilds a packed dataset's sample
+ * from its typed rows.
  */
 #ifndef PYTREE_KIT_SPEEDUPS_H
 #define PYTREE_KIT_SPEEDUPS_H
@@ -62,8 +65,13 @@ PK_INTERNAL PyObject *pk_keystr(PyObject *self, PyObject *path);
 /* reads what _specops.c needs from pytree_kit._spec; -1 with an error set */
 PK_INTERNAL int pk_specops_init(PyObject *spec_module);
 
-/* The engine's walk: mode 0 leaves(), 1 flatten(), 2 flatten_with_path(). */
-PK_INTERNAL PyObject *pk_walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, int mode);
+/* What a walk gives (_flatten.c): the leaves (leaves()); and the spec
+ * (flatten()); and the paths (flatten_with_path()). Each gives what the one
+ * before it gives, and more. */
+typedef enum { WALK_LEAVES = 0, WALK_SPEC = 1, WALK_PATHS = 2 } WalkMode;
+
+/* The engine's walk, in one of those modes. */
+PK_INTERNAL PyObject *pk_walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, WalkMode mode);
 /* unflatten(spec, leaves) */
 PK_INTERNAL PyObject *pk_unflatten(PyObject *spec, PyObject *leaves);
 

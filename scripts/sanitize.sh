@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the test suite against an AddressSanitizer + UndefinedBehaviorSanitizer
-# build of the C engine (pytree_kit/_speedups.c).
+# build of the C engine (pytree_kit/_speedups.c and the parts it includes; _core.h has their map).
 #
 # The repository's files (git ls-files -co --exclude-standard: no built .so, no
 # .venv) are copied to a fresh temporary directory, the extension is built there
@@ -294,7 +294,7 @@ for r in ${reports[@]+"${reports[@]}"}; do
     echo "sanitize: sanitizer report $r, written during $(test_of "$r"):"
     cat "$r"
     if grep -q '_speedups' "$r"; then
-        echo "sanitize: ^^^ this report goes through pytree_kit/_speedups.c: a bug in the C engine"
+        echo "sanitize: ^^^ this report goes through pytree_kit._speedups: a bug in the C engine"
     fi
 done
 echo "sanitize: mode:      $([ "$quick" = 1 ] && echo quick || echo "whole suite")$(

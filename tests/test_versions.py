@@ -1,11 +1,12 @@
 """What each supported Python gets: the engine, why, and the C engine's fast paths.
 
 The fast paths that read CPython's own layouts are compiled only for the
-versions they were validated on and checked on import (pytree_kit/_speedups.c,
-"Fast paths"). These tests pin down which are on for each version, so that a
-path that silently turns off (as the class memo did on 3.13, when CPython
-stopped setting Py_TPFLAGS_VALID_VERSION_TAG) fails here rather than only
-showing up as a slower benchmark. A build with PYTREE_KIT_NO_FAST_PATHS=1 has
+versions they were validated on and checked on import (the gates are in
+pytree_kit/_core.h, the reads and their checks in pytree_kit/_layouts.c).
+These tests pin down which are on for each version, so that a path that
+silently turns off (as the class memo did on 3.13, when CPython stopped
+setting Py_TPFLAGS_VALID_VERSION_TAG) fails here rather than only showing up
+as a slower benchmark. A build with PYTREE_KIT_NO_FAST_PATHS=1 has
 none, and runs the same suite.
 """
 

@@ -1,0 +1,1550 @@
+/* _classify.c: what a value is, as _pure.classify says.
+ *
+ * Part of the engine's one compilation unit (see _core.h).
+ *   make_plan, plan_for  how a class's instances are read (a leaf, a
+ *                        namedtuple, a record, __tree_flatten__, or the pure
+ *                        engine), remembered across calls while the class's
+ *                        version tag holds (SavedPlan)
+ *   ctx_init, known_leaf the per-call context: is_leaf, rules, type cache
+ *   classify             a value: 0 for a leaf, 1 for a node, with its node,
+ *                        children and keys in a Found
+ *   classify_*_dict,     dicts: small ones sorted in place (with a memo of
+ *   dict_order           recent key orders), the insertion order when it differs
+ *   record_fields,       records' fields, and what __tree_flatten__ or a rule
+ *   user_node            returned
+ * Anything rare goes to _pure.classify (classify_python).
+ * Calls: _layouts.c (type_version, field_read, dict_table), _stack.c.
+ * Called by _flatten.c and _up_to.c.
+ */
+
+#include "_core.h"
+
+/* getattr(t, name, <absent>) for a class, when that runs no Python code.
+ * Returns 0 with *out a new reference (or NULL when absent), -1 on error, and
+ * 1 when the lookup could run Python code (a metaclass with its own lookup or
+ * the name, or a descriptor written in Python): the caller then leaves the
+ * whole decision to the pure engine. */
+static int
+type_attr(PyTypeObject *t, PyObject *name, PyObject **out)
+{
+    PyTypeObject *meta = Py_TYPE(t);
+    *out = NULL;
+    if (meta != &PyType_Type) {
+        if (meta->tp_getattro != PyType_Type.tp_getattro) {
+            return 1;
+        }
+        if (_PyType_Lookup(meta, name) != NULL) {
+            return 1;
+        }
+    }
+    PyObject *raw = _PyType_Lookup(t, name);
+    if (raw == NULL) {
+        return 0;
+    }
+    descrgetfunc get = Py_TYPE(raw)->tp_descr_get;
+    if (get == NULL) {
+        Py_INCREF(raw);
+        *out = raw;
+        return 0;
+    }
+    if (PyType_HasFeature(Py_TYPE(raw), Py_TPFLAGS_HEAPTYPE)) {
+        return 1;
+    }
+    Py_INCREF(raw);
+    PyObject *v = get(raw, NULL, (PyObject *)t);
+    Py_DECREF(raw);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 1;
+    }
+    *out = v;
+    return 0;
+}
+
+static void
+tc_clear(TypeCache *c)
+{
+    for (Py_ssize_t i = 0; i < c->n; i++) {
+        Py_DECREF(c->v[i].type);
+        Py_XDECREF(c->v[i].info);
+        Py_XDECREF(c->v[i].node);
+        Py_XDECREF(c->v[i].reads_obj);
+    }
+    if (c->v != c->inline_v) {
+        PyMem_Free(c->v);
+    }
+    c->v = NULL;
+    c->n = c->cap = 0;
+}
+
+static TypeEntry *
+tc_find(TypeCache *c, PyTypeObject *t)
+{
+    for (Py_ssize_t i = 0; i < c->n; i++) {
+        if (c->v[i].type == t) {
+            return &c->v[i];
+        }
+    }
+    return NULL;
+}
+
+static TypeEntry *
+tc_add(TypeCache *c, PyTypeObject *t)
+{
+    if (c->v == NULL) {
+        c->v = c->inline_v;
+        c->cap = TC_INLINE;
+    }
+    if (c->n == c->cap) {
+        void *v = c->v;
+        if (grow_array(&v, c->inline_v, c->n, &c->cap, sizeof(TypeEntry), 0) < 0) {
+            return NULL;
+        }
+        c->v = v;
+    }
+    TypeEntry *e = &c->v[c->n++];
+    Py_INCREF(t);
+    e->type = t;
+    e->plan = PLAN_PYTHON;
+    e->version = 0;
+    e->info = NULL;
+    e->node = NULL;
+    e->reads_obj = NULL;
+    e->reads = NULL;
+    return e;
+}
+
+/* The aux data of a dataclass or attrs instance with every field set,
+ * (names, (), (), None), from the class's fields (the value of its
+ * __dataclass_fields__ or __attrs_attrs__), read as _pure._fields_info reads
+ * them. *aux is NULL when a field is static: the pure engine handles those.
+ * Returns -1 (error set) when the pure engine should decide. */
+static int
+fields_aux(PyObject *fields, int kind, PyObject **aux)
+{
+    PyObject *seq, *names = NULL;
+    *aux = NULL;
+    if (kind == K_DATACLASS ? !PyDict_CheckExact(fields) : !PyTuple_Check(fields)) {
+        PyErr_SetString(PyExc_TypeError, "fields of an unexpected type");
+        return -1;
+    }
+    seq = kind == K_DATACLASS ? PyDict_Values(fields) : PySequence_List(fields);
+    if (seq == NULL || (names = PyList_New(0)) == NULL) {
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(seq); i++) {
+        PyObject *f = PyList_GET_ITEM(seq, i);
+        if (kind == K_DATACLASS) {
+            PyObject *ft = PyObject_GetAttr(f, s_field_type);
+            if (ft == NULL) {
+                goto fail;
+            }
+            Py_DECREF(ft);
+            if (ft != FIELD_marker) {
+                continue;
+            }
+        }
+        /* f.name, then bool((f.metadata or {}).get("static", False)) */
+        PyObject *name = PyObject_GetAttr(f, s_name);
+        if (name == NULL || PyList_Append(names, name) < 0) {
+            Py_XDECREF(name);
+            goto fail;
+        }
+        Py_DECREF(name);
+        PyObject *md = PyObject_GetAttr(f, s_metadata);
+        if (md == NULL) {
+            goto fail;
+        }
+        int is_static = PyObject_IsTrue(md);
+        if (is_static > 0) {
+            PyObject *v = PyObject_CallMethodObjArgs(md, s_get, s_static, Py_False, NULL);
+            is_static = v == NULL ? -1 : PyObject_IsTrue(v);
+            Py_XDECREF(v);
+        }
+        Py_DECREF(md);
+        if (is_static < 0) {
+            goto fail;
+        }
+        if (is_static) {
+            Py_DECREF(seq);
+            Py_DECREF(names);
+            return 0;
+        }
+    }
+    Py_SETREF(names, PyList_AsTuple(names));
+    if (names != NULL) {
+        *aux = PyTuple_Pack(4, names, empty_tuple, empty_tuple, Py_None);
+    }
+fail:
+    Py_XDECREF(seq);
+    Py_XDECREF(names);
+    return *aux == NULL ? -1 : 0;
+}
+
+/* Decide the plan for a type that is none of the exact builtin containers.
+ * Mirrors the tail of _pure.classify. */
+static int
+make_plan(TypeEntry *e)
+{
+    PyTypeObject *t = e->type;
+    PyObject *v = NULL;
+    int r;
+    e->plan = PLAN_PYTHON;
+    if ((PyObject *)t == OrderedDict_t || (PyObject *)t == defaultdict_t ||
+        (PyObject *)t == deque_t) {
+        goto done;
+    }
+    r = type_attr(t, s_tree_flatten, &v);
+    if (r != 0) {
+        return r < 0 ? -1 : 0;
+    }
+    if (v != NULL && v != Py_None) {
+        Py_DECREF(v);
+        /* __tree_unflatten__ must be callable, else the pure engine raises. */
+        r = type_attr(t, s_tree_unflatten, &v);
+        if (r != 0) {
+            return r < 0 ? -1 : 0;
+        }
+        int ok = v != NULL && PyCallable_Check(v);
+        Py_XDECREF(v);
+        if (ok) {
+            e->plan = PLAN_CUSTOM;
+        }
+        goto done;
+    }
+    Py_XDECREF(v);
+    if (PyType_IsSubtype(t, &PyTuple_Type)) {
+        PyObject *a = NULL, *b = NULL;
+        if ((r = type_attr(t, s_n_sequence_fields, &a)) != 0) {
+            return r < 0 ? -1 : 0;
+        }
+        if ((r = type_attr(t, s_n_fields, &b)) != 0) {
+            Py_XDECREF(a);
+            return r < 0 ? -1 : 0;
+        }
+        int structseq = a != NULL && b != NULL;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        if (structseq) {
+            goto done; /* PLAN_PYTHON */
+        }
+        if ((r = type_attr(t, s_fields, &v)) != 0) {
+            return r < 0 ? -1 : 0;
+        }
+        if (v != NULL && PyTuple_CheckExact(v)) {
+            e->plan = PLAN_NAMEDTUPLE;
+            e->info = v;
+        }
+        else {
+            Py_XDECREF(v);
+            e->plan = PLAN_TUPLE_LEAF;
+        }
+        goto done;
+    }
+    for (int kind = K_DATACLASS; kind <= K_ATTRS; kind++) {
+        r = type_attr(t, kind == K_DATACLASS ? s_dataclass_fields : s_attrs_attrs, &v);
+        if (r != 0) {
+            return r < 0 ? -1 : 0;
+        }
+        int custom = 0;
+        if (v != NULL) {
+            /* the pure engine's own test, once per class (and version) */
+            PyObject *hook = PyObject_CallOneArg(py_customised, (PyObject *)t);
+            if (hook == NULL) {
+                Py_DECREF(v);
+                return -1;
+            }
+            custom = hook != Py_None;
+            Py_DECREF(hook);
+        }
+        if (v != NULL &&
+            (custom || (kind == K_DATACLASS &&
+                        _PyType_Lookup(t, s_getattribute) != object_getattribute_fn))) {
+            /* The pure engine decides: it refuses a record whose class
+             * customises attribute access (__getattr__, __getattribute__,
+             * a __setattr__ neither dataclasses nor attrs wrote), which
+             * cannot be rebuilt faithfully from its fields; and it reads a
+             * dataclass that is a dict (dict's own __getattribute__). */
+            Py_DECREF(v);
+            goto done; /* PLAN_PYTHON */
+        }
+        if (v != NULL) {
+            r = fields_aux(v, kind, &e->info);
+            Py_DECREF(v);
+            if (r < 0) {
+                PyErr_Clear(); /* the pure engine raises it, in its own words */
+            }
+            else {
+                e->plan = kind == K_DATACLASS ? PLAN_DATACLASS : PLAN_ATTRS;
+                if (e->info != NULL) {
+                    e->reads_obj = field_reads(t, PyTuple_GET_ITEM(e->info, 0));
+                }
+            }
+            goto done;
+        }
+    }
+    e->plan = PLAN_LEAF;
+done:
+    /* A version of 0 (none assigned) makes the plan be decided again each time. */
+    e->version = type_version(t);
+    return 0;
+}
+
+/* What make_plan found, remembered across calls for as long as neither the
+ * class nor its metaclass changes: CPython gives a class a new version tag
+ * whenever it or a base is modified, and never reuses a tag, so a (pointer,
+ * tag) match is the same class, unchanged. No reference to the class is held.
+ * (The fields of a dataclass or attrs class are read from the class when it
+ * is first met; Field objects changed in place afterwards are not seen.) */
+#define PLAN_CACHE 256
+
+typedef struct {
+    PyTypeObject *type; /* not owned; compared, never dereferenced */
+    unsigned int tver, mver;
+    int plan;
+    PyObject *info;
+    PyObject *reads_obj;
+} SavedPlan;
+
+static SavedPlan saved_plans[PLAN_CACHE];
+
+
+static unsigned int
+meta_version(PyTypeObject *t)
+{
+    PyTypeObject *meta = Py_TYPE(t);
+    return meta == &PyType_Type ? 1 : type_version(meta);
+}
+
+static inline SavedPlan *
+saved_slot(PyTypeObject *t)
+{
+    size_t h = ((size_t)t >> 4) * (size_t)0x9E3779B97F4A7C15ULL;
+    return &saved_plans[(h >> 20) & (PLAN_CACHE - 1)];
+}
+
+/* What make_plan found before for this class unchanged, if anything: 1 with
+ * the entry set from it, else 0. Runs no code of the class's. */
+static int
+plan_saved(TypeEntry *e)
+{
+    PyTypeObject *t = e->type;
+    SavedPlan *sp = saved_slot(t);
+    unsigned int tv = type_version(t), mv = meta_version(t);
+    if (tv != 0 && mv != 0 && sp->type == t && sp->tver == tv && sp->mver == mv) {
+        e->plan = sp->plan;
+        e->version = tv;
+        Py_XINCREF(sp->info);
+        Py_XSETREF(e->info, sp->info);
+        Py_XINCREF(sp->reads_obj);
+        Py_XSETREF(e->reads_obj, sp->reads_obj);
+        e->reads = reads_of(e->reads_obj);
+        return 1;
+    }
+    return 0;
+}
+
+/* how many plans make_plan has made (for tests: _plans_made()) */
+static Py_ssize_t plans_made;
+
+/* make_plan, and remember what it found; may run user code (the class's
+ * descriptors, its fields' metadata). */
+static int
+plan_made(TypeEntry *e)
+{
+    PyTypeObject *t = e->type;
+    SavedPlan *sp = saved_slot(t);
+    unsigned int tv, mv;
+    plans_made++;
+    if (make_plan(e) < 0) {
+        return -1;
+    }
+    e->reads = reads_of(e->reads_obj);
+    tv = type_version(t);
+    mv = meta_version(t);
+    if (tv != 0 && mv != 0 && e->version == tv) {
+        PyObject *old = sp->info, *old_reads = sp->reads_obj;
+        Py_XINCREF(e->info);
+        Py_XINCREF(e->reads_obj);
+        sp->type = t;
+        sp->tver = tv;
+        sp->mver = mv;
+        sp->plan = e->plan;
+        sp->info = e->info;
+        sp->reads_obj = e->reads_obj;
+        Py_XDECREF(old);
+        Py_XDECREF(old_reads);
+    }
+    return 0;
+}
+
+/* make_plan, or what it found before for this class unchanged */
+static int
+plan_for(TypeEntry *e)
+{
+    return plan_saved(e) ? 0 : plan_made(e);
+}
+
+/* Whether an entry's plan still holds: its class is unchanged since. */
+static inline int
+entry_fresh(TypeEntry *e)
+{
+    return e->version != 0 && type_version(e->type) == e->version;
+}
+
+/* Decide an entry's plan again if its class changed since it was made. */
+static int
+entry_refresh(TypeEntry *e)
+{
+    if (entry_fresh(e)) {
+        return 0;
+    }
+    Py_CLEAR(e->info);
+    Py_CLEAR(e->node);
+    Py_CLEAR(e->reads_obj);
+    e->reads = NULL;
+    return plan_for(e);
+}
+
+
+/* Drop the references f->direct holds, if it holds any. */
+static void
+release_direct(Found *f)
+{
+    if (f->direct_owned) {
+        for (Py_ssize_t i = 0; i < f->direct_n; i++) {
+            Py_DECREF(f->direct[i]);
+        }
+        f->direct_owned = 0;
+    }
+}
+
+/* The node of a tuple or list: equal nodes are shared within a call. */
+static PyObject *
+seq_node(Ctx *c, int kind, Py_ssize_t n)
+{
+    if (n >= 16) {
+        return make_node(kind, Py_None, n, Py_None);
+    }
+    PyObject **slot = &c->seq_nodes[kind == K_LIST][n];
+    uint32_t bit = (uint32_t)1 << ((kind == K_LIST) * 16 + n);
+    if (!(c->seq_made & bit)) {
+        if ((*slot = make_node(kind, Py_None, n, Py_None)) == NULL) {
+            return NULL;
+        }
+        c->seq_made |= bit;
+    }
+    Py_INCREF(*slot);
+    return *slot;
+}
+
+static PyTypeObject *const atom_types[6] = {
+    &PyLong_Type, &PyFloat_Type, &PyUnicode_Type, &PyBytes_Type, &PyBool_Type, &PyComplex_Type,
+};
+
+static int
+ctx_init(Ctx *c, PyObject *is_leaf, PyObject *rules, WalkMode mode)
+{
+    /* no memset: the type cache's and the nodes' storage is set when used */
+    c->types.v = NULL;
+    c->types.n = c->types.cap = 0;
+    c->rules = NULL;
+    c->pycache = NULL;
+    c->last_leaf = NULL;
+    c->dict_misses = 0;
+    c->seq_made = 0;
+    c->is_leaf = is_leaf == Py_None ? NULL : is_leaf;
+    c->mode = mode;
+    if (rules != NULL && rules != Py_None) {
+        if (!PyDict_CheckExact(rules)) {
+            PyErr_SetString(PyExc_TypeError, "rules must be a dict (see pytree_kit._kinds.check_rules)");
+            return -1;
+        }
+        if (PyDict_GET_SIZE(rules)) {
+            c->rules = rules;
+        }
+    }
+    for (int i = 0; i < 6; i++) {
+        int in_rules = 0;
+        if (c->rules != NULL) {
+            in_rules = PyDict_Contains(c->rules, (PyObject *)atom_types[i]);
+            if (in_rules < 0) {
+                return -1;
+            }
+        }
+        c->atom_leaf[i] = !in_rules;
+    }
+    return 0;
+}
+
+static void
+ctx_clear(Ctx *c)
+{
+    tc_clear(&c->types);
+    Py_CLEAR(c->pycache);
+    for (int i = 0; c->seq_made; i++, c->seq_made >>= 1) {
+        if (c->seq_made & 1) {
+            Py_DECREF(c->seq_nodes[i >> 4][i & 15]);
+        }
+    }
+}
+
+/* Is a value of type t a leaf by its type alone, with no user code to run? */
+static inline int
+known_leaf(Ctx *c, PyTypeObject *t)
+{
+    if (t == c->last_leaf) {
+        return 1;
+    }
+    if (t == &PyList_Type || t == &PyDict_Type || t == &PyTuple_Type) {
+        return 0; /* classify decides: a rule may name them */
+    }
+    for (int i = 0; i < 6; i++) {
+        if (t == atom_types[i]) {
+            if (c->atom_leaf[i]) {
+                c->last_leaf = t;
+            }
+            return c->atom_leaf[i];
+        }
+    }
+    TypeEntry *e = tc_find(&c->types, t);
+    if (e != NULL && e->plan == PLAN_LEAF) {
+        c->last_leaf = t;
+        return 1;
+    }
+    return 0;
+}
+
+static int
+classify_python(Ctx *c, Stack *s, PyObject *obj, Found *f)
+{
+    /* _pure.classify(obj, t, rules, stack, cache) */
+    if (c->pycache == NULL && (c->pycache = PyDict_New()) == NULL) {
+        return -1;
+    }
+    PyObject *st = stack_py(s);
+    if (st == NULL) {
+        return -1;
+    }
+    PyObject *res = PyObject_CallFunctionObjArgs(py_classify, obj, (PyObject *)Py_TYPE(obj),
+                                                 c->rules ? c->rules : Py_None, st, c->pycache,
+                                                 NULL);
+    Py_DECREF(st);
+    if (res == NULL) {
+        return -1;
+    }
+    if (res == Py_None) {
+        Py_DECREF(res);
+        return 0;
+    }
+    if (!PyTuple_CheckExact(res) || PyTuple_GET_SIZE(res) != 4) {
+        Py_DECREF(res);
+        PyErr_SetString(PyExc_SystemError, "pytree_kit: classify returned a bad value");
+        return -1;
+    }
+    PyObject *node = PyTuple_GET_ITEM(res, 0);
+    PyObject *children = PyTuple_GET_ITEM(res, 1);
+    PyObject *names = PyTuple_GET_ITEM(res, 3);
+    long km = PyLong_AsLong(PyTuple_GET_ITEM(res, 2));
+    if (km == -1 && PyErr_Occurred()) {
+        Py_DECREF(res);
+        return -1;
+    }
+    if (PyTuple_Check(children) || PyList_Check(children)) {
+        Py_INCREF(children);
+    }
+    else {
+        children = PySequence_Tuple(children);
+        if (children == NULL) {
+            Py_DECREF(res);
+            return -1;
+        }
+    }
+    f->children = children;
+    f->node = node;
+    Py_INCREF(node);
+    f->names = names == Py_None ? NULL : names;
+    Py_XINCREF(f->names);
+    f->keymode = (int)km;
+    f->live = 0;
+    long kind = PyLong_AsLong(PyTuple_GET_ITEM(node, 0));
+    f->dict_kind = kind == K_DICT || kind == K_DEFAULTDICT;
+    Py_DECREF(res);
+    return 1;
+}
+
+/* What __tree_flatten__ or a rule returned, as _pure._user_children validates
+ * it. The common shape, (list, tuple or dict children, hashable aux), is read
+ * here; anything else (optree's (children, aux, entries) included) goes to
+ * the pure helper. On success sets *children (a tuple), *tail (the node's aux
+ * data after the rule: (aux, keys) or (aux, None, entries); only when tail is
+ * not NULL) and *names (the keys or entries, or None), all strong references. */
+static int
+user_result(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *helper,
+            PyObject **children, PyObject **tail, PyObject **names, int *keymode)
+{
+    if (PyTuple_CheckExact(res) && PyTuple_GET_SIZE(res) == 2) {
+        PyObject *ch = PyTuple_GET_ITEM(res, 0);
+        PyObject *ax = PyTuple_GET_ITEM(res, 1);
+        int seq = PyTuple_CheckExact(ch) || PyList_CheckExact(ch);
+        if (seq || PyDict_CheckExact(ch)) {
+            Py_hash_t h = PyObject_Hash(ax);
+            if (h != -1 && seq) {
+                *children = PySequence_Tuple(ch);
+                if (*children == NULL) {
+                    return -1;
+                }
+                if (tail != NULL && (*tail = PyTuple_Pack(2, ax, Py_None)) == NULL) {
+                    Py_CLEAR(*children);
+                    return -1;
+                }
+                Py_INCREF(Py_None);
+                *names = Py_None;
+                *keymode = KM_SEQ;
+                return 0;
+            }
+            if (h != -1) {
+                /* a dict: its keys name the children, in insertion order
+                 * (nothing below runs Python code, so the dict cannot change) */
+                Py_ssize_t n = PyDict_GET_SIZE(ch), pos = 0, k = 0;
+                PyObject *kt = PyTuple_New(n), *vt = PyTuple_New(n), *key, *val;
+                if (kt == NULL || vt == NULL) {
+                    Py_XDECREF(kt);
+                    Py_XDECREF(vt);
+                    return -1;
+                }
+                while (k < n && PyDict_Next(ch, &pos, &key, &val)) {
+                    Py_INCREF(key);
+                    Py_INCREF(val);
+                    PyTuple_SET_ITEM(kt, k, key);
+                    PyTuple_SET_ITEM(vt, k, val);
+                    k++;
+                }
+                if (tail != NULL && (*tail = PyTuple_Pack(2, ax, kt)) == NULL) {
+                    Py_DECREF(kt);
+                    Py_DECREF(vt);
+                    return -1;
+                }
+                *children = vt;
+                *names = kt;
+                *keymode = KM_MAP;
+                return 0;
+            }
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) {
+                return -1;
+            }
+            PyErr_Clear();
+        }
+    }
+    PyObject *st = stack_py(s);
+    if (st == NULL) {
+        return -1;
+    }
+    PyObject *out = PyObject_CallFunctionObjArgs(helper, res, st, (PyObject *)t, NULL);
+    Py_DECREF(st);
+    if (out == NULL) {
+        return -1;
+    }
+    /* (children, tail, names, mode) */
+    PyObject *ch = PyTuple_GET_ITEM(out, 0);
+    *children = PySequence_Tuple(ch);
+    if (*children == NULL) {
+        Py_DECREF(out);
+        return -1;
+    }
+    if (tail != NULL) {
+        *tail = Py_NewRef(PyTuple_GET_ITEM(out, 1));
+    }
+    *names = PyTuple_GET_ITEM(out, 2);
+    Py_INCREF(*names);
+    *keymode = (int)PyLong_AsLong(PyTuple_GET_ITEM(out, 3));
+    Py_DECREF(out);
+    return 0;
+}
+
+/* A RULE node's aux data: (rule, *tail). */
+static PyObject *
+rule_aux(PyObject *rule, PyObject *tail)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(tail);
+    PyObject *a = PyTuple_New(n + 1);
+    if (a == NULL) {
+        return NULL;
+    }
+    Py_INCREF(rule);
+    PyTuple_SET_ITEM(a, 0, rule);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PyTuple_GET_ITEM(tail, i);
+        Py_INCREF(x);
+        PyTuple_SET_ITEM(a, i + 1, x);
+    }
+    return a;
+}
+
+/* The node and children of what a rule (rule != NULL) or __tree_flatten__
+ * returned, res: a RULE node (rule, *tail) or a CUSTOM node (tail). */
+static int
+user_node(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *rule, Found *f)
+{
+    PyObject *children, *tail = NULL, *names;
+    int km;
+    if (user_result(c, s, res, t, rule ? py_rule_result : py_custom_result, &children,
+                    c->mode != WALK_LEAVES ? &tail : NULL, &names, &km) < 0) {
+        return -1;
+    }
+    f->node = NULL;
+    if (c->mode != WALK_LEAVES) {
+        PyObject *a = rule ? rule_aux(rule, tail) : Py_NewRef(tail);
+        if (a != NULL) {
+            f->node = make_node(rule ? K_RULE : K_CUSTOM, (PyObject *)t,
+                                PyTuple_GET_SIZE(children), a);
+            Py_DECREF(a);
+        }
+        if (f->node == NULL) {
+            Py_DECREF(children);
+            Py_DECREF(tail);
+            Py_DECREF(names);
+            return -1;
+        }
+    }
+    Py_XDECREF(tail);
+    f->children = children;
+    f->names = names == Py_None ? NULL : names;
+    if (names == Py_None) {
+        Py_DECREF(names);
+    }
+    f->keymode = km;
+    f->live = 0;
+    f->dict_kind = 0;
+    return 1;
+}
+
+/* After code ran while a record's fields were read (a getattr), which may
+ * have changed the instance: 1 when obj still keeps nothing outside its
+ * fields (no slot set that is not a field's; every entry of its __dict__,
+ * or on 3.11 of its inline values, a field's), 0 when the pure engine must
+ * decide, -1 on error. Looks at names only: no code runs. */
+static PK_NO_INLINE int
+record_recheck(PyObject *obj, const FieldReads *r, PyObject *names)
+{
+    Py_ssize_t found = 0;
+    for (Py_ssize_t j = 0; j < r->n_slots; j++) {
+        if (SLOT(obj, READS_SLOT(r, j)) != NULL) {
+            return 0;
+        }
+    }
+    if (!r->has_dict) {
+        return 1;
+    }
+#if LAYOUT_311
+    Py_ssize_t stored = 0;
+    PyObject **values = NULL;
+    if (r->keys != NULL && (void *)SHARED_KEYS(Py_TYPE(obj)) == r->keys) {
+        values = VALUES_OF(obj);
+    }
+    if (values != NULL) {
+        Keys311 *k = r->keys;
+        for (Py_ssize_t j = 0; j < k->dk_nentries; j++) {
+            stored += values[j] != NULL;
+        }
+        for (Py_ssize_t i = 0; i < r->n; i++) {
+            found += r->code[i] < 0 && values[-1 - r->code[i]] != NULL;
+        }
+        return stored == found;
+    }
+#endif
+    PyObject *dict = PyObject_GenericGetDict(obj, NULL);
+    if (dict == NULL) {
+        return -1;
+    }
+    int ok = PyDict_Check(dict);
+    for (Py_ssize_t i = 0; ok && i < r->n; i++) {
+        if (READS_DICT_OK(r, i) && r->code[i] <= 0) {
+            /* an exact str key looked up in a dict: no code runs */
+            PyObject *x = PyDict_GetItemWithError(dict, PyTuple_GET_ITEM(names, i));
+            if (x == NULL && PyErr_Occurred()) {
+                Py_DECREF(dict);
+                return -1;
+            }
+            found += x != NULL;
+        }
+    }
+    ok = ok && PyDict_GET_SIZE(dict) == found;
+    Py_DECREF(dict);
+    return ok;
+}
+
+/* Reads the fields of obj, a record whose class's reads are r, into v (new
+ * references; NULL for an unset field, counted in *absent) as getattr
+ * would, and makes sure that obj keeps no state outside them: nothing in a
+ * slot that is not a field's, and nothing in its __dict__ (or, on 3.11, its
+ * inline values) but the fields read from there. Returns 1; 2 when obj does
+ * keep, or may keep, such state, for the pure engine to decide (its
+ * cached_property values are not state, say) with no reference held; -1 on
+ * error with none held. s, when not NULL, is frozen before anything that may
+ * run code (getattr of a field that obj does not hold itself).
+ *
+ * The __dict__ of an instance of a class with a managed dict (3.11+) is
+ * made by PyObject_GenericGetDict when it has none yet, as `vars(obj)`
+ * would (on 3.11 the inline values are counted instead). */
+static PK_ALWAYS_INLINE int
+record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
+            Py_ssize_t *absent, Stack *s)
+{
+    Py_ssize_t n = r->n, stored = 0, found = 0, i = 0;
+    PyObject *dict = NULL;
+#if LAYOUT_311
+    PyObject **values = NULL;
+#endif
+    int values_all_fields = 0, ran = 0;
+    *absent = 0;
+    for (Py_ssize_t j = 0; j < r->n_slots; j++) {
+        if (SLOT(obj, READS_SLOT(r, j)) != NULL) {
+            return 2;
+        }
+    }
+    if (r->has_dict) {
+#if LAYOUT_311
+        if (r->keys != NULL && (void *)SHARED_KEYS(Py_TYPE(obj)) == r->keys) {
+            values = VALUES_OF(obj);
+        }
+        if (values != NULL) {
+            Keys311 *k = r->keys;
+            if (k->dk_nentries == r->n_values) {
+                /* every value an instance can hold inline is a field's */
+                values_all_fields = 1;
+            }
+            else {
+                for (Py_ssize_t j = 0; j < k->dk_nentries; j++) {
+                    stored += values[j] != NULL;
+                }
+            }
+        }
+        else
+#endif
+        {
+            if ((dict = PyObject_GenericGetDict(obj, NULL)) == NULL) {
+                return -1;
+            }
+            stored = PyDict_Check(dict) ? PyDict_GET_SIZE(dict) : n + 1;
+        }
+        if (stored > n) {
+            Py_XDECREF(dict);
+            return 2;
+        }
+    }
+    for (; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i), *x = NULL;
+        Py_ssize_t code = r->code[i];
+        if (code > 0) {
+            x = SLOT(obj, code);
+        }
+#if LAYOUT_311
+        else if (code < 0 && values != NULL) {
+            x = values[-1 - code];
+            found += x != NULL;
+        }
+#endif
+        else if (dict != NULL && READS_DICT_OK(r, i)) {
+            /* an exact str key looked up in a dict: no code runs */
+            x = PyDict_GetItemWithError(dict, name);
+            if (x == NULL && PyErr_Occurred()) {
+                goto fail;
+            }
+            found += x != NULL;
+        }
+        if (x != NULL) {
+            Py_INCREF(x);
+            v[i] = x;
+            continue;
+        }
+        /* getattr may run code: copy the lists being read first */
+        if (s != NULL && stack_freeze(s) < 0) {
+            goto fail;
+        }
+        ran = 1;
+        if ((v[i] = PyObject_GetAttr(obj, name)) == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                goto fail;
+            }
+            PyErr_Clear();
+            (*absent)++;
+        }
+    }
+    Py_XDECREF(dict);
+    /* what getattr ran may have changed the instance: counted again */
+    int kept = ran ? record_recheck(obj, r, names)
+                   : !r->has_dict || values_all_fields || found == stored;
+    if (kept != 1) {
+        for (Py_ssize_t k = 0; k < n; k++) {
+            Py_CLEAR(v[k]);
+        }
+        return kept < 0 ? -1 : 2;
+    }
+    return 1;
+fail:
+    Py_XDECREF(dict);
+    for (Py_ssize_t k = 0; k < i; k++) {
+        Py_CLEAR(v[k]);
+    }
+    return -1;
+}
+
+/* _pure._record_fields for the common case: no static field, not a dict.
+ * Returns 1 with f set, or 2 when the pure engine should do it. With a
+ * stack (flatten and leaves), a record whose fields are all leaves by their
+ * type gives them as f->direct (strong references, f->direct_owned), with no
+ * children to visit. */
+static int
+record_fields(Ctx *c, Stack *s, PyObject *obj, TypeEntry *e, int kind, Found *f, int want_node)
+{
+    if (e->info == NULL || e->reads == NULL || PyDict_Check(obj)) {
+        return 2;
+    }
+    PyObject *full = e->info; /* (names, (), (), None) */
+    PyObject *names = PyTuple_GET_ITEM(full, 0);
+    Py_ssize_t n = PyTuple_GET_SIZE(names), absent = 0;
+    /* the values: in f->direct when they fit, else in a tuple */
+    PyObject *children = NULL, **v = f->direct;
+    if (s == NULL || n > (Py_ssize_t)(sizeof(f->direct) / sizeof(f->direct[0]))) {
+        if ((children = PyTuple_New(n)) == NULL) {
+            return -1;
+        }
+        v = ((PyTupleObject *)children)->ob_item;
+    }
+    int read = record_read(obj, e->reads, names, v, &absent, s);
+    if (read != 1) {
+        Py_XDECREF(children); /* its items are cleared */
+        return read;
+    }
+    f->node = NULL;
+    f->keymode = KM_ATTR;
+    f->live = 0;
+    f->dict_kind = 0;
+    if (absent == 0 && want_node) {
+        if (e->node == NULL) {
+            e->node = make_node(kind, (PyObject *)e->type, n, full);
+        }
+        if (e->node == NULL) {
+            goto fail;
+        }
+        Py_INCREF(e->node);
+        f->node = e->node;
+    }
+    if (absent == 0 && children == NULL && n > 0 && c->is_leaf == NULL && c->mode != WALK_PATHS) {
+        Py_ssize_t i = 0;
+        while (i < n && known_leaf(c, Py_TYPE(v[i]))) {
+            i++;
+        }
+        int held = i == n ? stack_holds(s, obj) : 1;
+        if (held < 0) {
+            goto fail;
+        }
+        if (!held) {
+            f->direct_n = n;
+            f->direct_owned = 1;
+            Py_INCREF(empty_tuple);
+            f->children = empty_tuple;
+            Py_INCREF(names);
+            f->names = names;
+            return 1;
+        }
+    }
+    if (children == NULL) {
+        if ((children = PyTuple_New(n)) == NULL) {
+            goto fail;
+        }
+        if (n) {
+            memcpy(((PyTupleObject *)children)->ob_item, v, n * sizeof(PyObject *));
+        }
+    }
+    if (absent == 0) {
+        f->children = children;
+        Py_INCREF(names);
+        f->names = names;
+        return 1;
+    }
+    /* some fields are unset: they go to the aux data */
+    PyObject *present = PyTuple_New(n - absent), *vals = PyTuple_New(n - absent);
+    PyObject *gone = PyTuple_New(absent), *aux = NULL;
+    if (present == NULL || vals == NULL || gone == NULL) {
+        goto fail_absent;
+    }
+    for (Py_ssize_t i = 0, p = 0, g = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        PyObject *x = PyTuple_GET_ITEM(children, i);
+        Py_INCREF(name);
+        if (x == NULL) {
+            PyTuple_SET_ITEM(gone, g++, name);
+        }
+        else {
+            PyTuple_SET_ITEM(present, p, name);
+            Py_INCREF(x);
+            PyTuple_SET_ITEM(vals, p++, x);
+        }
+    }
+    if (want_node) {
+        aux = PyTuple_Pack(4, present, empty_tuple, gone, Py_None);
+        if (aux == NULL) {
+            goto fail_absent;
+        }
+        f->node = make_node(kind, (PyObject *)e->type, n - absent, aux);
+        Py_DECREF(aux);
+        if (f->node == NULL) {
+            goto fail_absent;
+        }
+    }
+    Py_DECREF(gone);
+    Py_DECREF(children);
+    f->children = vals;
+    f->names = present;
+    return 1;
+fail_absent:
+    Py_XDECREF(present);
+    Py_XDECREF(vals);
+    Py_XDECREF(gone);
+    Py_DECREF(children);
+    return -1;
+fail:
+    Py_CLEAR(f->node);
+    if (children != NULL) {
+        Py_DECREF(children);
+    }
+    else {
+        for (Py_ssize_t k = 0; k < n; k++) {
+            Py_XDECREF(v[k]);
+        }
+    }
+    return -1;
+}
+
+/* [obj[k] for k in keys[0 .. n)] for an exact dict: a new list, or NULL with
+ * the KeyError obj[k] raises. */
+static PyObject *
+dict_values(PyObject *obj, PyObject **keys, Py_ssize_t n)
+{
+    PyObject *values = PyList_New(n);
+    if (values == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyDict_GetItemWithError(obj, keys[i]);
+        if (v == NULL) {
+            if (!PyErr_Occurred()) {
+                PyObject *tup = PyTuple_Pack(1, keys[i]);
+                if (tup != NULL) {
+                    PyErr_SetObject(PyExc_KeyError, tup);
+                    Py_DECREF(tup);
+                }
+            }
+            Py_DECREF(values);
+            return NULL;
+        }
+        Py_INCREF(v);
+        PyList_SET_ITEM(values, i, v);
+    }
+    return values;
+}
+
+#define SMALL_DICT 32
+
+/* Before 3.12 a str made by the legacy API may not be ready to read. */
+#if PY_VERSION_HEX < 0x030C0000
+#define STR_READY(o) PyUnicode_IS_READY(o)
+#else
+#define STR_READY(o) 1
+#endif
+
+/* a < b for two exact str or two exact int keys: never runs user code */
+static inline int
+key_lt(PyObject *a, PyObject *b, int str)
+{
+    if (str) {
+        if (STR_READY(a) && STR_READY(b) && PyUnicode_KIND(a) == PyUnicode_1BYTE_KIND &&
+            PyUnicode_KIND(b) == PyUnicode_1BYTE_KIND) {
+            /* code point order is byte order for one-byte strings */
+            Py_ssize_t la = PyUnicode_GET_LENGTH(a), lb = PyUnicode_GET_LENGTH(b);
+            int r = memcmp(PyUnicode_1BYTE_DATA(a), PyUnicode_1BYTE_DATA(b), la < lb ? la : lb);
+            return r < 0 || (r == 0 && la < lb);
+        }
+        return PyUnicode_Compare(a, b) < 0;
+    }
+    return PyObject_RichCompareBool(a, b, Py_LT);
+}
+
+/* The key orders of the last small dicts met, across calls, by a hash of
+ * the first key's address: a dict with the same key objects in the same
+ * insertion order (exact str or int, so their order never changes) takes its
+ * key order, and its node once one was made, from here instead of sorting
+ * again. perm[i] is the sorted position of the i-th key in insertion order.
+ * Only classify_small_dict reads or writes an entry; it writes a whole entry
+ * at once from its own copies, with no allocation (so no GC, no finalizer,
+ * no reentrant call) in between, and lets go of the old references last.
+ * The entries hold their keys alive: at most DICT_MEMO * SMALL_DICT. */
+#define DICT_MEMO 8
+/* misses in a row in one call after which it stops writing entries: a tree of
+ * dicts made with fresh key objects never hits, and would pay for nothing */
+#define DICT_MEMO_MISSES 8
+typedef struct {
+    Py_ssize_t n;                /* -1 when unused */
+    PyObject *keys[SMALL_DICT];  /* strong: in key order */
+    uint8_t perm[SMALL_DICT];
+    int permuted;
+    PyObject *node; /* strong or NULL: (K_DICT, None, n, keys) once made */
+} DictMemo;
+static DictMemo dict_memo[DICT_MEMO] = {
+    {.n = -1}, {.n = -1}, {.n = -1}, {.n = -1}, {.n = -1}, {.n = -1}, {.n = -1}, {.n = -1},
+};
+
+static void
+dict_memo_write(DictMemo *m, PyObject *const *ks, Py_ssize_t n, const uint8_t *perm,
+                int permuted, PyObject *node)
+{
+    PyObject *old[SMALL_DICT], *old_node = m->node;
+    Py_ssize_t old_n = m->n;
+    for (Py_ssize_t i = 0; i < old_n; i++) {
+        old[i] = m->keys[i];
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        m->keys[i] = Py_NewRef(ks[i]);
+        m->perm[i] = perm[i];
+    }
+    m->n = n;
+    m->permuted = permuted;
+    m->node = Py_XNewRef(node);
+    /* only now: a key or node freed here runs no user code, but keep the
+     * entry whole whatever happens */
+    for (Py_ssize_t i = 0; i < old_n; i++) {
+        Py_DECREF(old[i]);
+    }
+    Py_XDECREF(old_node);
+}
+
+/* A dict whose keys are all exact str or all exact int, with at most
+ * SMALL_DICT entries: one pass over it and an insertion sort (or, for keys
+ * that dict_memo has, its order). The result is what the general path gives,
+ * since nothing here can run user code.
+ * Returns 1 done, 0 not such a dict, -1 error. */
+static int
+classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
+{
+    /* keys and values in insertion order (ins, vi), then in key order (ks, vs) */
+    PyObject *ks[SMALL_DICT], *vs[SMALL_DICT], *ins[SMALL_DICT], *vi[SMALL_DICT];
+    Py_ssize_t n = PyDict_GET_SIZE(obj), pos = 0, i = 0;
+    PyObject *k, *v;
+    if (n > SMALL_DICT) {
+        return 0;
+    }
+    int str = 1, num = 1;
+#if LAYOUT_311
+    PyObject **p;
+    Py_ssize_t step;
+    if (dict_table(obj, &p, &step)) {
+        for (; i < n; i++, p += step) {
+            k = p[0];
+            str &= PyUnicode_CheckExact(k);
+            num &= PyLong_CheckExact(k);
+            ks[i] = ins[i] = k;
+            vs[i] = vi[i] = p[1];
+        }
+    }
+    else
+#endif
+        while (PyDict_Next(obj, &pos, &k, &v)) {
+            str &= PyUnicode_CheckExact(k);
+            num &= PyLong_CheckExact(k);
+            ks[i] = ins[i] = k;
+            vs[i] = vi[i] = v;
+            i++;
+        }
+    if (!(str || num) || i != n) {
+        return 0;
+    }
+    PyObject *tkeys = NULL, *values = NULL, *order = NULL, *memo_node = NULL;
+    int permuted = 0, hit = 0, remember = 0;
+    uint8_t perm[SMALL_DICT];
+    DictMemo *m = &dict_memo[n ? (((size_t)ins[0] >> 4) ^ (size_t)n) % DICT_MEMO : 0];
+    f->node = NULL;
+    if (m->n == n) {
+        for (i = 0; i < n && m->keys[m->perm[i]] == ins[i]; i++) {
+        }
+        hit = i == n;
+    }
+    if (hit) {
+        /* the memo's keys, in the memo's insertion order: its order serves
+         * (ks and vs are in key order already when the keys were inserted so) */
+        permuted = m->permuted;
+        if (permuted) {
+            for (i = 0; i < n; i++) {
+                ks[m->perm[i]] = ins[i];
+                vs[m->perm[i]] = vi[i];
+            }
+        }
+        memo_node = m->node;
+        if (memo_node == NULL) { /* a node made below is written back with it */
+            memcpy(perm, m->perm, (size_t)n);
+        }
+        c->dict_misses = 0;
+    }
+    else {
+        /* insertion sort; at[j] is where the j-th key in key order was
+         * inserted, kept while this call may still write the memo */
+        uint8_t at[SMALL_DICT];
+        remember = c->dict_misses < DICT_MEMO_MISSES;
+        c->dict_misses += remember; /* stops at DICT_MEMO_MISSES */
+        for (i = 0; i < n; i++) {
+            at[i] = (uint8_t)i;
+        }
+        for (Py_ssize_t a = 1; a < n; a++) {
+            PyObject *kk = ks[a], *vv = vs[a];
+            Py_ssize_t b = a;
+            while (b > 0 && key_lt(kk, ks[b - 1], str)) {
+                ks[b] = ks[b - 1];
+                vs[b] = vs[b - 1];
+                at[b] = at[b - 1];
+                b--;
+            }
+            if (b != a) {
+                permuted = 1;
+                ks[b] = kk;
+                vs[b] = vv;
+                at[b] = (uint8_t)a;
+            }
+        }
+        if (remember) {
+            for (i = 0; i < n; i++) {
+                perm[at[i]] = (uint8_t)i;
+            }
+        }
+        if (m->n == n && m->node != NULL) {
+            /* the memo's keys in another insertion order: its node serves */
+            for (i = 0; i < n && m->keys[i] == ks[i]; i++) {
+            }
+            if (i == n) {
+                memo_node = m->node;
+            }
+        }
+    }
+    if (memo_node != NULL) {
+        tkeys = Py_NewRef(PyTuple_GET_ITEM(memo_node, 3));
+        f->node = Py_NewRef(memo_node);
+    }
+    f->direct_n = 0;
+    if (c->is_leaf == NULL && c->mode != WALK_PATHS && n > 0) {
+        for (i = 0; i < n && known_leaf(c, Py_TYPE(vs[i])); i++) {
+        }
+        int held = i == n ? stack_holds(s, obj) : 1;
+        if (held < 0) {
+            goto fail;
+        }
+        if (!held) {
+            memcpy(f->direct, vs, n * sizeof(PyObject *));
+            f->direct_n = n;
+        }
+    }
+    /* leaves only, and no child to visit: no names are needed */
+    int no_names = tkeys == NULL && f->direct_n && c->mode == WALK_LEAVES;
+    if (no_names) {
+        tkeys = Py_NewRef(empty_tuple);
+    }
+    if (tkeys == NULL && (tkeys = seq_of(0, ks, n)) == NULL) {
+        goto fail;
+    }
+    if (f->direct_n) {
+        Py_INCREF(empty_tuple);
+        values = empty_tuple;
+    }
+    else if ((values = seq_of(0, vs, n)) == NULL) {
+        goto fail;
+    }
+    if (c->mode != WALK_LEAVES) {
+        if (permuted && (order = seq_of(0, ins, n)) == NULL) {
+            goto fail;
+        }
+    }
+    int made = 0;
+    if (f->node == NULL && !no_names) {
+        /* made in every mode that names the keys: the memo keeps it */
+        f->node = make_node(K_DICT, Py_None, n, tkeys);
+        if (f->node == NULL) {
+            goto fail;
+        }
+        made = 1;
+    }
+    if (remember || (made && hit)) {
+        /* after the last allocation, from this call's own copies */
+        dict_memo_write(m, ks, n, perm, permuted, f->node);
+    }
+    if (c->mode == WALK_LEAVES) {
+        Py_CLEAR(f->node);
+    }
+    f->order = order;
+    f->order_known = 1;
+    f->children = values;
+    f->names = tkeys;
+    f->keymode = KM_MAP;
+    f->live = 0;
+    f->dict_kind = 1;
+    return 1;
+fail:
+    Py_XDECREF(f->node);
+    f->node = NULL;
+    Py_XDECREF(tkeys);
+    Py_XDECREF(values);
+    Py_XDECREF(order);
+    return -1;
+}
+
+static int
+classify_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
+{
+    int r = classify_small_dict(c, s, obj, f);
+    if (r != 0) {
+        return r;
+    }
+    if (stack_freeze(s) < 0) {
+        return -1;
+    }
+    PyObject *keys = PyDict_Keys(obj);
+    if (keys == NULL) {
+        return -1;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (n > 1) {
+        /* sorted(keys); keys that are not mutually orderable keep insertion order */
+        PyObject *sorted = PyList_GetSlice(keys, 0, n);
+        if (sorted == NULL) {
+            Py_DECREF(keys);
+            return -1;
+        }
+        if (PyList_Sort(sorted) < 0) {
+            Py_DECREF(sorted);
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+                Py_DECREF(keys);
+                return -1;
+            }
+            PyErr_Clear();
+        }
+        else {
+            Py_SETREF(keys, sorted);
+        }
+    }
+    n = PyList_GET_SIZE(keys);
+    PyObject *values = dict_values(obj, ((PyListObject *)keys)->ob_item, n);
+    if (values == NULL) {
+        Py_DECREF(keys);
+        return -1;
+    }
+    PyObject *tkeys = PyList_AsTuple(keys);
+    Py_DECREF(keys);
+    if (tkeys == NULL) {
+        Py_DECREF(values);
+        return -1;
+    }
+    f->node = NULL;
+    if (c->mode != WALK_LEAVES) {
+        f->node = make_node(K_DICT, Py_None, n, tkeys);
+        if (f->node == NULL) {
+            Py_DECREF(tkeys);
+            Py_DECREF(values);
+            return -1;
+        }
+    }
+    f->children = values;
+    f->names = tkeys;
+    f->keymode = KM_MAP;
+    f->live = 0;
+    f->dict_kind = 1;
+    return 1;
+}
+
+/* Returns 0 for a leaf, 1 for a container (f filled), -1 on error. */
+static int
+classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
+{
+    PyTypeObject *t = Py_TYPE(obj);
+    int want_node = c->mode != WALK_LEAVES;
+    if (c->rules != NULL) {
+        if (stack_freeze(s) < 0) {
+            return -1;
+        }
+        PyObject *rule = PyDict_GetItemWithError(c->rules, (PyObject *)t);
+        if (rule == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+        if (rule != NULL) {
+            Py_INCREF(rule);
+            PyObject *fn = PyObject_GetAttr(rule, s_flatten);
+            PyObject *res = fn ? PyObject_CallOneArg(fn, obj) : NULL;
+            Py_XDECREF(fn);
+            int r = res ? user_node(c, s, res, t, rule, f) : -1;
+            Py_XDECREF(res);
+            Py_DECREF(rule);
+            return r;
+        }
+    }
+    if (t == &PyTuple_Type) {
+        f->node = want_node ? seq_node(c, K_TUPLE, PyTuple_GET_SIZE(obj)) : NULL;
+        if (want_node && f->node == NULL) {
+            return -1;
+        }
+        Py_INCREF(obj);
+        f->children = obj;
+        f->names = NULL;
+        f->keymode = KM_SEQ;
+        f->live = 0;
+        f->dict_kind = 0;
+        return 1;
+    }
+    if (t == &PyList_Type) {
+        f->node = want_node ? seq_node(c, K_LIST, PyList_GET_SIZE(obj)) : NULL;
+        if (want_node && f->node == NULL) {
+            return -1;
+        }
+        if (c->is_leaf != NULL) {
+            f->children = PyList_AsTuple(obj);
+            if (f->children == NULL) {
+                Py_XDECREF(f->node);
+                return -1;
+            }
+            f->live = 0;
+        }
+        else {
+            Py_INCREF(obj);
+            f->children = obj;
+            f->live = 1;
+        }
+        f->names = NULL;
+        f->keymode = KM_SEQ;
+        f->dict_kind = 0;
+        return 1;
+    }
+    if (t == &PyDict_Type) {
+        return classify_dict(c, s, obj, f);
+    }
+    if (obj == Py_None) {
+        f->node = want_node ? (Py_INCREF(NONE_NODE), NONE_NODE) : NULL;
+        Py_INCREF(empty_tuple);
+        f->children = empty_tuple;
+        f->names = NULL;
+        f->keymode = KM_SEQ;
+        f->live = 0;
+        f->dict_kind = 0;
+        return 1;
+    }
+    /* Lists being read are copied (stack_freeze) before anything that could
+     * run user code: making a class's plan could, a remembered plan cannot; a
+     * leaf runs none, nor does a record whose fields have fast reads
+     * (record_fields copies them before any getattr). */
+    TypeEntry *e = tc_find(&c->types, t);
+    if (e == NULL) {
+        for (int i = 0; i < 6; i++) {
+            if (t == atom_types[i] && c->atom_leaf[i]) {
+                return 0;
+            }
+        }
+        if ((e = tc_add(&c->types, t)) == NULL) {
+            return -1;
+        }
+        if (!plan_saved(e) && (stack_freeze(s) < 0 || plan_made(e) < 0)) {
+            return -1;
+        }
+    }
+    else if (e->plan != PLAN_LEAF && !entry_fresh(e) &&
+             (stack_freeze(s) < 0 || entry_refresh(e) < 0)) {
+        return -1;
+    }
+    if (e->plan != PLAN_LEAF &&
+        !(e->reads != NULL && (e->plan == PLAN_DATACLASS || e->plan == PLAN_ATTRS)) &&
+        stack_freeze(s) < 0) {
+        return -1;
+    }
+    switch (e->plan) {
+    case PLAN_LEAF:
+        c->last_leaf = t;
+        return 0;
+    case PLAN_TUPLE_LEAF:
+        return 0;
+    case PLAN_NAMEDTUPLE: {
+        PyObject *fields = e->info;
+        if (PyTuple_GET_SIZE(fields) != PyTuple_GET_SIZE(obj)) {
+            return 0;
+        }
+        f->node = want_node ? make_node(K_NAMEDTUPLE, (PyObject *)t, PyTuple_GET_SIZE(obj), fields)
+                            : NULL;
+        if (want_node && f->node == NULL) {
+            return -1;
+        }
+        Py_INCREF(obj);
+        f->children = obj;
+        Py_INCREF(fields);
+        f->names = fields;
+        f->keymode = KM_ATTR;
+        f->live = 0;
+        f->dict_kind = 0;
+        return 1;
+    }
+    case PLAN_DATACLASS:
+    case PLAN_ATTRS: {
+        int r = record_fields(c, s, obj, e, e->plan == PLAN_DATACLASS ? K_DATACLASS : K_ATTRS, f,
+                              want_node);
+        if (r != 2) {
+            return r;
+        }
+        break;
+    }
+    case PLAN_CUSTOM: {
+        PyObject *res = PyObject_CallMethodNoArgs(obj, s_tree_flatten);
+        int r = res ? user_node(c, s, res, t, NULL, f) : -1;
+        Py_XDECREF(res);
+        return r;
+    }
+    default:
+        break;
+    }
+    if (stack_freeze(s) < 0) { /* not done above for a record */
+        return -1;
+    }
+    int r = classify_python(c, s, obj, f);
+    if (r == 0 && e->plan == PLAN_PYTHON && !PyTuple_Check(obj)) {
+        /* the pure engine remembers leaf types for the rest of the call */
+        e->plan = PLAN_LEAF;
+        Py_CLEAR(e->info);
+        Py_CLEAR(e->reads_obj);
+        e->reads = NULL;
+    }
+    return r;
+}
+
+/* The insertion order of a dict node, when it differs from its leaf order;
+ * new reference to it, or to None. */
+static PyObject *
+dict_order(PyObject *node, PyObject *obj, PyObject *names)
+{
+    if (PyDict_CheckExact(obj) && PyTuple_CheckExact(names) &&
+        PyDict_GET_SIZE(obj) == PyTuple_GET_SIZE(names)) {
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *k, *v;
+        int same = 1;
+#if LAYOUT_311
+        PyObject **p;
+        Py_ssize_t step;
+        if (dict_table(obj, &p, &step)) {
+            for (Py_ssize_t n = PyDict_GET_SIZE(obj); same && i < n; i++, p += step) {
+                same = p[0] == PyTuple_GET_ITEM(names, i);
+            }
+        }
+        else
+#endif
+            while (PyDict_Next(obj, &pos, &k, &v)) {
+                if (k != PyTuple_GET_ITEM(names, i++)) {
+                    same = 0;
+                    break;
+                }
+            }
+        if (same) {
+            Py_RETURN_NONE;
+        }
+    }
+    return PyObject_CallFunctionObjArgs(py_dict_order_differs, node, obj, NULL);
+}

@@ -1,0 +1,546 @@
+/* _core.h: what the parts of the C engine share. Private to the engine.
+ *
+ * The engine (pytree_kit._speedups) implements the engine interface of
+ * pytree_kit/_pure.py (flatten, leaves, flatten_with_path, iter_leaves,
+ * unflatten, flatten_up_to) and must give exactly what the pure engine gives:
+ * the same leaves, the same spec nodes and the same errors.
+ *
+ * How it stays exact:
+ *  - The common kinds (tuple, list, dict, None, namedtuple, dataclass, attrs,
+ *    __tree_flatten__ and rules) are handled in C, in the same order of checks
+ *    and with the same calls into user code as _pure.classify.
+ *  - Everything rare (OrderedDict, defaultdict, deque, structseq, metaclasses
+ *    with their own attribute lookup, static fields, ...) is handed to the
+ *    pure engine's own functions, with the traversal stack rebuilt in the pure
+ *    engine's format so that paths in messages come out the same.
+ *  - Every error message is made by the pure engine's functions.
+ * Traversals use explicit stacks on the heap: no C recursion on user data.
+ * Between calls it keeps only constants and what it learnt about classes
+ * (SavedPlan, _classify.c), checked against CPython's type version tags so
+ * that it is never stale.
+ *
+ * The engine is one compilation unit, so that the compiler sees every call and
+ * inlines across the parts: _speedups.c includes them in this order, and each
+ * part uses only what the parts before it define.
+ *   _core.h       this file: the fast-path gates, the walk modes, the module's
+ *                 constants, spec and node makers, growable arrays (Vec), and
+ *                 the types of the traversal stack, the per-call type cache
+ *                 and classification
+ *   _layouts.c    every read of CPython's own layouts: version tags, record
+ *                 fields read in place, 3.11's dict tables and dict templates,
+ *                 small ints; each gated by version and checked on import
+ *   _stack.c      the traversal stack, its view for the pure engine's error
+ *                 messages, and path keys
+ *   _classify.c   what a value is, a leaf or a node with children, as
+ *                 _pure.classify says; the plans remembered per class
+ *   _flatten.c    flatten, leaves, flatten_with_path, and iter_leaves's iterator
+ *   _specread.c   reading a TreeSpec: its slots, a node's kind and arity
+ *   _unflatten.c  unflatten
+ *   _up_to.c      flatten_up_to and flatten_up_to_columns
+ *   _speedups.c   the module: its functions, its constants and its init
+ * The parts are not compiled on their own (setup.py lists them as depends).
+ * Compiled separately, and reached through _speedups.h: _fastcall.c (FastCall),
+ * _specops.c (spec algebra, keystr), _reach.c, _rows.c.
+ */
+#ifndef PYTREE_KIT_CORE_H
+#define PYTREE_KIT_CORE_H
+
+#include "_speedups.h"
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* Fast paths that read CPython's own layouts
+ *
+ * Each is compiled only for the CPython versions on which it was validated
+ * (PK_VALIDATED_PYTHON below: 3.10 to 3.13, with the GIL), and checked again when the
+ * module is imported; a check that fails leaves its path off, and the engine
+ * reads through the public API instead, more slowly, with the same results.
+ * Building with PYTREE_KIT_NO_FAST_PATHS=1 (which defines PK_NO_FAST_PATHS)
+ * leaves every one out, so that the suite can show the fallbacks are right.
+ * They are listed, on or off, in FAST_PATHS (pytree_kit.engine_info()):
+ *   type_version_tags  a class's plan is remembered while its tp_version_tag
+ *                      holds (3.10-3.13; VERSION_TAGS, version_tags_check)
+ *   int_digits         a one-digit int's value read from ob_digit (3.10, 3.11;
+ *                      3.12 on has PyUnstable_Long_CompactValue; INT_DIGITS,
+ *                      int_digits_check)
+ *   instance_values    a record's fields read from its inline values (3.11;
+ *                      LAYOUT_311, values_reads_check)
+ *   dict_tables        a dict's table read and copied directly (3.11;
+ *                      LAYOUT_311, dict_layout_check) */
+#if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030E0000
+#define PK_VALIDATED_PYTHON 1
+#else
+#define PK_VALIDATED_PYTHON 0
+#endif
+#ifdef PK_NO_FAST_PATHS
+#define PK_VALIDATED 0
+#else
+#define PK_VALIDATED PK_VALIDATED_PYTHON
+#endif
+#define VERSION_TAGS PK_VALIDATED
+#define INT_DIGITS (PK_VALIDATED && PY_VERSION_HEX < 0x030C0000)
+#if PK_VALIDATED && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#define LAYOUT_311 1
+#else
+#define LAYOUT_311 0
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Kinds: in _speedups.h, in step with _kinds.py */
+
+/* How the children of a frame are named in paths (as in _pure). */
+enum { KM_SEQ = 0, KM_MAP = 1, KM_ATTR = 2 };
+
+/* ------------------------------------------------------------------------ */
+/* Module constants, set once by the module's init. */
+
+static PyObject *kind_obj[K_COUNT];
+static PyObject *LEAF_NODE, *NONE_NODE;
+static PyTypeObject *TreeSpec_type;
+static Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash;
+static PyObject *py_customised; /* _pure._customised: a record class's attribute hook */
+static PyObject *py_classify, *py_dict_order_differs, *py_custom_result,
+    *py_rule_result, *py_cycle_error, *py_match, *py_mismatch, *py_build;
+static PyObject *SequenceKey_t, *DictKey_t, *GetAttrKey_t;
+static PyObject *FIELD_marker;
+static PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
+static PyObject *s_tree_flatten, *s_tree_unflatten, *s_fields, *s_n_sequence_fields,
+    *s_n_fields, *s_dataclass_fields, *s_attrs_attrs, *s_field_type, *s_name, *s_metadata,
+    *s_get, *s_static, *s_new, *s_flatten, *s_len, *s_the_spec, *s_the_tree, *s_getattribute;
+static PyObject *empty_tuple;
+static PyObject *object_new_fn;          /* object.__dict__['__new__'] */
+static PyObject *object_getattribute_fn; /* object.__dict__['__getattribute__'] */
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers */
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static int
+raise_returned(PyObject *exc)
+{
+    /* Raise an exception instance that a pure-engine helper returned. */
+    if (exc == NULL) {
+        return -1;
+    }
+    if (PyExceptionInstance_Check(exc)) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    }
+    else {
+        PyErr_SetString(PyExc_SystemError, "pytree_kit: an error helper returned a non-exception");
+    }
+    Py_DECREF(exc);
+    return -1;
+}
+
+static PyObject *
+make_node(int kind, PyObject *type, Py_ssize_t arity, PyObject *aux)
+{
+    /* (kind, type, arity, aux); steals nothing. */
+    PyObject *n = PyLong_FromSsize_t(arity);
+    if (n == NULL) {
+        return NULL;
+    }
+    PyObject *node = PyTuple_New(4);
+    if (node == NULL) {
+        Py_DECREF(n);
+        return NULL;
+    }
+    Py_INCREF(kind_obj[kind]);
+    PyTuple_SET_ITEM(node, 0, kind_obj[kind]);
+    Py_INCREF(type);
+    PyTuple_SET_ITEM(node, 1, type);
+    PyTuple_SET_ITEM(node, 2, n);
+    Py_INCREF(aux);
+    PyTuple_SET_ITEM(node, 3, aux);
+    return node;
+}
+
+static PyObject *
+make_spec(PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
+{
+    /* TreeSpec._make(nodes, orders, num_leaves); steals nodes and orders. */
+    PyObject *spec = TreeSpec_type->tp_alloc(TreeSpec_type, 0);
+    PyObject *n = PyLong_FromSsize_t(num_leaves);
+    if (spec == NULL || n == NULL) {
+        Py_XDECREF(spec);
+        Py_XDECREF(n);
+        Py_DECREF(nodes);
+        Py_DECREF(orders);
+        return NULL;
+    }
+    SLOT(spec, off_nodes) = nodes;
+    SLOT(spec, off_orders) = orders;
+    SLOT(spec, off_num_leaves) = n;
+    Py_INCREF(Py_None);
+    SLOT(spec, off_hash) = Py_None;
+    return spec;
+}
+
+typedef struct {
+    void *keys;         /* the class's shared keys when the codes were made (3.11) */
+    int has_dict;       /* its instances have a __dict__ */
+    Py_ssize_t n;       /* its fields */
+    Py_ssize_t n_values; /* of them, those read from the inline values (3.11) */
+    Py_ssize_t n_slots; /* its classes' slots that are not fields */
+    /* n codes; then n dict flags; then the n_slots slots' offsets */
+    Py_ssize_t code[1];
+} FieldReads;
+
+/* 1 when field i's name is bound by the class to nothing that a lookup puts
+ * before the instance's __dict__ (no data descriptor): the __dict__'s value
+ * for it is then getattr's */
+#define READS_DICT_OK(r, i) ((r)->code[(r)->n + (i)])
+/* the offset of slot j of the class's slots that are not fields */
+#define READS_SLOT(r, j) ((r)->code[2 * (r)->n + (j)])
+
+/* ------------------------------------------------------------------------ */
+/* Per-call knowledge of types.
+ *
+ * PLAN_LEAF entries are final for the call, as the pure engine's leaf_types
+ * set is. Other plans depend on the class's attributes and are checked
+ * against the class's version tag, which CPython changes whenever the class
+ * or one of its bases is modified; so they are never stale. */
+
+enum {
+    PLAN_LEAF, PLAN_TUPLE_LEAF, PLAN_NAMEDTUPLE, PLAN_DATACLASS, PLAN_ATTRS, PLAN_CUSTOM,
+    PLAN_PYTHON
+};
+
+typedef struct {
+    PyTypeObject *type; /* strong */
+    int plan;
+    unsigned int version;
+    PyObject *info; /* strong or NULL: namedtuple _fields; a record's aux when every field
+                       is set, (names, (), (), None), or NULL if a field is static */
+    PyObject *node; /* strong or NULL: this call's node for the info above */
+    PyObject *reads_obj;     /* strong or NULL: a record's FieldReads, in a bytes object */
+    const FieldReads *reads; /* its contents, or NULL */
+} TypeEntry;
+
+#define TC_INLINE 8
+
+/* Double the capacity of an array that starts in its inline storage and moves
+ * to the heap on its first growth, or raise it to need if that is more. On
+ * failure: MemoryError set, -1 returned, the array unchanged. */
+static int
+grow_array(void **v, void *inline_v, Py_ssize_t n, Py_ssize_t *cap, size_t item, Py_ssize_t need)
+{
+    Py_ssize_t new_cap = *cap * 2 > need ? *cap * 2 : need;
+    if ((size_t)new_cap > PY_SSIZE_T_MAX / item) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    void *p;
+    if (*v == inline_v) {
+        p = PyMem_Malloc(new_cap * item);
+        if (p != NULL) {
+            memcpy(p, inline_v, n * item);
+        }
+    }
+    else {
+        p = PyMem_Realloc(*v, new_cap * item);
+    }
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *v = p;
+    *cap = new_cap;
+    return 0;
+}
+
+typedef struct {
+    TypeEntry *v; /* NULL until the first entry; then inline or on the heap */
+    Py_ssize_t n, cap;
+    TypeEntry inline_v[TC_INLINE];
+} TypeCache;
+
+/* ------------------------------------------------------------------------ */
+/* The traversal stack */
+
+typedef struct {
+    PyObject *obj;      /* strong */
+    PyObject *children; /* strong: tuple or list */
+    PyObject *names;    /* strong or NULL */
+    Py_ssize_t pos;     /* the next child; the one being visited is pos - 1 */
+    Py_ssize_t n;
+    int keymode;
+    int live; /* children is the list being flattened itself, not a copy */
+} Frame;
+
+#define STACK_INLINE 64
+
+typedef struct {
+    Frame *v; /* inline_v or the heap */
+    Py_ssize_t n, cap;
+    /* pointer set of the frames' objects, used once the stack is deep */
+    void **set;
+    Py_ssize_t set_cap, set_n;
+    /* counts of the frames' objects by a hash of their address: a cheap
+     * "certainly not on the stack" once the stack is more than a few deep */
+    uint32_t *counts;
+    Py_ssize_t nlive; /* frames whose children are the caller's list itself */
+    PyObject *view; /* strong or NULL: a StackView of this stack */
+    Frame inline_v[STACK_INLINE];
+} Stack;
+
+
+typedef struct {
+    PyObject_HEAD
+    Stack *s; /* NULL once detached */
+} StackView;
+
+
+/* ------------------------------------------------------------------------ */
+/* Growable arrays of strong references */
+
+#define VEC_INLINE 128
+
+typedef struct {
+    PyObject **v; /* inline_v or the heap */
+    Py_ssize_t n, cap;
+    PyObject *inline_v[VEC_INLINE];
+} Vec;
+
+static void
+vec_init(Vec *a)
+{
+    a->v = a->inline_v;
+    a->n = 0;
+    a->cap = VEC_INLINE;
+}
+
+static int
+vec_grow(Vec *a, Py_ssize_t need)
+{
+    void *v = a->v;
+    if (grow_array(&v, a->inline_v, a->n, &a->cap, sizeof(PyObject *), need) < 0) {
+        return -1;
+    }
+    a->v = v;
+    return 0;
+}
+
+/* Room for k more items with no further growth. */
+static inline int
+vec_reserve(Vec *a, Py_ssize_t k)
+{
+    return a->cap - a->n >= k ? 0 : vec_grow(a, a->n + k);
+}
+
+static inline int
+vec_push(Vec *a, PyObject *o)
+{
+    /* steals o */
+    if (a->n == a->cap && vec_grow(a, 0) < 0) {
+        Py_DECREF(o);
+        return -1;
+    }
+    a->v[a->n++] = o;
+    return 0;
+}
+
+/* Append new references to src[0 .. k). */
+static inline int
+vec_extend(Vec *a, PyObject *const *src, Py_ssize_t k)
+{
+    if (vec_reserve(a, k) < 0) {
+        return -1;
+    }
+    PyObject **dst = a->v + a->n;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        Py_INCREF(src[j]);
+        dst[j] = src[j];
+    }
+    a->n += k;
+    return 0;
+}
+
+/* The item array of a tuple or a list. */
+static inline PyObject **
+seq_items(PyObject *seq)
+{
+    return PyTuple_Check(seq) ? ((PyTupleObject *)seq)->ob_item : ((PyListObject *)seq)->ob_item;
+}
+
+static void
+vec_clear(Vec *a)
+{
+    for (Py_ssize_t i = 0; i < a->n; i++) {
+        Py_DECREF(a->v[i]);
+    }
+    if (a->v != a->inline_v) {
+        PyMem_Free(a->v);
+    }
+    vec_init(a);
+}
+
+static PyObject *
+vec_to_tuple(Vec *a)
+{
+    /* moves the references into a new tuple */
+    PyObject *t = PyTuple_New(a->n);
+    if (t == NULL) {
+        return NULL;
+    }
+    memcpy(((PyTupleObject *)t)->ob_item, a->v, a->n * sizeof(PyObject *));
+    if (a->v != a->inline_v) {
+        PyMem_Free(a->v);
+    }
+    vec_init(a);
+    return t;
+}
+
+/* A new tuple (or list) of ch[0 .. n). */
+static PyObject *
+seq_of(int list, PyObject **ch, Py_ssize_t n)
+{
+    PyObject *r = list ? PyList_New(n) : PyTuple_New(n);
+    if (r == NULL) {
+        return NULL;
+    }
+    PyObject **items = list ? ((PyListObject *)r)->ob_item : ((PyTupleObject *)r)->ob_item;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(ch[i]);
+        items[i] = ch[i];
+    }
+    return r;
+}
+
+/* Moves the references into a new list: a heap array becomes the list's own
+ * storage (lists free theirs with PyMem_Free), trimmed when mostly unused. */
+static PyObject *
+vec_to_list(Vec *a)
+{
+    PyObject *l;
+    if (a->v == a->inline_v) {
+        l = PyList_New(a->n);
+        if (l == NULL) {
+            return NULL;
+        }
+        if (a->n) {
+            memcpy(((PyListObject *)l)->ob_item, a->v, a->n * sizeof(PyObject *));
+        }
+    }
+    else {
+        l = PyList_New(0);
+        if (l == NULL) {
+            return NULL;
+        }
+        if (a->cap - a->n > a->n / 8) {
+            void *v = PyMem_Realloc(a->v, (a->n ? a->n : 1) * sizeof(PyObject *));
+            if (v != NULL) {
+                a->v = v;
+                a->cap = a->n ? a->n : 1;
+            }
+        }
+        ((PyListObject *)l)->ob_item = a->v;
+        ((PyListObject *)l)->allocated = a->cap;
+        Py_SET_SIZE(l, a->n);
+    }
+    vec_init(a);
+    return l;
+}
+
+/* A list of n items that the caller sets at once, before anything else can
+ * see the list or run the GC: PyList_New(n) less its zeroing of the items
+ * (PyList_New(0), then items from malloc, as vec_to_list hands a list its
+ * array). New reference. */
+static PyObject *
+list_to_fill(Py_ssize_t n)
+{
+    if (n == 0 || (size_t)n > PY_SSIZE_T_MAX / sizeof(PyObject *)) {
+        return PyList_New(n);
+    }
+    PyObject *items = PyMem_Malloc(n * sizeof(PyObject *));
+    if (items == NULL) {
+        return PyErr_NoMemory();
+    }
+    PyObject *l = PyList_New(0);
+    if (l == NULL) {
+        PyMem_Free(items);
+        return NULL;
+    }
+    ((PyListObject *)l)->ob_item = (PyObject **)items;
+    ((PyListObject *)l)->allocated = n;
+    Py_SET_SIZE(l, n);
+    return l;
+}
+
+/* Append a new reference to x. */
+static inline int
+emit(Vec *a, PyObject *x)
+{
+    Py_INCREF(x);
+    return vec_push(a, x);
+}
+
+/* One leaf, x: into the leaves, and its node into the nodes when a spec is built. */
+static inline int
+emit_leaf(Vec *leaves, Vec *nodes, WalkMode mode, PyObject *x)
+{
+    if (emit(leaves, x) < 0) {
+        return -1;
+    }
+    if (mode != WALK_LEAVES) {
+        Py_INCREF(LEAF_NODE);
+        return vec_push(nodes, LEAF_NODE);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Classification: what _pure.classify returns, or a leaf. */
+
+typedef struct {
+    PyObject *node;     /* strong, or NULL when no spec is built */
+    PyObject *children; /* strong: tuple or list */
+    PyObject *names;    /* strong or NULL */
+    int keymode;
+    int live;
+    int dict_kind; /* DICT or DEFAULTDICT: the insertion order may be recorded */
+    Py_ssize_t direct_n; /* > 0: no children to visit; these leaves follow the node */
+    PyObject *direct[32]; /* borrowed from the dict (nothing runs before they are taken),
+                             or strong when direct_owned (a record's fields) */
+    int direct_owned;
+    int order_known; /* the dict's order was found already: order, or the same when NULL */
+    PyObject *order; /* strong or NULL: the insertion order, when it differs */
+} Found;
+
+typedef struct {
+    PyObject *is_leaf; /* NULL for None */
+    PyObject *rules;   /* exact dict or NULL */
+    WalkMode mode;
+    TypeCache types;
+    PyObject *pycache; /* the pure engine's per-call cache, made when first needed */
+    int atom_leaf[6];
+    PyTypeObject *last_leaf; /* the type of the last leaf classified by type */
+    int dict_misses;          /* small dicts in a row not found in dict_memo */
+    PyObject *seq_nodes[2][16]; /* strong where seq_made has the bit: this call's tuple and
+                                   list nodes by arity */
+    uint32_t seq_made;
+} Ctx;
+
+/* {keys[i]: vals[i * step]} for i in 0 .. n, inserted in key order: a dict
+ * node with no insertion order of its own. step is 1 for children in leaf
+ * order, -1 for children read down the value stack. New reference. */
+static inline PyObject *
+dict_in_key_order(PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step)
+{
+    PyObject *m = PyDict_New();
+    if (m == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyDict_SetItem(m, PyTuple_GET_ITEM(keys, i), vals[i * step]) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+#endif

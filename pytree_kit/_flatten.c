@@ -1,0 +1,595 @@
+/* _flatten.c: flatten, leaves, flatten_with_path and iter_leaves.
+ *
+ * Part of the engine's one compilation unit (see _core.h).
+ *   walk_run       the one pre-order walk, by mode (WALK_LEAVES,
+ *                  WALK_SPEC, WALK_PATHS), eager or lazy
+ *   walk           an eager call: the leaves, the spec, the paths
+ *   LeafIter       iter_leaves's iterator: a walk kept between __next__ calls
+ *   pk_walk        the entry point FastCall calls (_speedups.h)
+ * Calls: _classify.c (classify, dict_order), _stack.c, _core.h's Vec.
+ */
+
+#include "_core.h"
+
+/* ------------------------------------------------------------------------ */
+/* flatten, leaves, flatten_with_path */
+
+/* The children of fr from fr->pos on that are leaves by their type (the first
+ * one is), up to the first that is not: new references into leaves, and as
+ * many leaf nodes into nodes unless it is NULL; fr->pos moves past them. Not
+ * inlined: walk's loop is short of registers. */
+PK_NO_INLINE static int
+leaf_run_out(Ctx *c, Frame *fr, Vec *leaves, Vec *nodes)
+{
+    PyObject **items = seq_items(fr->children);
+    Py_ssize_t pos = fr->pos, end = fr->n;
+    if (vec_reserve(leaves, end - pos) < 0 || (nodes && vec_reserve(nodes, end - pos) < 0)) {
+        return -1;
+    }
+    /* known_leaf(x's type) was true, so that type is c->last_leaf */
+    PyTypeObject *last = c->last_leaf;
+    PyObject **src = items + pos, **stop = items + end, **dst = leaves->v + leaves->n;
+    /* four at a time while all four have the last leaf type: their types are
+     * read together, so the reads of the objects overlap */
+    while (stop - src >= 4 && ((Py_TYPE(src[0]) == last) & (Py_TYPE(src[1]) == last) &
+                               (Py_TYPE(src[2]) == last) & (Py_TYPE(src[3]) == last))) {
+        for (int j = 0; j < 4; j++) {
+            Py_INCREF(src[j]);
+            dst[j] = src[j];
+        }
+        src += 4;
+        dst += 4;
+    }
+    if (src == stop) {
+        goto done;
+    }
+    if (Py_TYPE(*src) != last && !known_leaf(c, Py_TYPE(*src))) {
+        goto done; /* not reached with no leaf taken: the first child is a leaf */
+    }
+    last = c->last_leaf;
+    for (;;) {
+        PyObject *x = *src++;
+        Py_INCREF(x);
+        *dst++ = x;
+        if (src == stop) {
+            break;
+        }
+        if (Py_TYPE(*src) != last) {
+            if (!known_leaf(c, Py_TYPE(*src))) {
+                break;
+            }
+            last = c->last_leaf;
+        }
+    }
+done:;
+    Py_ssize_t k = src - (items + pos);
+    leaves->n += k;
+    fr->pos = pos + k;
+    if (nodes) {
+        PyObject **o = nodes->v + nodes->n;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            o[j] = LEAF_NODE;
+        }
+        nodes->n += k;
+#if defined(Py_REF_DEBUG) || defined(Py_GIL_DISABLED)
+        for (Py_ssize_t j = 0; j < k; j++) {
+            Py_INCREF(LEAF_NODE);
+        }
+#else
+        /* one add, not a chain of k dependent ones on a single count */
+        Py_SET_REFCNT(LEAF_NODE, Py_REFCNT(LEAF_NODE) + k);
+#endif
+    }
+    return 0;
+}
+
+/* A traversal's whole state: walk() keeps one on the C stack for one call,
+ * a LeafIter (below) one between its __next__ calls. */
+typedef struct {
+    Ctx c;
+    Stack s;
+    Vec nodes, keys, leaves;
+    PyObject *orders; /* strong or NULL: (node index, insertion order) pairs */
+    PyObject *paths;  /* strong or NULL: WALK_PATHS's paths */
+    PyObject *obj;    /* strong or NULL: the next value to classify */
+    WalkMode mode;
+} Walk;
+
+static int
+walk_init(Walk *w, PyObject *tree, PyObject *is_leaf, PyObject *rules, WalkMode mode)
+{
+    stack_init(&w->s);
+    vec_init(&w->nodes);
+    vec_init(&w->keys);
+    vec_init(&w->leaves);
+    w->orders = w->paths = w->obj = NULL;
+    w->mode = mode;
+    if (ctx_init(&w->c, is_leaf, rules, mode) < 0) {
+        return -1;
+    }
+    if (mode == WALK_PATHS && (w->paths = PyList_New(0)) == NULL) {
+        return -1;
+    }
+    Py_INCREF(tree);
+    w->obj = tree;
+    return 0;
+}
+
+/* Drop what w holds; w may be cleared again. */
+static void
+walk_clear(Walk *w)
+{
+    Py_CLEAR(w->obj);
+    vec_clear(&w->leaves);
+    Py_CLEAR(w->orders);
+    Py_CLEAR(w->paths);
+    vec_clear(&w->nodes);
+    vec_clear(&w->keys);
+    stack_clear(&w->s);
+    ctx_clear(&w->c);
+}
+
+/* Walk from w->obj on in pre-order, appending to w's leaves (and nodes,
+ * orders and paths by its mode). Returns 0 once the tree is done, -1 on
+ * error, and, when lazy, 1 as soon as a leaf is ready, with w->obj the next
+ * value to classify. Inlined into each caller, so walk()'s copy has lazy
+ * constant 0 and its loop is as it was before there was a lazy one. */
+static PK_ALWAYS_INLINE int
+walk_run(Walk *w, const int lazy)
+{
+    Ctx *const c = &w->c;
+    Stack *const s = &w->s;
+    Vec *const nodes = &w->nodes, *const keys = &w->keys, *const leaves = &w->leaves;
+    const WalkMode mode = w->mode;
+    PyObject *obj = w->obj;
+    w->obj = NULL;
+    for (;;) {
+        if (lazy && leaves->n) {
+            /* a leaf is ready: return it before anything that can run user
+             * code; the caller's code runs next, so the lists still being
+             * read are copied now, as they are (stack_freeze) */
+            w->obj = obj;
+            return stack_freeze(s) < 0 ? -1 : 1;
+        }
+        int r;
+        Found f;
+        f.order = NULL;
+        f.order_known = 0;
+        f.direct_n = 0;
+        f.direct_owned = 0;
+        if (c->is_leaf != NULL) {
+            PyObject *v = PyObject_CallOneArg(c->is_leaf, obj);
+            if (v == NULL) {
+                goto error;
+            }
+            r = PyObject_IsTrue(v);
+            Py_DECREF(v);
+            if (r < 0) {
+                goto error;
+            }
+            r = r ? 0 : classify(c, s, obj, &f);
+        }
+        else if (known_leaf(c, Py_TYPE(obj))) {
+            r = 0;
+        }
+        else {
+            r = classify(c, s, obj, &f);
+        }
+        if (r < 0) {
+            goto error;
+        }
+        if (r == 0) {
+            if (emit_leaf(leaves, nodes, mode, obj) < 0) {
+                goto error;
+            }
+            if (mode == WALK_PATHS) {
+                PyObject *p = seq_of(0, keys->v, keys->n);
+                if (p == NULL || PyList_Append(w->paths, p) < 0) {
+                    Py_XDECREF(p);
+                    goto error;
+                }
+                Py_DECREF(p);
+            }
+        }
+        else {
+            if (mode != WALK_LEAVES) {
+                if (f.dict_kind) {
+                    PyObject *order = f.order;
+                    f.order = NULL;
+                    if (order == NULL) {
+                        order = f.order_known ? (Py_INCREF(Py_None), Py_None)
+                              : stack_freeze(s) < 0 ? NULL
+                                                     : dict_order(f.node, obj, f.names);
+                    }
+                    if (order == NULL) {
+                        goto found_error;
+                    }
+                    if (order != Py_None) {
+                        if (w->orders == NULL && (w->orders = PyList_New(0)) == NULL) {
+                            Py_DECREF(order);
+                            goto found_error;
+                        }
+                        PyObject *pair = Py_BuildValue("(nN)", nodes->n, order);
+                        if (pair == NULL || PyList_Append(w->orders, pair) < 0) {
+                            Py_XDECREF(pair);
+                            goto found_error;
+                        }
+                        Py_DECREF(pair);
+                    }
+                    else {
+                        Py_DECREF(order);
+                    }
+                }
+                PyObject *node = f.node;
+                f.node = NULL;
+                if (vec_push(nodes, node) < 0) {
+                    goto found_error;
+                }
+            }
+            Py_ssize_t nch = PyTuple_Check(f.children) ? PyTuple_GET_SIZE(f.children)
+                                                        : PyList_GET_SIZE(f.children);
+            if (nch) {
+                int held = stack_holds(s, obj);
+                if (held < 0) {
+                    goto found_error;
+                }
+                if (held) {
+                    PyObject *st = stack_py(s);
+                    if (st != NULL) {
+                        raise_returned(PyObject_CallFunctionObjArgs(py_cycle_error, st, obj, NULL));
+                        Py_DECREF(st);
+                    }
+                    goto found_error;
+                }
+                if (stack_push(s, obj, f.children, f.names, f.keymode, f.live, 1) < 0) {
+                    Py_XDECREF(f.node);
+                    goto error;
+                }
+            }
+            else {
+                Py_DECREF(f.children);
+                Py_XDECREF(f.names);
+                Py_ssize_t i = 0;
+                while (i < f.direct_n && emit_leaf(leaves, nodes, mode, f.direct[i]) == 0) {
+                    i++;
+                }
+                release_direct(&f);
+                if (i < f.direct_n) {
+                    Py_XDECREF(f.node);
+                    goto error;
+                }
+            }
+            Py_XDECREF(f.node);
+            goto advance;
+        found_error:
+            release_direct(&f);
+            Py_XDECREF(f.order);
+            Py_XDECREF(f.node);
+            Py_DECREF(f.children);
+            Py_XDECREF(f.names);
+            goto error;
+        }
+    advance:
+        Py_CLEAR(obj);
+        /* Move to the next value in pre-order. */
+        while (s->n) {
+            Frame *fr = &s->v[s->n - 1];
+            if (fr->pos < fr->n) {
+                if (frame_check(fr) < 0) {
+                    goto error;
+                }
+                if (mode != WALK_PATHS && c->is_leaf == NULL &&
+                    known_leaf(c, Py_TYPE(frame_item(fr, fr->pos)))) {
+                    /* A run of children that are leaves by their type: no user code
+                     * runs, so they are copied in one go. The room reserved is at
+                     * most what this frame's own children take. */
+                    if (fr->n - fr->pos == 1) {
+                        /* the last child (as in [tree, leaf]): no run to copy */
+                        if (emit_leaf(leaves, nodes, mode, frame_item(fr, fr->pos)) < 0) {
+                            goto error;
+                        }
+                        fr->pos++;
+                    }
+                    else if (leaf_run_out(c, fr, leaves, mode != WALK_LEAVES ? nodes : NULL) < 0) {
+                        goto error;
+                    }
+                    if (fr->pos == fr->n) {
+                        continue;
+                    }
+                }
+                if (frame_check(fr) < 0) {
+                    goto error;
+                }
+                Py_ssize_t i = fr->pos++;
+                obj = frame_item(fr, i);
+                Py_INCREF(obj);
+                if (mode == WALK_PATHS) {
+                    PyObject *k = frame_key(fr, i);
+                    if (k == NULL) {
+                        goto error;
+                    }
+                    while (keys->n > s->n - 1) {
+                        Py_DECREF(keys->v[--keys->n]);
+                    }
+                    if (vec_push(keys, k) < 0) {
+                        goto error;
+                    }
+                }
+                break;
+            }
+            stack_pop(s);
+        }
+        if (obj == NULL) {
+            return 0;
+        }
+    }
+error:
+    w->obj = obj;
+    return -1;
+}
+
+/* The leaves, and by mode the spec and the paths, as the caller gets them. */
+static PyObject *
+walk_result(Walk *w)
+{
+    const WalkMode mode = w->mode;
+    PyObject *result = NULL;
+    if (mode == WALK_LEAVES) {
+        return vec_to_list(&w->leaves);
+    }
+    {
+        Py_ssize_t nleaves = w->leaves.n;
+        PyObject *tnodes = vec_to_tuple(&w->nodes);
+        if (tnodes == NULL) {
+            goto error;
+        }
+        PyObject *torders;
+        if (w->orders == NULL) {
+            Py_INCREF(empty_tuple);
+            torders = empty_tuple;
+        }
+        else if ((torders = PyList_AsTuple(w->orders)) == NULL) {
+            Py_DECREF(tnodes);
+            goto error;
+        }
+        PyObject *spec = make_spec(tnodes, torders, nleaves);
+        if (spec == NULL) {
+            goto error;
+        }
+        if (mode == WALK_PATHS) {
+            PyObject *pairs = PyList_New(nleaves);
+            if (pairs == NULL) {
+                Py_DECREF(spec);
+                goto error;
+            }
+            for (Py_ssize_t i = 0; i < nleaves; i++) {
+                PyObject *pr = PyTuple_Pack(2, PyList_GET_ITEM(w->paths, i), w->leaves.v[i]);
+                if (pr == NULL) {
+                    Py_DECREF(pairs);
+                    Py_DECREF(spec);
+                    goto error;
+                }
+                PyList_SET_ITEM(pairs, i, pr);
+            }
+            result = PyTuple_Pack(2, pairs, spec);
+            Py_DECREF(pairs);
+            Py_DECREF(spec);
+        }
+        else {
+            PyObject *lst = vec_to_list(&w->leaves);
+            result = lst == NULL ? NULL : PyTuple_Pack(2, lst, spec);
+            Py_XDECREF(lst);
+            Py_DECREF(spec);
+        }
+    }
+    return result;
+error:
+    return NULL;
+}
+
+static PyObject *
+walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, WalkMode mode)
+{
+    Walk w;
+    PyObject *result = NULL;
+    if (walk_init(&w, tree, is_leaf, rules, mode) == 0 && walk_run(&w, 0) == 0) {
+        result = walk_result(&w);
+    }
+    walk_clear(&w);
+    return result;
+}
+
+/* ------------------------------------------------------------------------ */
+/* iter_leaves: the leaves, lazily */
+
+/* An iterator over a tree's leaves, as _pure.iter_leaves yields them:
+ * walk_run with lazy set, the Walk kept here between __next__ calls. It holds
+ * the containers being read, the leaves found but not yet returned, is_leaf
+ * and rules, all visited by the GC. Like a generator it refuses to be
+ * re-entered (an is_leaf that calls next on it, or a second thread), and is
+ * done after an error. */
+typedef struct {
+    PyObject_HEAD
+    Walk w;
+    PyObject *is_leaf; /* strong or NULL; w.c borrows it */
+    PyObject *rules;   /* strong or NULL; w.c borrows it */
+    Py_ssize_t next;   /* w.leaves[next:] are found and not yet returned */
+    int state;         /* LI_WALKING, LI_RUNNING (in walk_run) or LI_DONE */
+} LeafIter;
+
+enum { LI_WALKING, LI_RUNNING, LI_DONE };
+
+static PyTypeObject LeafIter_Type;
+
+/* Drop everything it holds; it is done. Safe to call again. */
+static void
+leafiter_release(LeafIter *it)
+{
+    Walk *w = &it->w;
+    Py_ssize_t k = it->next, n = w->leaves.n;
+    it->state = LI_DONE;
+    /* the leaves not returned: taken out first, as their release can run code */
+    w->leaves.n = 0;
+    it->next = 0;
+    for (Py_ssize_t i = k; i < n; i++) {
+        Py_DECREF(w->leaves.v[i]);
+    }
+    walk_clear(w);
+    Py_CLEAR(it->is_leaf);
+    Py_CLEAR(it->rules);
+}
+
+static PyObject *
+leafiter_next(LeafIter *it)
+{
+    Walk *w = &it->w;
+    if (it->next < w->leaves.n) {
+        PyObject *x = w->leaves.v[it->next++]; /* its reference moves to the caller */
+        return x;
+    }
+    if (it->state == LI_RUNNING) {
+        PyErr_SetString(PyExc_ValueError, "generator already executing");
+        return NULL;
+    }
+    if (it->state == LI_DONE) {
+        return NULL;
+    }
+    w->leaves.n = it->next = 0; /* every leaf found was returned */
+    w->c.last_leaf = NULL;      /* the caller's code ran since the last call */
+    it->state = LI_RUNNING;
+    int r = walk_run(w, 1);
+    it->state = LI_WALKING;
+    if (r < 0) {
+        leafiter_release(it);
+        return NULL;
+    }
+    if (r == 0) {
+        it->state = LI_DONE; /* the leaves found last are still returned */
+    }
+    if (w->leaves.n == 0) {
+        leafiter_release(it);
+        return NULL;
+    }
+    it->next = 1;
+    return w->leaves.v[0];
+}
+
+static int
+leafiter_traverse(LeafIter *it, visitproc visit, void *arg)
+{
+    Walk *w = &it->w;
+    Py_VISIT(it->is_leaf);
+    Py_VISIT(it->rules);
+    Py_VISIT(w->obj);
+    Py_VISIT(w->c.pycache);
+    for (Py_ssize_t i = it->next; i < w->leaves.n; i++) {
+        Py_VISIT(w->leaves.v[i]);
+    }
+    for (Py_ssize_t i = 0; i < w->s.n; i++) {
+        Py_VISIT(w->s.v[i].obj);
+        Py_VISIT(w->s.v[i].children);
+        Py_VISIT(w->s.v[i].names);
+    }
+    for (Py_ssize_t i = 0; i < w->c.types.n; i++) {
+        TypeEntry *e = &w->c.types.v[i];
+        Py_VISIT(e->type);
+        Py_VISIT(e->info);
+        Py_VISIT(e->node);
+        Py_VISIT(e->reads_obj);
+    }
+    return 0;
+}
+
+static int
+leafiter_clear(LeafIter *it)
+{
+    if (it->state != LI_RUNNING) { /* while running, its caller holds it */
+        leafiter_release(it);
+    }
+    return 0;
+}
+
+static void
+leafiter_dealloc(LeafIter *it)
+{
+    PyObject_GC_UnTrack(it);
+    leafiter_release(it);
+    PyObject_GC_Del(it);
+}
+
+static PyTypeObject LeafIter_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pytree_kit._speedups.LeafIter",
+    .tp_basicsize = sizeof(LeafIter),
+    .tp_dealloc = (destructor)leafiter_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The leaves of a tree, in order, found as they are asked for.",
+    .tp_traverse = (traverseproc)leafiter_traverse,
+    .tp_clear = (inquiry)leafiter_clear,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)leafiter_next,
+};
+
+/* iter_leaves(tree, is_leaf=None, rules=None): a LeafIter; nothing is read
+ * until the first next */
+static PyObject *
+sp_iter_leaves(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "iter_leaves(tree, is_leaf=None, rules=None) takes 1 to 3 arguments");
+        return NULL;
+    }
+    PyObject *is_leaf = nargs > 1 ? args[1] : Py_None, *rules = nargs > 2 ? args[2] : Py_None;
+    LeafIter *it = PyObject_GC_New(LeafIter, &LeafIter_Type);
+    if (it == NULL) {
+        return NULL;
+    }
+    it->is_leaf = is_leaf == Py_None ? NULL : Py_NewRef(is_leaf);
+    it->rules = rules == Py_None ? NULL : Py_NewRef(rules);
+    it->next = 0;
+    it->state = LI_WALKING;
+    if (walk_init(&it->w, args[0], is_leaf, rules, WALK_LEAVES) < 0) {
+        Py_DECREF(it);
+        return NULL;
+    }
+    PyObject_GC_Track(it);
+    return (PyObject *)it;
+}
+
+/* fname(tree, is_leaf=None, rules=None): walk in the given mode */
+static PyObject *
+walk_call(PyObject *const *args, Py_ssize_t nargs, const char *fname, WalkMode mode)
+{
+    if (nargs < 1 || nargs > 3) {
+        PyErr_Format(PyExc_TypeError, "%s(tree, is_leaf=None, rules=None) takes 1 to 3 arguments",
+                     fname);
+        return NULL;
+    }
+    return walk(args[0], nargs > 1 ? args[1] : Py_None, nargs > 2 ? args[2] : Py_None, mode);
+}
+
+static PyObject *
+sp_flatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return walk_call(args, nargs, "flatten", WALK_SPEC);
+}
+
+static PyObject *
+sp_leaves(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return walk_call(args, nargs, "leaves", WALK_LEAVES);
+}
+
+static PyObject *
+sp_flatten_with_path(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return walk_call(args, nargs, "flatten_with_path", WALK_PATHS);
+}
+
+/* the entry points FastCall calls (_speedups.h) */
+PyObject *
+pk_walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, WalkMode mode)
+{
+    return walk(tree, is_leaf, rules, mode);
+}

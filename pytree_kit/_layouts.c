@@ -1,0 +1,683 @@
+/* _layouts.c: every place the engine reads CPython's own layouts.
+ *
+ * Part of the engine's one compilation unit (see _core.h). Each fast path here
+ * is compiled only on the versions it was validated on (the gates in
+ * _core.h) and checked again on import by its *_check function, which
+ * _speedups.c's init calls; a check that fails leaves the path off, and the
+ * callers read through the public API instead, with the same results.
+ *   type_version       a class's version tag (plans, _classify.c)
+ *   field_reads,       how a record's fields are read: a slot's offset, or (3.11)
+ *   field_read(_fast)  an index into its inline values (_classify.c, _up_to.c)
+ *   dict_table         (3.11) an exact dict's entries read in place
+ *                      (_classify.c's dict paths)
+ *   small_long         a small int's value without a call (_specread.c)
+ *   dict_of's          (3.11) dicts of the same keys copied from a template's
+ *   templates          table (_unflatten.c)
+ *   *_check            the import-time checks of each
+ * Calls: only the C API and _core.h.
+ */
+
+#include "_core.h"
+
+/* set on import by version_tags_check, where compiled */
+static int version_tags_ok;
+
+/* A class's version tag, or 0 when it has no valid one (or the tags are not
+ * used here: then every plan is decided again when it is needed). Up to 3.12
+ * CPython marks a valid tag with Py_TPFLAGS_VALID_VERSION_TAG; 3.13 no longer
+ * sets that flag, and a tag is valid when it is not 0 (PyType_Modified sets it
+ * to 0 on every version). */
+static inline unsigned int
+type_version(PyTypeObject *t)
+{
+#if VERSION_TAGS
+#if PY_VERSION_HEX < 0x030D0000
+    if (!PyType_HasFeature(t, Py_TPFLAGS_VALID_VERSION_TAG)) {
+        return 0;
+    }
+#endif
+    return version_tags_ok ? t->tp_version_tag : 0;
+#else
+    (void)t;
+    return 0;
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading a record's fields without PyObject_GetAttr
+ *
+ * For an instance of a class with CPython's generic attribute lookup,
+ * getattr(obj, name) is decided by what the class (with its bases) binds the
+ * name to:
+ *  - a slot (a member descriptor of T_OBJECT_EX): the pointer at the slot's
+ *    offset in the instance;
+ *  - nothing, or a non-data descriptor whose type is immutable (a default
+ *    value such as 0 or None, a function): the instance's own value when it
+ *    has one. On CPython 3.11 that value sits in the instance's inline values
+ *    array, at the name's index in the class's shared keys.
+ * A class's reads are worked out with its plan, so they follow the class's
+ * version tag like the plan does: one code per field, 0 for PyObject_GetAttr,
+ * > 0 for a slot's offset, < 0 for -1 - the index in the shared keys. A read
+ * that finds nothing (an unset slot, no value, values moved to a dict) goes to
+ * PyObject_GetAttr, which gives the class's default, the AttributeError or
+ * whatever else CPython would. The fast reads run no user code. */
+
+/* set on import by values_reads_check and dict_layout_check, where compiled */
+static int values_reads_ok, dict_layout_ok;
+
+#if LAYOUT_311
+/* CPython 3.11's layout (Include/internal/pycore_object.h and pycore_dict.h):
+ * an instance of a class with Py_TPFLAGS_MANAGED_DICT has, 4 pointers before
+ * the object, a pointer to its values array (NULL once a dict is made for it),
+ * and the class's shared keys are this struct, with dk_nentries entries of
+ * (key, value) after 1 << dk_log2_index_bytes bytes of indices; a dict's
+ * table (ma_keys) is the same struct, its entries (hash, key, value) when its
+ * keys are not all str. The module checks these on import (values_reads_check,
+ * dict_layout_check) and leaves the paths that rely on them off if a check
+ * fails. */
+typedef struct {
+    Py_ssize_t dk_refcnt;
+    uint8_t dk_log2_size;
+    uint8_t dk_log2_index_bytes;
+    uint8_t dk_kind;
+    uint32_t dk_version;
+    Py_ssize_t dk_usable;
+    Py_ssize_t dk_nentries;
+    char dk_indices[];
+} Keys311;
+
+typedef struct {
+    PyObject *me_key, *me_value;
+} UnicodeEntry311; /* entries of str-keyed tables */
+typedef struct {
+    Py_hash_t me_hash;
+    PyObject *me_key, *me_value;
+} Entry311; /* entries of other tables */
+#define ENTRIES311(k) ((void *)((k)->dk_indices + ((size_t)1 << (k)->dk_log2_index_bytes)))
+
+#define VALUES_OF(obj) (((PyObject ***)(obj))[-4])
+#define SHARED_KEYS(t) ((Keys311 *)((PyHeapTypeObject *)(t))->ht_cached_keys)
+
+/* An exact dict's table read directly, when it has no holes (every entry in
+ * use, so entry i is the i-th item): 1 with *first pointing at the first
+ * entry's key and *step the pointers from one entry to the next, the value
+ * right after its key; 0 when PyDict_Next must read it. */
+static inline int
+dict_table(PyObject *d, PyObject ***first, Py_ssize_t *step)
+{
+    PyDictObject *mp = (PyDictObject *)d;
+    Keys311 *k = (Keys311 *)mp->ma_keys;
+    /* (an empty dict's shared empty table has no aligned entries to point at) */
+    if (!dict_layout_ok || mp->ma_values != NULL || k->dk_nentries != mp->ma_used ||
+        mp->ma_used == 0 || k->dk_kind > 1) {
+        return 0;
+    }
+    PyObject **entries = (PyObject **)ENTRIES311(k);
+    if (k->dk_kind == 1) { /* str keys: (key, value) */
+        *first = entries;
+        *step = 2;
+    }
+    else { /* (hash, key, value) */
+        *first = entries + 1;
+        *step = 3;
+    }
+    return 1;
+}
+
+/* The index of name among a class's shared keys, or -1. */
+static Py_ssize_t
+shared_key_index(Keys311 *k, PyObject *name)
+{
+    if (k == NULL || k->dk_kind == 0 /* DICT_KEYS_GENERAL */) {
+        return -1;
+    }
+    UnicodeEntry311 *entries = ENTRIES311(k);
+    for (Py_ssize_t i = 0; i < k->dk_nentries; i++) {
+        PyObject *key = entries[i].me_key;
+        if (key == name) {
+            return i;
+        }
+        if (key != NULL && PyUnicode_CheckExact(key)) {
+            int eq = PyUnicode_Compare(key, name);
+            if (eq == 0) {
+                return i;
+            }
+        }
+    }
+    return -1;
+}
+#endif
+
+/* Whether name (an exact str) is one of names. */
+static int
+name_in(PyObject *names, PyObject *name)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *x = PyTuple_GET_ITEM(names, i);
+        if (x == name || (PyUnicode_CheckExact(x) && PyUnicode_Compare(x, name) == 0)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The slots of t and its bases that are not fields (names): their offsets
+ * into out (when not NULL), and how many; -1 when a class has a member of
+ * another kind than a slot, which the pure engine reads. As
+ * _pure._outside_layout: the member descriptors of each heap class's own
+ * dict. Reads dicts of classes only: no code runs. */
+static Py_ssize_t
+extra_slots(PyTypeObject *t, PyObject *names, Py_ssize_t *out)
+{
+    PyObject *mro = t->tp_mro;
+    Py_ssize_t count = 0;
+    if (mro == NULL || !PyTuple_CheckExact(mro)) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *c = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        PyObject *key, *d;
+        Py_ssize_t pos = 0;
+        if (!PyType_HasFeature(c, Py_TPFLAGS_HEAPTYPE) || c->tp_dict == NULL) {
+            continue;
+        }
+        while (PyDict_Next(c->tp_dict, &pos, &key, &d)) {
+            if (Py_TYPE(d) != &PyMemberDescr_Type || PyDescr_TYPE(d) != c) {
+                continue;
+            }
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if (m->type != T_OBJECT_EX || m->offset <= 0 || !PyUnicode_CheckExact(key)) {
+                return -1;
+            }
+            if (!name_in(names, key)) {
+                if (out != NULL) {
+                    out[count] = m->offset;
+                }
+                count++;
+            }
+        }
+    }
+    return count;
+}
+
+/* How a record class's fields are read and its instances' own state
+ * counted, worked out with its plan (so following the class's version tag):
+ * a bytes object holding a FieldReads, or NULL (no error) when the pure
+ * engine reads the class's instances (a lookup that is not CPython's generic
+ * one, a member that is not a slot). */
+static PyObject *
+field_reads(PyTypeObject *t, PyObject *names)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(names), n_slots;
+    if (t->tp_getattro != PyObject_GenericGetAttr || (n_slots = extra_slots(t, names, NULL)) < 0) {
+        return NULL;
+    }
+    PyObject *b = PyBytes_FromStringAndSize(
+        NULL, offsetof(FieldReads, code) + (2 * n + n_slots + 1) * sizeof(Py_ssize_t));
+    if (b == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    FieldReads *r = (FieldReads *)PyBytes_AS_STRING(b);
+    r->keys = NULL;
+    r->has_dict = t->tp_dictoffset != 0;
+    r->n = n;
+    r->n_values = 0;
+    r->n_slots = n_slots;
+    extra_slots(t, names, &READS_SLOT(r, 0));
+#if LAYOUT_311
+    if (values_reads_ok && PyType_HasFeature(t, Py_TPFLAGS_MANAGED_DICT) &&
+        PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE)) {
+        r->keys = SHARED_KEYS(t);
+    }
+#endif
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i), *d;
+        r->code[i] = 0;
+        READS_DICT_OK(r, i) = 0;
+        if (!PyUnicode_CheckExact(name)) {
+            continue;
+        }
+        d = _PyType_Lookup(t, name); /* borrowed; no user code runs */
+        /* nothing, or a value whose lookup gives way to the instance's own:
+         * a default such as 0 or None, a function (not a data descriptor,
+         * and of a type that cannot become one) */
+        int own_first = d == NULL || (PyType_HasFeature(Py_TYPE(d), Py_TPFLAGS_IMMUTABLETYPE) &&
+                                      !(Py_TYPE(d)->tp_descr_get != NULL &&
+                                        Py_TYPE(d)->tp_descr_set != NULL));
+        READS_DICT_OK(r, i) = own_first;
+        if (d != NULL && Py_TYPE(d) == &PyMemberDescr_Type) {
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if (m->type == T_OBJECT_EX && !(m->flags & PY_AUDIT_READ) && m->offset > 0 &&
+                PyType_IsSubtype(t, PyDescr_TYPE(d))) {
+                r->code[i] = m->offset;
+            }
+        }
+#if LAYOUT_311
+        else if (r->keys != NULL && own_first) {
+            Py_ssize_t ix = shared_key_index(r->keys, name);
+            if (ix >= 0) {
+                r->code[i] = -1 - ix;
+                r->n_values++;
+            }
+        }
+#endif
+    }
+    return b;
+}
+
+/* getattr(obj, name) for field i of a record whose class's reads are r (or
+ * NULL), when its slot or (3.11) inline value holds it: a new reference;
+ * else NULL, with no error set and no code run. */
+static inline PyObject *
+field_read_fast(PyObject *obj, const FieldReads *r, Py_ssize_t i)
+{
+    if (r != NULL) {
+        Py_ssize_t code = r->code[i];
+        PyObject *v = NULL;
+        if (code > 0) {
+            v = SLOT(obj, code);
+        }
+#if LAYOUT_311
+        else if (code < 0) {
+            PyObject **values = VALUES_OF(obj);
+            if (values != NULL && (void *)SHARED_KEYS(Py_TYPE(obj)) == r->keys) {
+                v = values[-1 - code];
+            }
+        }
+#endif
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return NULL;
+}
+
+/* getattr(obj, name) for field i of a record whose class's reads are r (or
+ * NULL): a new reference, or NULL with the error set. */
+static inline PyObject *
+field_read(PyObject *obj, const FieldReads *r, Py_ssize_t i, PyObject *name)
+{
+    PyObject *v = field_read_fast(obj, r, i);
+    return v != NULL ? v : PyObject_GetAttr(obj, name);
+}
+
+static inline const FieldReads *
+reads_of(PyObject *reads_obj)
+{
+    return reads_obj == NULL ? NULL : (const FieldReads *)PyBytes_AS_STRING(reads_obj);
+}
+
+/* set on import by int_digits_check, where compiled */
+static int int_digits_ok;
+
+/* The value of an exact int known to be small and non-negative, read
+ * without a call when the representation allows; -1 (maybe with an error
+ * set) otherwise. */
+static inline Py_ssize_t
+small_long(PyObject *o)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    if (PyUnstable_Long_IsCompact((PyLongObject *)o)) {
+        return (Py_ssize_t)PyUnstable_Long_CompactValue((PyLongObject *)o);
+    }
+#elif INT_DIGITS
+    /* up to 3.11: the sign and number of digits in ob_size, then the digits */
+    if (int_digits_ok) {
+        Py_ssize_t size = Py_SIZE(o);
+        if (size == 0) {
+            return 0;
+        }
+        if (size == 1) {
+            return (Py_ssize_t)((PyLongObject *)o)->ob_digit[0];
+        }
+    }
+#endif
+    return PyLong_AsSsize_t(o);
+}
+
+/* Dicts of the same keys, many times over (unflatten)
+ *
+ * A dict of n keys costs PyDict_New and n PyDict_SetItem calls, each hashing
+ * and probing; that is most of unflatten's time on trees of small dicts. On
+ * CPython 3.11, when a node's keys come again in one call, a template is made
+ * ({k: None} in key order, never shown to anyone), and each further dict of
+ * those keys gets a copy of the template's table in one block, with its keys'
+ * counts raised and the values put in its entries, in place of the empty
+ * table of a new dict (as PyDict_Copy does, less the values it would copy and
+ * then drop). Only keys that are exact str or int are taken (no user code runs
+ * for their hash or equality), and a template whose table is not the plain
+ * one expected (its keys in order, no holes) is not used. The result is
+ * tracked by the GC exactly when inserting the values would have tracked it. */
+
+#define TEMPLATES 8
+
+typedef struct {
+    PyObject *keys; /* borrowed: the spec holds it for the call */
+    PyObject *dict; /* strong, the template; NULL until the keys come again */
+    size_t size;    /* of the template's table, in bytes */
+    int unusable;   /* keys that no template serves */
+} Template;
+
+typedef struct {
+    unsigned int used; /* bit i: v[i] is set; nothing else needs setting up */
+    Template v[TEMPLATES];
+} Templates;
+
+static PK_NO_INLINE void
+templates_clear(Templates *t)
+{
+    for (int i = 0; i < TEMPLATES; i++) {
+        if (t->used & (1u << i)) {
+            Py_CLEAR(t->v[i].dict);
+        }
+    }
+    t->used = 0;
+}
+
+#if LAYOUT_311
+/* Make e's template for keys (n of them): 0, with e->unusable set when these
+ * keys cannot have one; -1 on error. */
+static int
+template_make(Template *e, PyObject *keys, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PyTuple_GET_ITEM(keys, i);
+        if (!(PyUnicode_CheckExact(k) || PyLong_CheckExact(k))) {
+            e->unusable = 1;
+            return 0;
+        }
+    }
+    PyObject *none = Py_None;
+    if ((e->dict = dict_in_key_order(keys, &none, n, 0)) == NULL) {
+        return -1;
+    }
+    PyDictObject *mp = (PyDictObject *)e->dict;
+    Keys311 *k = (Keys311 *)mp->ma_keys;
+    e->unusable = 1;
+    /* a key given twice, a split or holed table, another kind of table */
+    if (mp->ma_values != NULL || mp->ma_used != n || k->dk_nentries != n || k->dk_kind > 1 ||
+        k->dk_refcnt != 1 || PyObject_GC_IsTracked(e->dict)) {
+        return 0;
+    }
+    Py_ssize_t step = k->dk_kind == 1 ? 2 : 3;
+    PyObject **p = (PyObject **)ENTRIES311(k) + (step - 2);
+    for (Py_ssize_t i = 0; i < n; i++, p += step) {
+        if (p[0] != PyTuple_GET_ITEM(keys, i) || p[1] != Py_None) {
+            return 0;
+        }
+    }
+    /* _PyDict_KeysSize: the header, the indices, then 2/3 of the slots as entries */
+    e->size = sizeof(Keys311) + ((size_t)1 << k->dk_log2_index_bytes) +
+              ((((size_t)1 << k->dk_log2_size) << 1) / 3) * (size_t)step * sizeof(PyObject *);
+    e->unusable = 0;
+    return 0;
+}
+
+/* A new dict with the template's table and vals[i * step] as the value of its
+ * i-th key: in *out, 1, the references in vals now the dict's; 0 when a new
+ * dict is not laid out as expected (nothing made); -1 on error. */
+static int
+dict_from_template(Template *e, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step,
+                   PyObject **out)
+{
+    Keys311 *tk = (Keys311 *)((PyDictObject *)e->dict)->ma_keys;
+    PyObject *d = PyDict_New();
+    if (d == NULL) {
+        return -1;
+    }
+    PyDictObject *mp = (PyDictObject *)d;
+    Keys311 *empty = (Keys311 *)mp->ma_keys; /* untracked: checked on import */
+    if (mp->ma_used != 0 || mp->ma_values != NULL || empty->dk_nentries != 0 ||
+        empty->dk_refcnt < 2) {
+        Py_DECREF(d);
+        return 0;
+    }
+    Keys311 *k = PyObject_Malloc(e->size);
+    if (k == NULL) {
+        Py_DECREF(d);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(k, tk, e->size);
+    k->dk_refcnt = 1;
+    k->dk_version = 0;
+    Py_ssize_t es = tk->dk_kind == 1 ? 2 : 3; /* pointers per entry */
+    PyObject **p = (PyObject **)ENTRIES311(k) + (es - 2);
+    int track = 0;
+    for (Py_ssize_t i = 0; i < n; i++, p += es) {
+        PyObject *v = vals[i * step];
+        Py_INCREF(p[0]); /* the key */
+        p[1] = v; /* in place of the template's None, whose count was not raised */
+        /* as dict insertion decides it (MAINTAIN_TRACKING) */
+        track = track || (PyType_IS_GC(Py_TYPE(v)) &&
+                          (Py_TYPE(v)->tp_is_gc == NULL || Py_TYPE(v)->tp_is_gc(v)) &&
+                          (!PyTuple_CheckExact(v) || PyObject_GC_IsTracked(v)));
+    }
+    /* the new dict's empty table is the shared one, never freed: give its
+     * reference back as dictkeys_decref would */
+    empty->dk_refcnt--;
+    mp->ma_keys = (PyDictKeysObject *)k;
+    mp->ma_used = n;
+    if (track) {
+        PyObject_GC_Track(d);
+    }
+    *out = d;
+    return 1;
+}
+#endif
+
+#if LAYOUT_311
+/* Sets values_reads_ok when CPython lays instance values out as field_read
+ * expects: reads of a class made here must agree with PyObject_GetAttr, before
+ * and after a value is deleted. A failure of any kind just leaves it off. */
+static void
+values_reads_check(void)
+{
+    PyObject *cls = NULL, *obj = NULL, *names = NULL, *reads = NULL, *vals[3] = {0};
+    int ok = 0;
+    values_reads_ok = 1;
+    cls = PyObject_CallFunction((PyObject *)&PyType_Type, "s(){}", "_Probe");
+    obj = cls ? PyObject_CallNoArgs(cls) : NULL;
+    names = Py_BuildValue("(sss)", "first", "second", "third");
+    if (obj == NULL || names == NULL || !PyType_HasFeature((PyTypeObject *)cls, Py_TPFLAGS_MANAGED_DICT)) {
+        goto done;
+    }
+    for (int i = 2; i >= 0; i--) { /* set in another order than read */
+        if ((vals[i] = PyList_New(0)) == NULL ||
+            PyObject_SetAttr(obj, PyTuple_GET_ITEM(names, i), vals[i]) < 0) {
+            goto done;
+        }
+    }
+    reads = field_reads((PyTypeObject *)cls, names);
+    if (reads == NULL) {
+        goto done;
+    }
+    const FieldReads *r = reads_of(reads);
+    for (Py_ssize_t i = 0; i < 3; i++) {
+        PyObject *v = r->code[i] < 0 ? field_read(obj, r, i, PyTuple_GET_ITEM(names, i)) : NULL;
+        Py_XDECREF(v);
+        if (v != vals[i]) {
+            goto done;
+        }
+    }
+    if (PyObject_DelAttr(obj, PyTuple_GET_ITEM(names, 1)) < 0) {
+        goto done;
+    }
+    PyObject *gone = field_read(obj, r, 1, PyTuple_GET_ITEM(names, 1));
+    if (gone != NULL) {
+        Py_DECREF(gone);
+        goto done;
+    }
+    ok = PyErr_ExceptionMatches(PyExc_AttributeError);
+done:
+    PyErr_Clear();
+    values_reads_ok = ok;
+    for (int i = 0; i < 3; i++) {
+        Py_XDECREF(vals[i]);
+    }
+    Py_XDECREF(reads);
+    Py_XDECREF(names);
+    Py_XDECREF(obj);
+    Py_XDECREF(cls);
+}
+
+/* Sets dict_layout_ok when a dict's table reads as dict_table expects (the
+ * items PyDict_Next gives, and no direct read once a key is deleted), and
+ * dicts copied from a template and given their values in place
+ * (dict_from_template) are what inserting gives: for str keys and int keys,
+ * values found by lookup, iteration order, size, equality, GC tracking, and
+ * the dict still usable (an insert that grows it, a delete). A failure of any
+ * kind leaves both off. */
+static void
+dict_layout_check(void)
+{
+    /* a dict made by PyDict_New holds the shared empty table, whose count
+     * must come back to where it was */
+    PyObject *e0 = PyDict_New();
+    Keys311 *empty = e0 ? (Keys311 *)((PyDictObject *)e0)->ma_keys : NULL;
+    Py_ssize_t empty_count = empty ? empty->dk_refcnt : -1;
+    int ok = e0 != NULL && !PyObject_GC_IsTracked(e0);
+    dict_layout_ok = 1;
+    for (int kind = 0; kind < 2 && ok; kind++) {
+        PyObject *keys = kind ? Py_BuildValue("(iii)", 7, -3, 1 << 20)
+                              : Py_BuildValue("(sss)", "a", "c", "b");
+        PyObject *vals[3] = {PyList_New(0), PyLong_FromLong(5), Py_None};
+        Py_ssize_t key_count = keys ? Py_REFCNT(PyTuple_GET_ITEM(keys, 0)) : 0;
+        PyObject *tmpl = NULL, *d = NULL, *want = NULL, *extra = NULL;
+        Py_INCREF(Py_None);
+        Template e = {keys, NULL, 0, 0};
+        ok = keys && vals[0] && vals[1] && template_make(&e, keys, 3) == 0 && !e.unusable &&
+             (want = dict_in_key_order(keys, vals, 3, 1));
+        if (ok) {
+            for (int i = 0; i < 3; i++) { /* the references the copy takes over */
+                Py_INCREF(vals[i]);
+            }
+            ok = dict_from_template(&e, vals, 3, 1, &d) == 1;
+            for (int i = 0; !ok && i < 3; i++) {
+                Py_DECREF(vals[i]);
+            }
+        }
+        tmpl = e.dict;
+        PyObject **p = NULL;
+        Py_ssize_t step = 0;
+        ok = ok && dict_table(want, &p, &step) && step == (kind ? 3 : 2);
+        for (Py_ssize_t i = 0; ok && i < 3; i++) {
+            ok = p[i * step] == PyTuple_GET_ITEM(keys, i) && p[i * step + 1] == vals[i];
+        }
+        if (ok) {
+            Py_ssize_t pos = 0, i = 0;
+            PyObject *k, *v;
+            while (ok && PyDict_Next(d, &pos, &k, &v)) {
+                ok = i < 3 && k == PyTuple_GET_ITEM(keys, i) && v == vals[i] &&
+                     PyDict_GetItemWithError(d, k) == vals[i];
+                i++;
+            }
+            ok = ok && i == 3 && PyDict_GET_SIZE(d) == 3 &&
+                 PyObject_RichCompareBool(d, want, Py_EQ) == 1 &&
+                 PyObject_GC_IsTracked(d) == PyObject_GC_IsTracked(want) &&
+                 PyObject_GC_IsTracked(d) && !PyObject_GC_IsTracked(tmpl) &&
+                 PyDict_GetItemWithError(tmpl, PyTuple_GET_ITEM(keys, 0)) == Py_None;
+            for (long j = 0; ok && j < 20; j++) {
+                ok = (extra = PyLong_FromLong(100 + j)) && PyDict_SetItem(d, extra, extra) == 0;
+                Py_CLEAR(extra);
+            }
+            ok = ok && PyDict_DelItem(d, PyTuple_GET_ITEM(keys, 1)) == 0 &&
+                 PyDict_GET_SIZE(d) == 22 && !dict_table(d, &p, &step) &&
+                 PyDict_GetItemWithError(d, PyTuple_GET_ITEM(keys, 2)) == vals[2];
+        }
+        Py_XDECREF(d);
+        Py_XDECREF(want);
+        Py_XDECREF(tmpl);
+        /* every reference the copies took is given back */
+        ok = ok && Py_REFCNT(vals[0]) == 1 && Py_REFCNT(PyTuple_GET_ITEM(keys, 0)) == key_count;
+        Py_XDECREF(keys);
+        for (int i = 0; i < 3; i++) {
+            Py_XDECREF(vals[i]);
+        }
+    }
+    ok = ok && empty->dk_refcnt == empty_count;
+    Py_XDECREF(e0);
+    PyErr_Clear();
+    dict_layout_ok = ok;
+}
+#endif
+
+#if VERSION_TAGS
+/* Sets version_tags_ok when CPython keeps version tags as plan_saved and
+ * entry_fresh rely on: a class that has been looked up has a tag other than 0,
+ * its own; setting an attribute on a class changes its tag and its
+ * subclasses' tags (to 0, or to a new one once looked up again), and leaves
+ * its bases' alone. A failure of any kind leaves it off. */
+static void
+version_tags_check(void)
+{
+    PyObject *base = NULL, *sub = NULL, *bases = NULL, *name = NULL, *one = NULL;
+    int ok = 0;
+    version_tags_ok = 1;
+    base = PyObject_CallFunction((PyObject *)&PyType_Type, "s(){}", "_ProbeBase");
+    bases = base ? PyTuple_Pack(1, base) : NULL;
+    sub = bases ? PyObject_CallFunction((PyObject *)&PyType_Type, "sO{}", "_ProbeSub", bases)
+                : NULL;
+    name = PyUnicode_InternFromString("_probe_attribute");
+    one = PyLong_FromLong(1);
+    if (sub == NULL || name == NULL || one == NULL) {
+        goto done;
+    }
+    PyTypeObject *b = (PyTypeObject *)base, *t = (PyTypeObject *)sub;
+    /* a lookup gives a class a tag (CPython's method cache) */
+    (void)_PyType_Lookup(b, name);
+    (void)_PyType_Lookup(t, name);
+    unsigned int b0 = type_version(b), t0 = type_version(t);
+    if (b0 == 0 || t0 == 0 || b0 == t0 || PyObject_SetAttr(base, name, one) < 0 ||
+        type_version(b) == b0 || type_version(t) == t0) {
+        goto done;
+    }
+    (void)_PyType_Lookup(b, name);
+    (void)_PyType_Lookup(t, name);
+    unsigned int b1 = type_version(b), t1 = type_version(t);
+    if (b1 == 0 || t1 == 0 || b1 == t1 || b1 == b0 || b1 == t0 || t1 == b0 || t1 == t0 ||
+        PyObject_SetAttr(sub, name, one) < 0) {
+        goto done;
+    }
+    (void)_PyType_Lookup(t, name);
+    ok = type_version(b) == b1 && type_version(t) != t1 && type_version(t) != 0;
+done:
+    PyErr_Clear();
+    version_tags_ok = ok;
+    Py_XDECREF(one);
+    Py_XDECREF(name);
+    Py_XDECREF(sub);
+    Py_XDECREF(bases);
+    Py_XDECREF(base);
+}
+#endif
+
+#if INT_DIGITS
+/* Sets int_digits_ok when small_long's reads of ob_size and ob_digit give
+ * what PyLong_AsSsize_t gives, for ints of one digit and of several. */
+static void
+int_digits_check(void)
+{
+    static const long long probes[] = {
+        0, 1, 7, 255, 32767, 32768, (1LL << 30) - 1, 1LL << 30, 1LL << 31, 1LL << 62,
+    };
+    int ok = 1;
+    int_digits_ok = 1;
+    for (size_t i = 0; ok && i < sizeof(probes) / sizeof(probes[0]); i++) {
+        PyObject *o = PyLong_FromLongLong(probes[i]);
+        if (o == NULL) {
+            ok = 0;
+            break;
+        }
+        Py_ssize_t size = Py_SIZE(o);
+        /* zero has no digits; a digit holds at most 30 bits */
+        ok = (probes[i] == 0) == (size == 0) && (probes[i] < (1LL << 30) || size > 1) &&
+             small_long(o) == (Py_ssize_t)probes[i];
+        Py_DECREF(o);
+    }
+    PyErr_Clear();
+    int_digits_ok = ok;
+}
+#endif

@@ -1,0 +1,99 @@
+/* _specread.c: reading a TreeSpec.
+ *
+ * Part of the engine's one compilation unit (see _core.h).
+ *   spec_parts     a spec's nodes, orders and leaf count, from its slots
+ *   node_parts     a node's kind and arity, checked (pk_node_parts for the
+ *                  other files)
+ *   order_index    the node index of an insertion-order entry
+ * Calls: _layouts.c (small_long). Called by _unflatten.c, _up_to.c, _specops.c.
+ */
+
+#include "_core.h"
+
+static int
+spec_parts(PyObject *spec, PyObject **nodes, PyObject **orders, Py_ssize_t *num_leaves)
+{
+    if (!PyObject_TypeCheck(spec, TreeSpec_type)) {
+        PyErr_Format(PyExc_TypeError, "expected a TreeSpec, got %.200s", Py_TYPE(spec)->tp_name);
+        return -1;
+    }
+    *nodes = SLOT(spec, off_nodes);
+    *orders = SLOT(spec, off_orders);
+    PyObject *n = SLOT(spec, off_num_leaves);
+    if (*nodes == NULL || !PyTuple_Check(*nodes) || *orders == NULL || !PyTuple_Check(*orders) ||
+        n == NULL || !PyLong_Check(n)) {
+        PyErr_SetString(PyExc_ValueError, "malformed TreeSpec");
+        return -1;
+    }
+    *num_leaves = PyLong_AsSsize_t(n);
+    if (*num_leaves == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    return 0;
+}
+
+/* kind and arity of a node, checked; -1 on a malformed node */
+static int
+node_parts_slow(PyObject *node, int *kind, Py_ssize_t *arity)
+{
+    if (!PyTuple_CheckExact(node) || PyTuple_GET_SIZE(node) != 4) {
+        goto bad;
+    }
+    long k = PyLong_AsLong(PyTuple_GET_ITEM(node, 0));
+    if (k < 0 || k >= K_COUNT) {
+        PyErr_Clear();
+        goto bad;
+    }
+    *kind = (int)k;
+    *arity = PyLong_AsSsize_t(PyTuple_GET_ITEM(node, 2));
+    if (*arity < 0 || (k == K_LEAF && *arity != 0)) {
+        PyErr_Clear();
+        goto bad;
+    }
+    return 0;
+bad:
+    PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: a node is not (kind, type, arity, aux)");
+    return -1;
+}
+
+static inline int
+node_parts(PyObject *node, int *kind, Py_ssize_t *arity)
+{
+    if (node == LEAF_NODE) {
+        *kind = K_LEAF;
+        *arity = 0;
+        return 0;
+    }
+    if (PyTuple_CheckExact(node) && PyTuple_GET_SIZE(node) == 4) {
+        /* small ints are shared objects: the common kinds compare by identity */
+        PyObject *ko = PyTuple_GET_ITEM(node, 0);
+        PyObject *ao = PyTuple_GET_ITEM(node, 2);
+        int k = ko == kind_obj[K_DICT] ? K_DICT : ko == kind_obj[K_LIST] ? K_LIST
+              : ko == kind_obj[K_TUPLE] ? K_TUPLE : -1;
+        if (k >= 0 && PyLong_CheckExact(ao)) {
+            Py_ssize_t a = small_long(ao);
+            if (a >= 0) {
+                *kind = k;
+                *arity = a;
+                return 0;
+            }
+            PyErr_Clear();
+        }
+    }
+    return node_parts_slow(node, kind, arity);
+}
+
+int
+pk_node_parts(PyObject *node, int *kind, Py_ssize_t *arity)
+{
+    return node_parts(node, kind, arity);
+}
+
+
+/* The node index of orders[i], a pair checked to start with an exact int
+ * that fits. Not inlined: the unflatten loop is short of registers. */
+PK_NO_INLINE static Py_ssize_t
+order_index(PyObject *orders, Py_ssize_t i)
+{
+    return small_long(PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, i), 0));
+}

@@ -1,0 +1,441 @@
+/* _stack.c: the traversal stack, its view, and path keys.
+ *
+ * Part of the engine's one compilation unit (see _core.h).
+ *   stack_push/pop     frames of the containers being read (Frame, Stack in
+ *                      _core.h), with a pointer set and counts that make
+ *                      "is this object on the stack" (cycles) cheap when deep
+ *   stack_freeze       copies the lists still being read before user code runs
+ *   StackView          the stack in the pure engine's frame format, for the
+ *                      pure engine's error messages (made only when read)
+ *   pk_key, frame_key  path keys (_keys.py) made without calling their class
+ * Calls: _core.h only. Called by _classify.c, _flatten.c, _up_to.c, _specops.c.
+ */
+
+#include "_core.h"
+
+static void
+stack_init(Stack *s)
+{
+    s->v = s->inline_v;
+    s->n = 0;
+    s->cap = STACK_INLINE;
+    s->set = NULL;
+    s->set_cap = s->set_n = 0;
+    s->counts = NULL;
+    s->nlive = 0;
+    s->view = NULL;
+}
+
+
+static void
+frame_clear(Frame *f)
+{
+    Py_CLEAR(f->obj);
+    Py_CLEAR(f->children);
+    Py_CLEAR(f->names);
+}
+
+static void
+stack_clear(Stack *s)
+{
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        frame_clear(&s->v[i]);
+    }
+    if (s->v != s->inline_v) {
+        PyMem_Free(s->v);
+    }
+    PyMem_Free(s->set);
+    PyMem_Free(s->counts);
+    if (s->view != NULL) {
+        ((StackView *)s->view)->s = NULL;
+        Py_DECREF(s->view);
+    }
+    stack_init(s);
+}
+
+static Py_ssize_t
+set_slot(Stack *s, void *p)
+{
+    size_t h = ((size_t)p >> 4) * (size_t)0x9E3779B97F4A7C15ULL;
+    Py_ssize_t mask = s->set_cap - 1;
+    Py_ssize_t i = (Py_ssize_t)(h & (size_t)mask);
+    while (s->set[i] != NULL && s->set[i] != p) {
+        i = (i + 1) & mask;
+    }
+    return i;
+}
+
+static int set_insert(Stack *s, void *p);
+
+static int
+set_grow(Stack *s)
+{
+    void **old = s->set;
+    Py_ssize_t oldcap = s->set_cap;
+    Py_ssize_t cap = oldcap ? oldcap * 2 : 256;
+    void **nw = PyMem_Calloc(cap, sizeof(void *));
+    if (nw == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    s->set = nw;
+    s->set_cap = cap;
+    s->set_n = 0;
+    for (Py_ssize_t i = 0; i < oldcap; i++) {
+        if (old[i] != NULL) {
+            s->set[set_slot(s, old[i])] = old[i];
+            s->set_n++;
+        }
+    }
+    PyMem_Free(old);
+    return 0;
+}
+
+static int
+set_insert(Stack *s, void *p)
+{
+    if ((s->set_n + 1) * 2 > s->set_cap && set_grow(s) < 0) {
+        return -1;
+    }
+    Py_ssize_t i = set_slot(s, p);
+    if (s->set[i] == NULL) {
+        s->set[i] = p;
+        s->set_n++;
+    }
+    return 0;
+}
+
+static void
+set_remove(Stack *s, void *p)
+{
+    Py_ssize_t mask = s->set_cap - 1;
+    Py_ssize_t i = set_slot(s, p);
+    if (s->set[i] == NULL) {
+        return;
+    }
+    s->set[i] = NULL;
+    s->set_n--;
+    /* backward-shift deletion for linear probing */
+    Py_ssize_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        void *q = s->set[j];
+        if (q == NULL) {
+            break;
+        }
+        size_t h = ((size_t)q >> 4) * (size_t)0x9E3779B97F4A7C15ULL;
+        Py_ssize_t k = (Py_ssize_t)(h & (size_t)mask);
+        /* move q to i when its home k is not cyclically in (i, j] */
+        if ((i <= j) ? (i < k && k <= j) : (i < k || k <= j)) {
+            continue;
+        }
+        s->set[i] = q;
+        s->set[j] = NULL;
+        i = j;
+    }
+}
+
+#define SET_FROM_DEPTH 256
+#define COUNTS_FROM_DEPTH 8
+#define NCOUNTS 256
+
+static inline size_t
+count_slot(void *p)
+{
+    size_t h = ((size_t)p >> 4) * (size_t)0x9E3779B97F4A7C15ULL;
+    return (h >> 48) & (NCOUNTS - 1);
+}
+
+/* Is obj the object of a frame on the stack? -1 on error (no memory). */
+static int
+stack_holds(Stack *s, PyObject *obj)
+{
+    if (s->counts == NULL && s->n >= COUNTS_FROM_DEPTH) {
+        s->counts = PyMem_Calloc(NCOUNTS, sizeof(uint32_t));
+        if (s->counts == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < s->n; i++) {
+            s->counts[count_slot(s->v[i].obj)]++;
+        }
+    }
+    if (s->counts != NULL && s->counts[count_slot(obj)] == 0) {
+        return 0;
+    }
+    if (s->set != NULL) {
+        return s->set[set_slot(s, obj)] == obj;
+    }
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        if (s->v[i].obj == obj) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Push a frame; steals children and names. */
+static int
+stack_push(Stack *s, PyObject *obj, PyObject *children, PyObject *names, int keymode, int live,
+           int track)
+{
+    if (s->n == s->cap) {
+        void *v = s->v;
+        if (grow_array(&v, s->inline_v, s->n, &s->cap, sizeof(Frame), 0) < 0) {
+            Py_DECREF(children);
+            Py_XDECREF(names);
+            return -1;
+        }
+        s->v = v;
+    }
+    if (track) {
+        if (s->set == NULL && s->n >= SET_FROM_DEPTH) {
+            for (Py_ssize_t i = 0; i < s->n; i++) {
+                if (set_insert(s, s->v[i].obj) < 0) {
+                    Py_DECREF(children);
+                    Py_XDECREF(names);
+                    return -1;
+                }
+            }
+        }
+        if (s->set != NULL && set_insert(s, obj) < 0) {
+            Py_DECREF(children);
+            Py_XDECREF(names);
+            return -1;
+        }
+        if (s->counts != NULL) {
+            s->counts[count_slot(obj)]++;
+        }
+    }
+    Frame *f = &s->v[s->n++];
+    Py_INCREF(obj);
+    f->obj = obj;
+    f->children = children;
+    f->names = names;
+    f->pos = 0;
+    f->n = PyTuple_Check(children) ? PyTuple_GET_SIZE(children) : PyList_GET_SIZE(children);
+    f->keymode = keymode;
+    f->live = live;
+    s->nlive += live;
+    return 0;
+}
+
+static void
+stack_pop(Stack *s)
+{
+    Frame *f = &s->v[--s->n];
+    if (s->set != NULL) {
+        set_remove(s, f->obj);
+    }
+    if (s->counts != NULL) {
+        s->counts[count_slot(f->obj)]--;
+    }
+    s->nlive -= f->live;
+    frame_clear(f);
+}
+
+/* The pure engine copies a list when it meets it. The C engine reads the
+ * list itself for as long as no user code can run, and copies every list
+ * still being read just before anything that could run user code (is_leaf,
+ * __tree_flatten__, a rule, an attribute, a key's __lt__ or __eq__, ...):
+ * until then the list cannot have changed, so the copy is the same. */
+static int
+stack_freeze(Stack *s)
+{
+    for (Py_ssize_t i = s->n - 1; s->nlive > 0 && i >= 0; i--) {
+        Frame *f = &s->v[i];
+        if (f->live) {
+            PyObject *tup = PyList_AsTuple(f->children);
+            if (tup == NULL) {
+                return -1;
+            }
+            Py_SETREF(f->children, tup);
+            f->live = 0;
+            s->nlive--;
+        }
+    }
+    return 0;
+}
+
+/* Only a finalizer run by the garbage collector could change a list being
+ * read; never read past its end if one did. */
+static int
+frame_check(Frame *f)
+{
+    if (f->live && PyList_GET_SIZE(f->children) != f->n) {
+        PyErr_SetString(PyExc_RuntimeError, "a list changed size while it was being flattened");
+        return -1;
+    }
+    return 0;
+}
+
+/* The stack as the pure engine's helpers see it: a read-only sequence whose
+ * items are frames in the pure engine's format, [children, position,
+ * keymode, names, obj], made only when read (which is when an error message
+ * needs the path). One view per call, made when first needed; when the call
+ * returns it is detached and reads as empty, so nothing dangles if a
+ * traceback keeps it. It holds no Python objects, so it needs no GC. */
+
+
+static Py_ssize_t
+sv_len(PyObject *self)
+{
+    Stack *s = ((StackView *)self)->s;
+    return s ? s->n : 0;
+}
+
+static PyObject *
+sv_item(PyObject *self, Py_ssize_t i)
+{
+    Stack *s = ((StackView *)self)->s;
+    if (s == NULL || i < 0 || i >= s->n) {
+        PyErr_SetString(PyExc_IndexError, "stack index out of range");
+        return NULL;
+    }
+    Frame *f = &s->v[i];
+    return Py_BuildValue("[OniOO]", f->children, f->pos, f->keymode,
+                         f->names ? f->names : Py_None, f->obj);
+}
+
+static PySequenceMethods sv_as_sequence = {
+    .sq_length = sv_len,
+    .sq_item = sv_item,
+};
+
+static PyTypeObject StackView_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pytree_kit._speedups.StackView",
+    .tp_basicsize = sizeof(StackView),
+    .tp_dealloc = (destructor)PyObject_Free,
+    .tp_as_sequence = &sv_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The C engine's traversal stack, read by the pure engine's error helpers.",
+};
+
+/* A new reference to the stack's view (made on first use). */
+static PyObject *
+stack_py(Stack *s)
+{
+    if (s->view == NULL) {
+        StackView *v = PyObject_New(StackView, &StackView_Type);
+        if (v == NULL) {
+            return NULL;
+        }
+        v->s = s;
+        s->view = (PyObject *)v;
+    }
+    Py_INCREF(s->view);
+    return s->view;
+}
+
+static inline PyObject *
+frame_item(Frame *f, Py_ssize_t i)
+{
+    return PyTuple_Check(f->children) ? PyTuple_GET_ITEM(f->children, i)
+                                      : PyList_GET_ITEM(f->children, i);
+}
+
+/* Path keys (_keys.py) are made without calling their class, whose
+ * __init__ only sets the one slot: the type allocates the instance and the
+ * slot's member descriptor sets it, both through public type slots. key_init
+ * checks on import that a key made so equals one made by the class, with the
+ * same slot and no __dict__; where anything differs, the class is called. */
+static PyObject *key_class[3]; /* borrowed: SequenceKey_t, DictKey_t, GetAttrKey_t */
+static PyObject *key_slot[3];  /* strong member descriptors, or NULL: call the class */
+
+PyObject *
+pk_key(int which, PyObject *value)
+{
+    PyTypeObject *t = (PyTypeObject *)key_class[which];
+    PyObject *d = key_slot[which];
+    if (d == NULL) {
+        return PyObject_CallOneArg((PyObject *)t, value);
+    }
+    PyObject *k = t->tp_alloc(t, 0);
+    if (k != NULL && Py_TYPE(d)->tp_descr_set(d, k, value) < 0) {
+        Py_CLEAR(k);
+    }
+    return k;
+}
+
+PyObject *
+pk_key_class(int which)
+{
+    return key_class[which];
+}
+
+/* Whether pk_key's own way makes, for value, what the class makes. */
+static int
+key_same(int which, const char *slot, PyObject *value)
+{
+    PyObject *mine = pk_key(which, value);
+    PyObject *theirs = PyObject_CallOneArg(key_class[which], value);
+    int same = 0;
+    if (mine != NULL && theirs != NULL && Py_TYPE(mine) == Py_TYPE(theirs) &&
+        !PyObject_HasAttrString(mine, "__dict__")) {
+        PyObject *a = PyObject_GetAttrString(mine, slot), *b = PyObject_GetAttrString(theirs, slot);
+        same = a != NULL && a == b && a == value &&
+               PyObject_RichCompareBool(mine, theirs, Py_EQ) == 1 &&
+               PyObject_Hash(mine) == PyObject_Hash(theirs);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+    }
+    Py_XDECREF(mine);
+    Py_XDECREF(theirs);
+    PyErr_Clear();
+    return same;
+}
+
+static int
+key_init(void)
+{
+    static const char *const slots[3] = {"idx", "key", "name"};
+    key_class[PK_KEY_SEQUENCE] = SequenceKey_t;
+    key_class[PK_KEY_DICT] = DictKey_t;
+    key_class[PK_KEY_ATTR] = GetAttrKey_t;
+    for (int w = 0; w < 3; w++) {
+        PyTypeObject *t = (PyTypeObject *)key_class[w];
+        PyObject *d = PyObject_GetAttrString(key_class[w], slots[w]);
+        if (d == NULL) {
+            return -1;
+        }
+        if (!PyType_Check(key_class[w]) || !Py_IS_TYPE(d, &PyMemberDescr_Type) ||
+            Py_TYPE(d)->tp_descr_set == NULL || t->tp_alloc == NULL ||
+            t->tp_new != PyBaseObject_Type.tp_new) {
+            Py_DECREF(d);
+            continue;
+        }
+        key_slot[w] = d;
+        PyObject *probe = w == PK_KEY_SEQUENCE ? PyLong_FromLong(3) : PyUnicode_FromString("k");
+        if (probe == NULL) {
+            return -1;
+        }
+        if (!key_same(w, slots[w], probe)) {
+            Py_CLEAR(key_slot[w]);
+        }
+        Py_DECREF(probe);
+    }
+    return 0;
+}
+
+/* The key of the child being visited in frame f, as _pure._key. */
+static PyObject *
+frame_key(Frame *f, Py_ssize_t i)
+{
+    if (f->keymode == KM_SEQ) {
+        PyObject *idx = PyLong_FromSsize_t(i);
+        if (idx == NULL) {
+            return NULL;
+        }
+        PyObject *k = pk_key(PK_KEY_SEQUENCE, idx);
+        Py_DECREF(idx);
+        return k;
+    }
+    PyObject *name = PySequence_GetItem(f->names, i);
+    if (name == NULL) {
+        return NULL;
+    }
+    PyObject *k = pk_key(f->keymode == KM_MAP ? PK_KEY_DICT : PK_KEY_ATTR, name);
+    Py_DECREF(name);
+    return k;
+}

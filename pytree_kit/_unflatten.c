@@ -1,0 +1,545 @@
+/* _unflatten.c: unflatten(spec, leaves).
+ *
+ * Part of the engine's one compilation unit (see _core.h).
+ *   sp_unflatten   reads the nodes backwards with a value stack, building
+ *                  each node from its children (tuples and lists in place)
+ *   build          one node of any other kind: dicts (dict_of, ordered_dict),
+ *                  namedtuples, records (new_instance), custom and rule nodes
+ *                  (_pure.build for the rare ones)
+ *   read_leaves    the leaves argument, as _pure._read_leaves reads it
+ *   pk_unflatten   the entry point FastCall calls (_speedups.h)
+ * Calls: _specread.c, _layouts.c (templates, small_long), _core.h.
+ */
+
+#include "_core.h"
+
+static int
+is_plain_tuple_subtype(PyObject *t)
+{
+    if (!PyType_Check(t) || !PyType_IsSubtype((PyTypeObject *)t, &PyTuple_Type)) {
+        return 0;
+    }
+    PyTypeObject *b = (PyTypeObject *)t;
+    while (b != NULL && PyType_HasFeature(b, Py_TPFLAGS_HEAPTYPE)) {
+        b = b->tp_base;
+    }
+    return b == &PyTuple_Type;
+}
+
+/* t.__new__(t), as the pure engine calls it. When t's metaclass is type and
+ * t.__new__ is object.__new__ itself (found in t's MRO with no Python code
+ * run), that call is object.__new__(t), whose safety check passes because
+ * t->tp_new is object's: so object's tp_new is called at once, with no bound
+ * lookup, argument tuple or wrapper. New reference. */
+static PyObject *
+new_instance(PyObject *t)
+{
+    if (Py_TYPE(t) == &PyType_Type && ((PyTypeObject *)t)->tp_new == PyBaseObject_Type.tp_new &&
+        _PyType_Lookup((PyTypeObject *)t, s_new) == object_new_fn) {
+        return PyBaseObject_Type.tp_new((PyTypeObject *)t, empty_tuple, NULL);
+    }
+    PyObject *newf = PyObject_GetAttr(t, s_new);
+    if (newf == NULL) {
+        return NULL;
+    }
+    PyObject *obj = PyObject_CallOneArg(newf, t);
+    Py_DECREF(newf);
+    return obj;
+}
+
+/* object.__setattr__ on instances of t is plain generic setattr */
+static int
+generic_setattr_ok(PyObject *t)
+{
+    if (!PyType_Check(t)) {
+        return 0;
+    }
+    PyObject *mro = ((PyTypeObject *)t)->tp_mro;
+    if (mro == NULL || !PyTuple_Check(mro)) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *b = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        if (!PyType_HasFeature(b, Py_TPFLAGS_HEAPTYPE) && b->tp_setattro != PyObject_GenericSetAttr) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+
+/* dict(zip(keys, vals[0], vals[step], ...)) inserted in key order, from a
+ * template when these keys were met before in this call: a new reference, the
+ * references in vals now the dict's; or NULL on error, vals untouched. */
+static PK_NO_INLINE PyObject *
+dict_of(Templates *t, PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step)
+{
+    PyObject *d;
+#if LAYOUT_311
+    if (dict_layout_ok && n > 0) {
+        size_t slot = ((size_t)keys >> 4) % TEMPLATES;
+        Template *e = &t->v[slot];
+        if (!(t->used & (1u << slot))) {
+            t->used |= 1u << slot;
+            e->keys = keys;
+            e->dict = NULL;
+            e->unusable = 0;
+            goto insert;
+        }
+        int same = e->keys == keys;
+        if (!same && PyTuple_GET_SIZE(e->keys) == n) {
+            same = 1;
+            for (Py_ssize_t i = 0; same && i < n; i++) {
+                same = PyTuple_GET_ITEM(e->keys, i) == PyTuple_GET_ITEM(keys, i);
+            }
+        }
+        if (!same) {
+            Py_CLEAR(e->dict);
+            e->keys = keys;
+            e->unusable = 0;
+        }
+        else if (!e->unusable) {
+            if (e->dict == NULL && template_make(e, keys, n) < 0) {
+                return NULL;
+            }
+            if (!e->unusable) {
+                int r = dict_from_template(e, vals, n, step, &d);
+                if (r != 0) {
+                    return r < 0 ? NULL : d;
+                }
+                e->unusable = 1;
+            }
+        }
+    }
+insert:
+#else
+    (void)t;
+#endif
+    if ((d = dict_in_key_order(keys, vals, n, step)) != NULL) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_DECREF(vals[i * step]);
+        }
+    }
+    return d;
+}
+
+/* The dict of a dict node with an insertion order, built in that order at
+ * once, when the order is a permutation of the node's keys (the same
+ * objects, exact str or int, as flatten gives): what building the dict in
+ * key order and then re-inserting its items in the given order gives.
+ * New reference; None when the general path must do it. */
+static PyObject *
+ordered_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order)
+{
+    if (!PyTuple_CheckExact(order) || PyTuple_GET_SIZE(order) != arity || arity > 64) {
+        Py_RETURN_NONE;
+    }
+    PyObject *r = PyDict_New();
+    if (r == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < arity; i++) {
+        PyObject *k = PyTuple_GET_ITEM(order, i);
+        Py_ssize_t j = arity - 1;
+        while (j >= 0 && PyTuple_GET_ITEM(keys, j) != k) {
+            j--;
+        }
+        if (j < 0 || !(PyUnicode_CheckExact(k) || PyLong_CheckExact(k))) {
+            Py_DECREF(r);
+            Py_RETURN_NONE;
+        }
+        if (PyDict_SetItem(r, k, ch[j]) < 0) {
+            Py_DECREF(r);
+            return NULL;
+        }
+    }
+    if (PyDict_GET_SIZE(r) != arity) {
+        /* a key given twice: not a permutation */
+        Py_DECREF(r);
+        Py_RETURN_NONE;
+    }
+    return r;
+}
+
+/* Build one node from children ch[0..arity) (in leaf order). New reference. */
+static PyObject *
+build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order)
+{
+    PyObject *t = PyTuple_GET_ITEM(node, 1);
+    PyObject *aux = PyTuple_GET_ITEM(node, 3);
+    /* tuples and lists are built by sp_unflatten itself */
+    switch (kind) {
+    case K_NONE:
+        if (arity == 0) {
+            Py_RETURN_NONE;
+        }
+        break;
+    case K_DICT:
+        if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == arity) {
+            PyObject *r;
+            if (order != NULL) {
+                r = ordered_dict(aux, ch, arity, order);
+                if (r != Py_None) {
+                    return r;
+                }
+                Py_DECREF(r);
+            }
+            PyObject *m = dict_in_key_order(aux, ch, arity, 1);
+            if (m == NULL || order == NULL) {
+                return m;
+            }
+            PyObject *seq = PySequence_Fast(order, "a dict order must be a sequence");
+            r = seq ? PyDict_New() : NULL;
+            if (r == NULL) {
+                Py_XDECREF(seq);
+                Py_DECREF(m);
+                return NULL;
+            }
+            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+                PyObject *k = PySequence_Fast_GET_ITEM(seq, i);
+                PyObject *v = PyObject_GetItem(m, k);
+                if (v == NULL || PyDict_SetItem(r, k, v) < 0) {
+                    Py_XDECREF(v);
+                    Py_DECREF(r);
+                    Py_DECREF(seq);
+                    Py_DECREF(m);
+                    return NULL;
+                }
+                Py_DECREF(v);
+            }
+            Py_DECREF(seq);
+            Py_DECREF(m);
+            return r;
+        }
+        break;
+    case K_NAMEDTUPLE:
+        if (is_plain_tuple_subtype(t)) {
+            PyObject *tup = seq_of(0, ch, arity);
+            if (tup == NULL) {
+                return NULL;
+            }
+            PyObject *args = PyTuple_Pack(1, tup);
+            Py_DECREF(tup);
+            if (args == NULL) {
+                return NULL;
+            }
+            PyObject *r = PyTuple_Type.tp_new((PyTypeObject *)t, args, NULL);
+            Py_DECREF(args);
+            return r;
+        }
+        break;
+    case K_DATACLASS:
+    case K_ATTRS:
+        if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == 4 &&
+            PyTuple_GET_ITEM(aux, 3) == Py_None && PyTuple_CheckExact(PyTuple_GET_ITEM(aux, 0)) &&
+            PyTuple_CheckExact(PyTuple_GET_ITEM(aux, 1)) && generic_setattr_ok(t)) {
+            PyObject *names = PyTuple_GET_ITEM(aux, 0);
+            PyObject *statics = PyTuple_GET_ITEM(aux, 1);
+            PyObject *obj = new_instance(t);
+            if (obj == NULL) {
+                return NULL;
+            }
+            Py_ssize_t n = PyTuple_GET_SIZE(names);
+            if (n > arity) {
+                n = arity;
+            }
+            for (Py_ssize_t i = 0; i < n; i++) {
+                if (PyObject_GenericSetAttr(obj, PyTuple_GET_ITEM(names, i), ch[i]) < 0) {
+                    Py_DECREF(obj);
+                    return NULL;
+                }
+            }
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(statics); i++) {
+                PyObject *pr = PyTuple_GET_ITEM(statics, i);
+                if (!PyTuple_Check(pr) || PyTuple_GET_SIZE(pr) != 2) {
+                    Py_DECREF(obj);
+                    PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: bad static field");
+                    return NULL;
+                }
+                if (PyObject_GenericSetAttr(obj, PyTuple_GET_ITEM(pr, 0), PyTuple_GET_ITEM(pr, 1)) <
+                    0) {
+                    Py_DECREF(obj);
+                    return NULL;
+                }
+            }
+            return obj;
+        }
+        break;
+    case K_CUSTOM:
+        /* (aux, None) or optree's (aux, None, entries): children as a tuple */
+        if (PyTuple_CheckExact(aux) &&
+            (PyTuple_GET_SIZE(aux) == 2 || PyTuple_GET_SIZE(aux) == 3) &&
+            PyTuple_GET_ITEM(aux, 1) == Py_None) {
+            PyObject *tup = seq_of(0, ch, arity);
+            if (tup == NULL) {
+                return NULL;
+            }
+            PyObject *r = PyObject_CallMethodObjArgs(t, s_tree_unflatten, PyTuple_GET_ITEM(aux, 0),
+                                                     tup, NULL);
+            Py_DECREF(tup);
+            return r;
+        }
+        break;
+    default:
+        break;
+    }
+    /* _pure.build(kind, t, aux, children, order) */
+    PyObject *lst = seq_of(1, ch, arity);
+    if (lst == NULL) {
+        return NULL;
+    }
+    PyObject *r = PyObject_CallFunctionObjArgs(py_build, PyTuple_GET_ITEM(node, 0), t, aux, lst,
+                                               order ? order : Py_None, NULL);
+    Py_DECREF(lst);
+    return r;
+}
+
+
+/* The leaves as a new reference to a list or tuple, read as _pure._read_leaves
+ * reads them: a sized iterable whole, an iterator up to one leaf past n. */
+static PyObject *
+read_leaves(PyObject *leaves, Py_ssize_t n)
+{
+    if (PyList_CheckExact(leaves) || PyTuple_CheckExact(leaves)) {
+        Py_INCREF(leaves);
+        return leaves;
+    }
+    PyObject *len = PyObject_GetAttr((PyObject *)Py_TYPE(leaves), s_len);
+    if (len != NULL) {
+        Py_DECREF(len);
+        return PySequence_List(leaves);
+    }
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        return NULL;
+    }
+    PyErr_Clear();
+    PyObject *it = PyObject_GetIter(leaves);
+    if (it == NULL) {
+        return NULL;
+    }
+    PyObject *got = PyList_New(0);
+    while (got != NULL && PyList_GET_SIZE(got) <= n) {
+        PyObject *x = PyIter_Next(it);
+        if (x == NULL) {
+            if (PyErr_Occurred()) {
+                Py_CLEAR(got);
+            }
+            break;
+        }
+        int r = PyList_Append(got, x);
+        Py_DECREF(x);
+        if (r < 0) {
+            Py_CLEAR(got);
+        }
+    }
+    Py_DECREF(it);
+    if (got != NULL && PyList_GET_SIZE(got) > n) {
+        PyErr_Format(PyExc_ValueError, "unflatten: the spec has %zd %s, but more than %zd were given",
+                     n, n == 1 ? "leaf" : "leaves", n);
+        Py_CLEAR(got);
+    }
+    return got;
+}
+
+
+/* specs of fewer nodes keep unflatten's value stack on the C stack (2 KiB) */
+#define UNFLATTEN_INLINE 128
+
+static PyObject *
+sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "unflatten(spec, leaves) takes 2 arguments");
+        return NULL;
+    }
+    PyObject *spec = args[0], *leaves = args[1];
+    PyObject *nodes, *orders, *order_map = NULL, *result = NULL;
+    Py_ssize_t n;
+    if (spec_parts(spec, &nodes, &orders, &n) < 0) {
+        return NULL;
+    }
+    Py_INCREF(nodes);
+    Py_INCREF(orders);
+    if ((leaves = read_leaves(leaves, n)) == NULL) {
+        Py_DECREF(nodes);
+        Py_DECREF(orders);
+        return NULL;
+    }
+    /* Read as the pure engine reads it: leaves[i], checked each time, since a
+     * callback (__tree_unflatten__, a rule) may change the caller's list. */
+    PyObject *seq = leaves;
+    int is_list = PyList_CheckExact(seq);
+    Py_ssize_t given = Py_SIZE(seq);
+    if (given != n) {
+        PyErr_Format(PyExc_ValueError, "unflatten: the spec has %zd %s, but %zd %s given", n,
+                     n == 1 ? "leaf" : "leaves", given, given == 1 ? "was" : "were");
+        Py_DECREF(seq);
+        Py_DECREF(nodes);
+        Py_DECREF(orders);
+        return NULL;
+    }
+    /* The orders as flatten makes them: (node index, order) pairs with exact
+     * int indexes, strictly ascending. Read from the end as the nodes are.
+     * Anything else is looked up through a dict, as the pure engine does. */
+    Py_ssize_t no = PyTuple_GET_SIZE(orders), oi = no - 1, prev = -1;
+    for (Py_ssize_t i = 0; i < no; i++) {
+        PyObject *pr = PyTuple_GET_ITEM(orders, i);
+        Py_ssize_t at;
+        if (!PyTuple_CheckExact(pr) || PyTuple_GET_SIZE(pr) != 2 ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(pr, 0)) ||
+            (at = PyLong_AsSsize_t(PyTuple_GET_ITEM(pr, 0))) <= prev) {
+            PyErr_Clear();
+            oi = -2;
+            break;
+        }
+        prev = at;
+    }
+    if (oi == -2) {
+        oi = -1;
+        order_map = PyDict_New();
+        if (order_map == NULL) {
+            goto out;
+        }
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(orders); i++) {
+            PyObject *pr = PyTuple_GET_ITEM(orders, i);
+            if (!PyTuple_Check(pr) || PyTuple_GET_SIZE(pr) != 2 ||
+                PyDict_SetItem(order_map, PyTuple_GET_ITEM(pr, 0), PyTuple_GET_ITEM(pr, 1)) < 0) {
+                if (!PyErr_Occurred()) {
+                    PyErr_SetString(PyExc_ValueError, "malformed TreeSpec orders");
+                }
+                goto out;
+            }
+        }
+    }
+    {
+        Py_ssize_t nn = PyTuple_GET_SIZE(nodes);
+        /* the value stack and the children of one node: at most nn + 1 each */
+        PyObject *inline_buf[2 * UNFLATTEN_INLINE];
+        PyObject **st = inline_buf, **ch = inline_buf + UNFLATTEN_INLINE;
+        Templates templates;
+        templates.used = 0;
+        if (nn + 1 > UNFLATTEN_INLINE) {
+            st = PyMem_Malloc(2 * (nn + 1) * sizeof(PyObject *));
+            if (st == NULL) {
+                PyErr_NoMemory();
+                goto out;
+            }
+            ch = st + nn + 1;
+        }
+        Py_ssize_t sp = 0, li = n;
+        for (Py_ssize_t idx = nn - 1; idx >= 0; idx--) {
+            PyObject *node = PyTuple_GET_ITEM(nodes, idx);
+            int kind;
+            Py_ssize_t arity;
+            if (node_parts(node, &kind, &arity) < 0) {
+                goto fail;
+            }
+            if (kind == K_LEAF) {
+                if (li <= 0) {
+                    PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: too many leaf nodes");
+                    goto fail;
+                }
+                --li;
+                if (is_list && li >= PyList_GET_SIZE(seq)) {
+                    PyErr_SetString(PyExc_IndexError, "list index out of range");
+                    goto fail;
+                }
+                PyObject *x = is_list ? PyList_GET_ITEM(seq, li) : PyTuple_GET_ITEM(seq, li);
+                Py_INCREF(x);
+                st[sp++] = x;
+                continue;
+            }
+            if (arity > sp) {
+                PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: arity exceeds the nodes");
+                goto fail;
+            }
+            if (kind == K_TUPLE || kind == K_LIST) {
+                /* the children's references move from the stack into the new container */
+                PyObject *v = kind == K_TUPLE ? PyTuple_New(arity) : list_to_fill(arity);
+                if (v == NULL) {
+                    goto fail;
+                }
+                PyObject **items = kind == K_TUPLE ? ((PyTupleObject *)v)->ob_item
+                                                   : ((PyListObject *)v)->ob_item;
+                for (Py_ssize_t i = 0; i < arity; i++) {
+                    items[i] = st[sp - 1 - i];
+                }
+                sp -= arity;
+                st[sp++] = v;
+                continue;
+            }
+            PyObject *order = NULL;
+            while (oi >= 0 && order_index(orders, oi) > idx) {
+                oi--;
+            }
+            if (oi >= 0 && order_index(orders, oi) == idx) {
+                order = PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, oi--), 1);
+            }
+            if (order_map != NULL) {
+                PyObject *key = PyLong_FromSsize_t(idx);
+                if (key == NULL) {
+                    goto fail;
+                }
+                order = PyDict_GetItemWithError(order_map, key);
+                Py_DECREF(key);
+                if (order == NULL && PyErr_Occurred()) {
+                    goto fail;
+                }
+            }
+            PyObject *v;
+            PyObject *aux = PyTuple_GET_ITEM(node, 3);
+            if (kind == K_DICT && order == NULL && PyTuple_CheckExact(aux) &&
+                PyTuple_GET_SIZE(aux) == arity) {
+                /* build()'s dict in key order, read straight off the stack,
+                 * whose references move into it */
+                if ((v = dict_of(&templates, aux, &st[sp - 1], arity, -1)) == NULL) {
+                    goto fail;
+                }
+                sp -= arity;
+                st[sp++] = v;
+                continue;
+            }
+            else {
+                for (Py_ssize_t i = 0; i < arity; i++) {
+                    ch[i] = st[sp - 1 - i];
+                }
+                if ((v = build(kind, node, ch, arity, order)) == NULL) {
+                    goto fail;
+                }
+            }
+            for (Py_ssize_t i = 0; i < arity; i++) {
+                Py_DECREF(st[--sp]);
+            }
+            st[sp++] = v;
+        }
+        if (sp != 1) {
+            PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: the nodes do not make one tree");
+            goto fail;
+        }
+        result = st[0];
+        sp = 0;
+    fail:
+        while (sp > 0) {
+            Py_DECREF(st[--sp]);
+        }
+        if (templates.used) {
+            templates_clear(&templates);
+        }
+        if (st != inline_buf) {
+            PyMem_Free(st);
+        }
+    }
+out:
+    Py_XDECREF(order_map);
+    Py_DECREF(seq);
+    Py_DECREF(nodes);
+    Py_DECREF(orders);
+    return result;
+}
+
+PyObject *
+pk_unflatten(PyObject *spec, PyObject *leaves)
+{
+    PyObject *args[2] = {spec, leaves};
+    return sp_unflatten(NULL, args, 2);
+}

@@ -1,0 +1,754 @@
+/* _up_to.c: flatten_up_to(spec, tree) and flatten_up_to_columns.
+ *
+ * Part of the engine's one compilation unit (see _core.h).
+ *   up_to_into       the leaves of a tree up to the spec's nodes, walking both
+ *                    at once; runs of leaves and records with only leaves
+ *                    below them taken in one go
+ *   match            the children of a value that must match a node (dicts by
+ *                    the node's keys, records by its fields); _pure._match and
+ *                    _pure._mismatch for the rest and for the messages
+ *   sp_flatten_up_to(_columns)  one tree, or many trees into columns
+ *   pk_flatten_up_to the entry point FastCall calls (_speedups.h)
+ * Calls: _specread.c, _classify.c (plans, classify), _stack.c, _layouts.c.
+ */
+
+#include "_core.h"
+
+typedef struct {
+    PyObject *label, *other;
+    Stack *s;
+} Up;
+
+static int dict_children_match(PyObject *res, Py_ssize_t arity, PyObject *aux, int kind,
+                               PyObject **children, PyObject **names, int *keymode);
+
+/* Ask _pure._match; returns 1 with children etc. set, -1 on error. */
+static int
+match_python(Up *u, PyObject *node, PyObject *obj, PyObject **children, PyObject **names,
+             int *keymode)
+{
+    if (stack_freeze(u->s) < 0) {
+        return -1;
+    }
+    PyObject *st = stack_py(u->s);
+    if (st == NULL) {
+        return -1;
+    }
+    PyObject *res = PyObject_CallFunctionObjArgs(py_match, node, obj, st, u->label, u->other, NULL);
+    Py_DECREF(st);
+    if (res == NULL) {
+        return -1;
+    }
+    PyObject *ch = PyTuple_GET_ITEM(res, 0);
+    if (PyTuple_Check(ch) || PyList_Check(ch)) {
+        Py_INCREF(ch);
+    }
+    else if ((ch = PySequence_Tuple(ch)) == NULL) {
+        Py_DECREF(res);
+        return -1;
+    }
+    *children = ch;
+    *keymode = (int)PyLong_AsLong(PyTuple_GET_ITEM(res, 1));
+    *names = PyTuple_GET_ITEM(res, 2);
+    if (*names == Py_None) {
+        *names = NULL;
+    }
+    else {
+        Py_INCREF(*names);
+    }
+    Py_DECREF(res);
+    return 1;
+}
+
+static int
+mismatch(Up *u, PyObject *node, PyObject *obj)
+{
+    if (stack_freeze(u->s) < 0) {
+        return -1;
+    }
+    PyObject *st = stack_py(u->s);
+    if (st == NULL) {
+        return -1;
+    }
+    PyObject *exc = PyObject_CallFunctionObjArgs(py_mismatch, st, u->label, node, obj, u->other, NULL);
+    Py_DECREF(st);
+    return raise_returned(exc);
+}
+
+static TypeEntry *up_plan(Ctx *c, PyTypeObject *ot);
+
+/* Whether the n entries of the exact dict obj are keys[0 .. n), in that
+ * order, as the same exact str objects: then vals[0 .. n) are its values
+ * (borrowed), read in one pass with no lookup, which could have run no user
+ * code either. The caller has checked that obj has n entries. */
+static int
+dict_in_order(PyObject *obj, PyObject *keys, Py_ssize_t n, PyObject **vals)
+{
+    Py_ssize_t pos = 0, j = 0;
+    PyObject *k, *v;
+#if LAYOUT_311
+    PyObject **p;
+    Py_ssize_t step;
+    if (dict_table(obj, &p, &step)) {
+        if (step != 2) { /* not all keys are exact str */
+            return 0;
+        }
+        for (; j < n && p[0] == PyTuple_GET_ITEM(keys, j); j++, p += 2) {
+            vals[j] = p[1];
+        }
+        return j == n;
+    }
+#endif
+    while (PyDict_Next(obj, &pos, &k, &v) && k == PyTuple_GET_ITEM(keys, j) &&
+           PyUnicode_CheckExact(k)) {
+        vals[j++] = v;
+    }
+    return j == n;
+}
+
+/* Children of obj, which must match node; 1 with outputs set, -1 on error. */
+static int
+match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
+      PyObject **children, PyObject **names, int *keymode, int *live)
+{
+    PyTypeObject *ot = Py_TYPE(obj);
+    PyObject *t = PyTuple_GET_ITEM(node, 1);
+    PyObject *aux = PyTuple_GET_ITEM(node, 3);
+    *live = 0;
+    *names = NULL;
+    *keymode = KM_SEQ;
+    switch (kind) {
+    case K_TUPLE:
+        if (ot == &PyTuple_Type && PyTuple_GET_SIZE(obj) == arity) {
+            Py_INCREF(obj);
+            *children = obj;
+            return 1;
+        }
+        return mismatch(u, node, obj);
+    case K_LIST:
+        if (ot == &PyList_Type && PyList_GET_SIZE(obj) == arity) {
+            Py_INCREF(obj);
+            *children = obj;
+            *live = 1;
+            return 1;
+        }
+        return mismatch(u, node, obj);
+    case K_NONE:
+        if (obj == Py_None) {
+            Py_INCREF(empty_tuple);
+            *children = empty_tuple;
+            return 1;
+        }
+        return mismatch(u, node, obj);
+    case K_DICT:
+        if (ot == &PyDict_Type && PyTuple_CheckExact(aux) && PyDict_GET_SIZE(obj) == arity &&
+            PyTuple_GET_SIZE(aux) == arity) {
+            Py_ssize_t i = 0;
+            while (i < arity && PyUnicode_CheckExact(PyTuple_GET_ITEM(aux, i))) {
+                i++;
+            }
+            if (i < arity && stack_freeze(u->s) < 0) {
+                return -1; /* keys other than str: their __eq__ may run */
+            }
+            if (i == arity && arity > 0) {
+                PyObject *values = PyTuple_New(arity);
+                if (values == NULL) {
+                    return -1;
+                }
+                PyObject **items = ((PyTupleObject *)values)->ob_item;
+                if (dict_in_order(obj, aux, arity, items)) {
+                    for (Py_ssize_t j = 0; j < arity; j++) {
+                        Py_INCREF(items[j]);
+                    }
+                    *children = values;
+                    Py_INCREF(aux);
+                    *names = aux;
+                    *keymode = KM_MAP;
+                    return 1;
+                }
+                memset(items, 0, arity * sizeof(PyObject *)); /* borrowed: not the tuple's */
+                Py_DECREF(values);
+            }
+            for (Py_ssize_t i = 0; i < arity; i++) {
+                int r = PyDict_Contains(obj, PyTuple_GET_ITEM(aux, i));
+                if (r < 0) {
+                    return -1;
+                }
+                if (!r) {
+                    return mismatch(u, node, obj); /* as the pure engine: no lookup again */
+                }
+            }
+            PyObject *values = dict_values(obj, ((PyTupleObject *)aux)->ob_item, arity);
+            if (values == NULL) {
+                return -1;
+            }
+            *children = values;
+            Py_INCREF(aux);
+            *names = aux;
+            *keymode = KM_MAP;
+            return 1;
+        }
+        break;
+    case K_NAMEDTUPLE:
+        if ((PyObject *)ot == t) {
+            if (PyTuple_GET_SIZE(obj) != arity) {
+                break; /* the pure engine decides what this is */
+            }
+            Py_INCREF(obj);
+            *children = obj;
+            Py_INCREF(aux);
+            *names = aux;
+            *keymode = KM_ATTR;
+            return 1;
+        }
+        return mismatch(u, node, obj);
+    case K_DATACLASS:
+    case K_ATTRS:
+        if ((PyObject *)ot == t) {
+            TypeEntry *e = up_plan(c, ot);
+            if (e == NULL) {
+                return -1;
+            }
+            if (e->plan != (kind == K_DATACLASS ? PLAN_DATACLASS : PLAN_ATTRS)) {
+                break;
+            }
+            Found f;
+            int r = record_fields(c, NULL, obj, e, kind, &f, 1);
+            if (r < 0) {
+                return -1;
+            }
+            if (r == 2) {
+                break;
+            }
+            PyObject *mine = PyTuple_GET_ITEM(f.node, 3);
+            int eq = mine == aux ? 1 : PyObject_RichCompareBool(mine, aux, Py_EQ);
+            Py_DECREF(f.node);
+            if (eq <= 0) {
+                Py_DECREF(f.children);
+                Py_DECREF(f.names);
+                return eq < 0 ? -1 : mismatch(u, node, obj);
+            }
+            *children = f.children;
+            *names = f.names;
+            *keymode = KM_ATTR;
+            return 1;
+        }
+        return mismatch(u, node, obj);
+    case K_CUSTOM:
+    case K_RULE:
+        if ((PyObject *)ot == t) {
+            PyObject *res;
+            if (kind == K_CUSTOM) {
+                res = PyObject_CallMethodNoArgs(obj, s_tree_flatten);
+            }
+            else {
+                if (!PyTuple_CheckExact(aux) || PyTuple_GET_SIZE(aux) != 3) {
+                    break;
+                }
+                PyObject *fn = PyObject_GetAttr(PyTuple_GET_ITEM(aux, 0), s_flatten);
+                res = fn ? PyObject_CallOneArg(fn, obj) : NULL;
+                Py_XDECREF(fn);
+            }
+            if (res == NULL) {
+                return -1;
+            }
+            int r = dict_children_match(res, arity, aux, kind, children, names, keymode);
+            if (r != 0) {
+                Py_DECREF(res);
+                return r < 0 ? -1 : (r == 1 ? 1 : mismatch(u, node, obj));
+            }
+            PyObject *ch, *tail, *keys;
+            int km;
+            r = user_result(c, u->s, res, ot, kind == K_CUSTOM ? py_custom_result : py_rule_result,
+                                &ch, &tail, &keys, &km);
+            Py_DECREF(res);
+            if (r < 0) {
+                return -1;
+            }
+            int eq = 0;
+            if (PyTuple_GET_SIZE(ch) == arity) {
+                /* tail == the node's, item by item as a tuple compares, ours
+                 * on the left as in the pure engine: a CUSTOM node's aux is
+                 * the tail, a RULE node's (rule, *tail) */
+                Py_ssize_t at = kind == K_CUSTOM ? 0 : 1, n = PyTuple_GET_SIZE(tail);
+                if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == at + n) {
+                    eq = 1;
+                    for (Py_ssize_t k = 0; k < n && eq > 0; k++) {
+                        eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(tail, k),
+                                                      PyTuple_GET_ITEM(aux, at + k), Py_EQ);
+                    }
+                }
+            }
+            Py_DECREF(tail);
+            if (eq <= 0) {
+                Py_DECREF(ch);
+                Py_DECREF(keys);
+                return eq < 0 ? -1 : mismatch(u, node, obj);
+            }
+            *children = ch;
+            *names = keys == Py_None ? NULL : keys;
+            if (keys == Py_None) {
+                Py_DECREF(keys);
+            }
+            *keymode = km;
+            return 1;
+        }
+        return mismatch(u, node, obj);
+    default:
+        break;
+    }
+    return match_python(u, node, obj, children, names, keymode);
+}
+
+/* flatten_up_to's common case of __tree_flatten__ or a rule returning
+ * (dict, hashable aux): compared with the node without building the keys, as
+ * the general path (and the pure engine) would compare them: the children's
+ * count, then aux, then each key, ours on the left. Returns 1 with *children
+ * (the values), *names and *keymode set, 2 for a mismatch, 0 when the result
+ * is not this case (the general path takes it), -1 on error. */
+static int
+dict_children_match(PyObject *res, Py_ssize_t arity, PyObject *aux, int kind,
+                    PyObject **children, PyObject **names, int *keymode)
+{
+    Py_ssize_t at = kind == K_CUSTOM ? 0 : 1;
+    if (!PyTuple_CheckExact(res) || PyTuple_GET_SIZE(res) != 2 ||
+        !PyDict_CheckExact(PyTuple_GET_ITEM(res, 0)) || !PyTuple_CheckExact(aux) ||
+        PyTuple_GET_SIZE(aux) != at + 2 || !PyTuple_CheckExact(PyTuple_GET_ITEM(aux, at + 1))) {
+        return 0;
+    }
+    PyObject *ch = PyTuple_GET_ITEM(res, 0), *uaux = PyTuple_GET_ITEM(res, 1);
+    PyObject *keys = PyTuple_GET_ITEM(aux, at + 1);
+    if (PyObject_Hash(uaux) == -1) {
+        PyErr_Clear(); /* the general path reports it, with the path */
+        return 0;
+    }
+    Py_ssize_t n = PyDict_GET_SIZE(ch);
+    if (n != arity) {
+        return 2;
+    }
+    int eq = PyObject_RichCompareBool(uaux, PyTuple_GET_ITEM(aux, at), Py_EQ);
+    if (eq <= 0) {
+        return eq < 0 ? -1 : 2;
+    }
+    if (PyTuple_GET_SIZE(keys) != n) {
+        return 2;
+    }
+    PyObject *vals = PyTuple_New(n), *key, *val;
+    if (vals == NULL) {
+        return -1;
+    }
+    Py_ssize_t pos = 0, k = 0;
+    int same = 1; /* every key is the node's own object: nothing to call */
+    while (k < n && PyDict_Next(ch, &pos, &key, &val)) {
+        if (key != PyTuple_GET_ITEM(keys, k)) {
+            same = 0;
+        }
+        Py_INCREF(val);
+        PyTuple_SET_ITEM(vals, k, val);
+        k++;
+    }
+    PyObject *mine = NULL;
+    if (!same) {
+        /* a key's __eq__ may change the dict: compare a copy of its keys */
+        mine = PyTuple_New(n);
+        if (mine == NULL) {
+            Py_DECREF(vals);
+            return -1;
+        }
+        pos = k = 0;
+        while (k < n && PyDict_Next(ch, &pos, &key, &val)) {
+            Py_INCREF(key);
+            PyTuple_SET_ITEM(mine, k, key);
+            k++;
+        }
+        for (k = 0; k < n; k++) {
+            eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(mine, k), PyTuple_GET_ITEM(keys, k),
+                                          Py_EQ);
+            if (eq <= 0) {
+                Py_DECREF(mine);
+                Py_DECREF(vals);
+                return eq < 0 ? -1 : 2;
+            }
+        }
+    }
+    Py_XDECREF(mine);
+    *children = vals;
+    Py_INCREF(keys);
+    *names = keys;
+    *keymode = KM_MAP;
+    return 1;
+}
+
+/* The plan for an exact type in flatten_up_to (made when first met). */
+static TypeEntry *
+up_plan(Ctx *c, PyTypeObject *ot)
+{
+    TypeEntry *e = tc_find(&c->types, ot);
+    if (e != NULL && entry_refresh(e) < 0) {
+        return NULL;
+    }
+    if (e == NULL && ((e = tc_add(&c->types, ot)) == NULL || plan_for(e) < 0)) {
+        return NULL;
+    }
+    return e;
+}
+
+/* A dataclass or attrs instance whose spec node has only leaves below it and
+ * every field set: append its field values to out. Returns 1 done, 0 when
+ * match() must decide, -1 on error (a mismatch included). */
+static int
+record_leaves(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
+              Vec *out)
+{
+    TypeEntry *e = up_plan(c, Py_TYPE(obj));
+    if (e == NULL) {
+        return -1;
+    }
+    if (e->plan != (kind == K_DATACLASS ? PLAN_DATACLASS : PLAN_ATTRS) || e->info == NULL) {
+        return 0;
+    }
+    PyObject *aux = PyTuple_GET_ITEM(node, 3);
+    PyObject *names = PyTuple_GET_ITEM(e->info, 0);
+    if (PyTuple_GET_SIZE(names) != arity) {
+        return 0;
+    }
+    if (aux != e->info) {
+        int eq = PyObject_RichCompareBool(aux, e->info, Py_EQ);
+        if (eq <= 0) {
+            return eq;
+        }
+    }
+    PyObject *vals[32];
+    Py_ssize_t absent;
+    if (e->reads == NULL || arity > 32) {
+        return 0;
+    }
+    int read = record_read(obj, e->reads, names, vals, &absent, NULL);
+    if (read != 1) {
+        return read == 2 ? 0 : -1; /* 2: match() has the pure engine decide */
+    }
+    if (absent) {
+        /* an unset field: its aux differs from the spec's */
+        for (Py_ssize_t j = 0; j < arity; j++) {
+            Py_XDECREF(vals[j]);
+        }
+        return mismatch(u, node, obj);
+    }
+    int r = 1;
+    for (Py_ssize_t j = 0; j < arity; j++) {
+        if (r == 1 && emit(out, vals[j]) < 0) {
+            r = -1;
+        }
+        Py_DECREF(vals[j]);
+    }
+    return r;
+}
+
+/* New references to src[j] into out for j = 0, 1, ... while nodes[i + j] is
+ * the leaf node, for j < n and i + j < len(nodes): how many were taken, or -1
+ * on failure. Leaves of the spec take any value: no user code runs. */
+static inline Py_ssize_t
+take_leaves(Vec *out, PyObject *const *src, Py_ssize_t n, PyObject *nodes, Py_ssize_t i)
+{
+    Py_ssize_t nn = PyTuple_GET_SIZE(nodes);
+    PyObject *const *nd = ((PyTupleObject *)nodes)->ob_item + i;
+    if (i >= nn || nd[0] != LEAF_NODE) {
+        return 0;
+    }
+    Py_ssize_t m = n < nn - i ? n : nn - i;
+    if (m == 1) {
+        return emit(out, src[0]) < 0 ? -1 : 1; /* as the leaf of [tree, leaf] */
+    }
+    if (vec_reserve(out, m) < 0) {
+        return -1;
+    }
+    PyObject **dst = out->v + out->n;
+    Py_ssize_t j = 0;
+    while (j < m && nd[j] == LEAF_NODE) {
+        Py_INCREF(src[j]);
+        dst[j] = src[j];
+        j++;
+    }
+    out->n += j;
+    return j;
+}
+
+/* nodes[i .. i + n) are all the shared leaf node */
+static inline int
+leaf_run(PyObject *nodes, Py_ssize_t i, Py_ssize_t n)
+{
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (PyTuple_GET_ITEM(nodes, i + j) != LEAF_NODE) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The leaves of obj up to the spec's nodes, appended to out (the caller has
+ * set up u, c and an empty s; s is empty again on success). */
+static int
+up_to_into(PyObject *nodes, PyObject *obj, Vec *out, Up *u, Ctx *c, Stack *s)
+{
+    Py_ssize_t nn = PyTuple_GET_SIZE(nodes), i = 0;
+    Py_INCREF(obj);
+    for (;;) {
+        if (i >= nn) {
+            PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: the nodes end early");
+            goto error;
+        }
+        PyObject *node = PyTuple_GET_ITEM(nodes, i++);
+        int kind;
+        Py_ssize_t arity;
+        if (node_parts(node, &kind, &arity) < 0) {
+            goto error;
+        }
+        if (kind == K_LEAF) {
+            if (emit(out, obj) < 0) {
+                goto error;
+            }
+        }
+        else {
+            PyObject *children = NULL, *names = NULL;
+            int keymode, live;
+            if (kind == K_DICT && arity <= 32 && i + arity <= nn && PyDict_CheckExact(obj) &&
+                PyDict_GET_SIZE(obj) == arity && leaf_run(nodes, i, arity)) {
+                /* a dict of leaves with str keys: one pass, nothing to visit */
+                PyObject *keys = PyTuple_GET_ITEM(node, 3), *vals[32];
+                Py_ssize_t j = 0;
+                if (PyTuple_CheckExact(keys) && PyTuple_GET_SIZE(keys) == arity) {
+                    if (dict_in_order(obj, keys, arity, vals)) {
+                        j = arity;
+                    }
+                    for (; j < arity; j++) {
+                        PyObject *k = PyTuple_GET_ITEM(keys, j);
+                        if (!PyUnicode_CheckExact(k) ||
+                            (vals[j] = PyDict_GetItemWithError(obj, k)) == NULL) {
+                            break;
+                        }
+                    }
+                }
+                if (PyErr_Occurred()) {
+                    goto error;
+                }
+                if (j == arity) {
+                    if (vec_extend(out, vals, arity) < 0) {
+                        goto error;
+                    }
+                    i += arity;
+                    goto next;
+                }
+            }
+            if ((kind == K_DATACLASS || kind == K_ATTRS) && arity <= 32 && i + arity <= nn &&
+                (PyObject *)Py_TYPE(obj) == PyTuple_GET_ITEM(node, 1) && !PyDict_Check(obj) &&
+                leaf_run(nodes, i, arity)) {
+                /* a record of leaves, every field set: its values, nothing to visit */
+                if (stack_freeze(s) < 0) {
+                    goto error;
+                }
+                int r = record_leaves(u, c, kind, arity, node, obj, out);
+                if (r < 0) {
+                    goto error;
+                }
+                if (r == 1) {
+                    i += arity;
+                    goto next;
+                }
+            }
+            if (kind != K_TUPLE && kind != K_LIST && kind != K_NONE && kind != K_DICT &&
+                kind != K_NAMEDTUPLE && stack_freeze(s) < 0) {
+                goto error;
+            }
+            if (match(u, c, kind, arity, node, obj, &children, &names, &keymode, &live) < 0) {
+                goto error;
+            }
+            Py_ssize_t nch = PyTuple_Check(children) ? PyTuple_GET_SIZE(children)
+                                                      : PyList_GET_SIZE(children);
+            if (nch) {
+                /* the leading children that are leaves of the spec are taken now;
+                 * a frame reads the rest, if any */
+                Py_ssize_t k = take_leaves(out, seq_items(children), nch, nodes, i);
+                if (k == nch || k < 0) {
+                    Py_DECREF(children);
+                    Py_XDECREF(names);
+                    if (k < 0) {
+                        goto error;
+                    }
+                }
+                else if (stack_push(s, obj, children, names, keymode, live, 0) < 0) {
+                    goto error;
+                }
+                else {
+                    s->v[s->n - 1].pos = k;
+                }
+                i += k;
+            }
+            else {
+                Py_DECREF(children);
+                Py_XDECREF(names);
+            }
+        }
+    next:
+        Py_CLEAR(obj);
+        while (s->n) {
+            Frame *fr = &s->v[s->n - 1];
+            if (fr->pos < fr->n) {
+                if (frame_check(fr) < 0) {
+                    goto error;
+                }
+                Py_ssize_t k = take_leaves(out, seq_items(fr->children) + fr->pos,
+                                           fr->n - fr->pos, nodes, i);
+                if (k < 0) {
+                    goto error;
+                }
+                fr->pos += k;
+                i += k;
+                if (fr->pos == fr->n) {
+                    continue;
+                }
+                if (frame_check(fr) < 0) {
+                    goto error;
+                }
+                obj = frame_item(fr, fr->pos++);
+                Py_INCREF(obj);
+                break;
+            }
+            stack_pop(s);
+        }
+        if (obj == NULL) {
+            break;
+        }
+    }
+    return 0;
+error:
+    Py_XDECREF(obj);
+    return -1;
+}
+
+/* What one flatten_up_to call (of one tree or of many) holds. */
+typedef struct {
+    PyObject *nodes; /* the spec's, strong */
+    Py_ssize_t nleaves;
+    Stack s;
+    Ctx c;
+    Up u;
+} UpCall;
+
+static int
+up_to_setup(UpCall *call, PyObject *const *args, Py_ssize_t nargs, const char *usage)
+{
+    if (nargs < 2 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    PyObject *orders;
+    if (spec_parts(args[0], &call->nodes, &orders, &call->nleaves) < 0) {
+        return -1;
+    }
+    stack_init(&call->s);
+    ctx_init(&call->c, Py_None, NULL, WALK_SPEC); /* cannot fail without rules */
+    call->u.s = &call->s;
+    call->u.label = nargs > 2 ? args[2] : s_the_spec;
+    call->u.other = nargs > 3 ? args[3] : s_the_tree;
+    Py_INCREF(call->u.label);
+    Py_INCREF(call->u.other);
+    Py_INCREF(call->nodes);
+    return 0;
+}
+
+static void
+up_to_clear(UpCall *call)
+{
+    Py_DECREF(call->nodes);
+    Py_XDECREF(call->u.label);
+    Py_XDECREF(call->u.other);
+    stack_clear(&call->s);
+    ctx_clear(&call->c);
+}
+
+static PyObject *
+sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    UpCall call;
+    if (up_to_setup(&call, args, nargs,
+                    "flatten_up_to(spec, tree, label='the spec', other='the tree') takes 2 to 4 "
+                    "arguments") < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Vec out;
+    vec_init(&out);
+    Py_ssize_t nn = PyTuple_GET_SIZE(call.nodes), nleaves = call.nleaves;
+    /* a spec has no more leaves than nodes */
+    if ((nleaves <= VEC_INLINE || vec_reserve(&out, nleaves < nn ? nleaves : nn) == 0) &&
+        up_to_into(call.nodes, args[1], &out, &call.u, &call.c, &call.s) == 0) {
+        result = vec_to_list(&out);
+    }
+    vec_clear(&out);
+    up_to_clear(&call);
+    return result;
+}
+
+/* flatten_up_to_columns(spec, trees): flatten_up_to of each tree, as one list
+ * per leaf of the spec: columns[j][k] is leaf j of trees[k]. */
+static PyObject *
+sp_flatten_up_to_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    UpCall call;
+    if (up_to_setup(&call, args, nargs,
+                    "flatten_up_to_columns(spec, trees, label='the spec', other='the tree') "
+                    "takes 2 to 4 arguments") < 0) {
+        return NULL;
+    }
+    Py_ssize_t nleaves = call.nleaves;
+    PyObject *columns = NULL;
+    /* a tuple of its own: user code run while flattening cannot change it */
+    PyObject *trees = PySequence_Tuple(args[1]);
+    Vec out;
+    vec_init(&out);
+    if (trees == NULL || (columns = PyList_New(nleaves)) == NULL) {
+        goto error;
+    }
+    Py_ssize_t ntrees = PyTuple_GET_SIZE(trees);
+    for (Py_ssize_t j = 0; j < nleaves; j++) {
+        PyObject *col = PyList_New(ntrees);
+        if (col == NULL) {
+            goto error;
+        }
+        PyList_SET_ITEM(columns, j, col);
+    }
+    for (Py_ssize_t k = 0; k < ntrees; k++) {
+        if (up_to_into(call.nodes, PyTuple_GET_ITEM(trees, k), &out, &call.u, &call.c,
+                       &call.s) < 0) {
+            goto error;
+        }
+        if (out.n != nleaves) {
+            PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: num_leaves does not match");
+            goto error;
+        }
+        for (Py_ssize_t j = 0; j < nleaves; j++) {
+            /* moves the reference: the list item was NULL */
+            PyList_SET_ITEM(PyList_GET_ITEM(columns, j), k, out.v[j]);
+        }
+        out.n = 0;
+    }
+    vec_clear(&out);
+    Py_DECREF(trees);
+    up_to_clear(&call);
+    return columns;
+error:
+    vec_clear(&out);
+    Py_XDECREF(trees);
+    Py_XDECREF(columns);
+    up_to_clear(&call);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+
+PyObject *
+pk_flatten_up_to(PyObject *spec, PyObject *tree)
+{
+    PyObject *args[2] = {spec, tree};
+    return sp_flatten_up_to(NULL, args, 2);
+}
