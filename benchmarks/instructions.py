@@ -129,8 +129,13 @@ def calls_for(tree: str, n: int) -> int:
     return max(2, n // 20) if tree.startswith("(f)") else n
 
 
-def measure(baseline: Path, n: int, only: list[str]) -> list[dict]:
-    cases = [(tree, name) for tree in trees() for name in OPS if not only or name in only]
+def measure(baseline: Path, n: int, only: list[str], only_trees: list[str]) -> list[dict]:
+    cases = [
+        (tree, name)
+        for tree in trees()
+        for name in OPS
+        if (not only or name in only) and (not only_trees or any(t in tree for t in only_trees))
+    ]
     with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(2) as pool:
         runs = {
             (where, case): pool.submit(instructions, where, case, calls_for(case[0], n), Path(tmp))
@@ -186,6 +191,9 @@ def main(argv: Any = None) -> int:
     parser.add_argument("--n", type=int, default=40, help="calls counted per process")
     parser.add_argument("--out", type=Path, help="default: results/pythonX.Y/")
     parser.add_argument("--only", action="append", default=[], choices=OPS, help="these ops")
+    parser.add_argument(
+        "--tree", action="append", default=[], help="the trees whose label has this text"
+    )
     parser.add_argument("--title", default="The C engine in instructions, now and before")
     parser.add_argument("--name", default="instructions.md", help="the report's file name")
     parser.add_argument("--op", nargs=3, help=argparse.SUPPRESS)
@@ -196,8 +204,10 @@ def main(argv: Any = None) -> int:
         return 0
     if args.baseline is None:
         parser.error("--baseline is required")
+    # this checkout's pytree_kit, whatever the environment has installed
+    sys.path.insert(0, str(ROOT))
     base = args.baseline.resolve()
-    text = report(measure(base, args.n, args.only), args.n, base, args.title)
+    text = report(measure(base, args.n, args.only, args.tree), args.n, base, args.title)
     print(text)
     out = args.out or RESULTS / f"python{sys.version_info[0]}.{sys.version_info[1]}"
     out.mkdir(parents=True, exist_ok=True)

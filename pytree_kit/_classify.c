@@ -9,7 +9,12 @@
  *   classify             a value: 0 for a leaf, 1 for a node, with its node,
  *                        children and keys in a Found
  *   classify_*_dict,     dicts: small ones sorted in place (with a memo of
- *   dict_order           recent key orders), the insertion order when it differs
+ *   dict_order           recent key orders), large ones read by the order of
+ *                        big_orders when their keys are the same objects in the
+ *                        same order as a recent one; the insertion order when
+ *                        it differs
+ *   big_orders,          large dicts' key orders remembered across calls (also
+ *   key_places           read by _unflatten.c), each key's place by identity
  *   record_fields,       records' fields, and what __tree_flatten__ or a rule
  *   user_node            returned
  * Anything rare goes to _pure.classify (classify_python).
@@ -1120,6 +1125,238 @@ dict_memo_write(DictMemo *m, PyObject *const *ks, Py_ssize_t n, const uint8_t *p
     Py_XDECREF(old_node);
 }
 
+/* Large dicts' key orders, remembered across calls
+ *
+ * Flattening a dict of more than BIG_DICT keys sorts them, and reads each
+ * value by its key; unflattening it in its insertion order inserts each key
+ * again, growing the table on the way. The last BIG_ORDERS key orders met
+ * (all exact str or all exact int keys: their order, hash and equality never
+ * run user code or change) are remembered here, by the identity of the keys:
+ * the keys in insertion order, the node's keys in sorted order, where each
+ * one sits in the other, and (made the second time an order is built, by
+ * _unflatten.c's big_dict) a template dict in insertion order. A dict of the
+ * same key objects in the same insertion order, as a state_dict is each time
+ * it is flattened or rebuilt, is then read without sorting or lookups, and
+ * rebuilt by copying the template. An entry is written whole, from this
+ * call's own references, and lets go of the old ones last. The entries hold
+ * their keys alive. */
+#define BIG_DICT 32
+#define BIG_ORDERS 4
+
+typedef struct {
+    PyObject *order; /* strong or NULL: the keys in insertion order, a tuple */
+    PyObject *keys;  /* strong: the same keys in sorted order (the node's), a tuple */
+    PyObject *at;    /* strong: bytes, Py_ssize_t at[i]: order[i]'s place in keys */
+    PyObject *dict;  /* strong or NULL: the template, {k: None} in insertion order */
+} BigOrder;
+
+static BigOrder big_orders[BIG_ORDERS];
+static unsigned int big_next; /* the entry a new order replaces */
+
+/* a and b are tuples of the same objects in the same places */
+static inline int
+same_items(PyObject *a, PyObject *b)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(a);
+    if (a == b) {
+        return 1;
+    }
+    if (n != PyTuple_GET_SIZE(b)) {
+        return 0;
+    }
+    PyObject **x = ((PyTupleObject *)a)->ob_item, **y = ((PyTupleObject *)b)->ob_item;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (x[i] != y[i]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* position tables of up to this many slots are on the C stack (4 KiB) */
+#define PLACES_INLINE 1024
+
+/* A key's home slot in a table of mask + 1 slots, by the key object's address. */
+static inline size_t
+place_slot(PyObject *k, size_t mask)
+{
+    return ((((size_t)k >> 4) * (size_t)0x9E3779B97F4A7C15ULL) >> 20) & mask;
+}
+
+/* at[i] = the place of order[i] among keys[0 .. n), by identity, or -1 when
+ * it is none of them (a key object given twice keeps its first place). Up to
+ * 8 keys are searched in place; more through an open-addressing table of 2
+ * to 4 slots per key, each 0 or 1 + a place. 0, or -1 with MemoryError. */
+static int
+key_places(PyObject *const *keys, PyObject *const *order, Py_ssize_t n, Py_ssize_t *at)
+{
+    if (n <= 8) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t j = 0;
+            while (j < n && keys[j] != order[i]) {
+                j++;
+            }
+            at[i] = j < n ? j : -1;
+        }
+        return 0;
+    }
+    if ((size_t)n > (size_t)INT32_MAX / 4) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t cap = 32;
+    while (cap < (size_t)n * 2) {
+        cap <<= 1;
+    }
+    int32_t inline_t[PLACES_INLINE];
+    int32_t *t = cap <= PLACES_INLINE ? inline_t : PyMem_Malloc(cap * sizeof(int32_t));
+    if (t == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(t, 0, cap * sizeof(int32_t));
+    size_t mask = cap - 1;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        size_t s = place_slot(keys[j], mask);
+        while (t[s] != 0 && keys[t[s] - 1] != keys[j]) {
+            s = (s + 1) & mask;
+        }
+        if (t[s] == 0) {
+            t[s] = (int32_t)j + 1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        size_t s = place_slot(order[i], mask);
+        while (t[s] != 0 && keys[t[s] - 1] != order[i]) {
+            s = (s + 1) & mask;
+        }
+        at[i] = (Py_ssize_t)t[s] - 1;
+    }
+    if (t != inline_t) {
+        PyMem_Free(t);
+    }
+    return 0;
+}
+
+/* Put (order, keys, at, dict) in entry i, letting go of what it held last. */
+static void
+big_order_write(int i, PyObject *order, PyObject *keys, PyObject *at, PyObject *dict)
+{
+    BigOrder old = big_orders[i];
+    big_orders[i].order = Py_NewRef(order);
+    big_orders[i].keys = Py_NewRef(keys);
+    big_orders[i].at = Py_NewRef(at);
+    big_orders[i].dict = Py_XNewRef(dict);
+    Py_XDECREF(old.order);
+    Py_XDECREF(old.keys);
+    Py_XDECREF(old.at);
+    Py_XDECREF(old.dict);
+}
+
+/* Remember this insertion order of these keys (tuples of the same keys, each
+ * order[i] being keys[at[i]]), when they are all exact str or all exact int.
+ * 0, or -1 on error. */
+static int
+big_order_note(PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t n)
+{
+    int str = 1, num = 1;
+    for (Py_ssize_t i = 0; i < n && (str || num); i++) {
+        PyObject *k = PyTuple_GET_ITEM(order, i);
+        str &= PyUnicode_CheckExact(k);
+        num &= PyLong_CheckExact(k);
+    }
+    if (!(str || num)) {
+        return 0;
+    }
+    PyObject *b = PyBytes_FromStringAndSize((const char *)at, n * (Py_ssize_t)sizeof(Py_ssize_t));
+    if (b == NULL) {
+        return -1;
+    }
+    big_order_write((int)(big_next++ % BIG_ORDERS), order, keys, b, NULL);
+    Py_DECREF(b);
+    return 0;
+}
+
+/* A dict of more than BIG_DICT keys whose insertion order big_orders has (the
+ * same key objects): its sorted keys, values and order from there, with no
+ * sort and no lookup. 1 done (f filled), 0 not such a dict, -1 error. Runs no
+ * user code. */
+static int
+classify_big_dict(Ctx *c, PyObject *obj, Found *f)
+{
+    Py_ssize_t n = PyDict_GET_SIZE(obj), pos = 0, i = 0;
+    PyObject *k, *v;
+    BigOrder *e = NULL;
+    if (n <= BIG_DICT || !PyDict_Next(obj, &pos, &k, &v)) {
+        return 0;
+    }
+    for (int j = 0; j < BIG_ORDERS; j++) {
+        PyObject *o = big_orders[j].order;
+        if (o != NULL && PyTuple_GET_SIZE(o) == n && PyTuple_GET_ITEM(o, 0) == k) {
+            e = &big_orders[j];
+            break;
+        }
+    }
+    if (e == NULL) {
+        return 0;
+    }
+    /* the entry's parts held, and everything allocated, before the dict is
+     * read: an allocation may collect garbage, whose finalizers could change
+     * the dict or the entry */
+    PyObject *order = Py_NewRef(e->order), *keys = Py_NewRef(e->keys);
+    PyObject *at_obj = Py_NewRef(e->at), *node = NULL;
+    const Py_ssize_t *at = (const Py_ssize_t *)PyBytes_AS_STRING(at_obj);
+    PyObject **want = ((PyTupleObject *)order)->ob_item;
+    PyObject *values = list_to_fill(n);
+    if (values == NULL ||
+        (c->mode != WALK_LEAVES && (node = make_node(K_DICT, Py_None, n, keys)) == NULL)) {
+        goto fail;
+    }
+    /* one pass, with nothing in it that could run any code: each key is the
+     * entry's, and its value goes to its sorted place */
+    pos = 0;
+    while (PyDict_Next(obj, &pos, &k, &v)) {
+        if (i >= n || k != want[i]) {
+            break;
+        }
+        PyList_SET_ITEM(values, at[i], Py_NewRef(v));
+        i++;
+    }
+    if (i != n || PyDict_GET_SIZE(obj) != n) {
+        /* another order after all: let go of what was taken */
+        for (Py_ssize_t j = 0; j < i; j++) {
+            Py_DECREF(PyList_GET_ITEM(values, at[j]));
+        }
+        Py_SET_SIZE(values, 0);
+        Py_DECREF(values);
+        Py_XDECREF(node);
+        Py_DECREF(order);
+        Py_DECREF(keys);
+        Py_DECREF(at_obj);
+        return 0;
+    }
+    Py_DECREF(at_obj);
+    f->node = node;
+    f->order = same_items(order, keys) ? (Py_DECREF(order), NULL) : order;
+    f->order_known = 1;
+    f->children = values;
+    f->names = keys;
+    f->keymode = KM_MAP;
+    f->live = 0;
+    f->dict_kind = 1;
+    return 1;
+fail:
+    if (values != NULL) {
+        Py_SET_SIZE(values, 0);
+        Py_DECREF(values);
+    }
+    Py_XDECREF(node);
+    Py_DECREF(order);
+    Py_DECREF(keys);
+    Py_DECREF(at_obj);
+    return -1;
+}
+
 /* A dict whose keys are all exact str or all exact int, with at most
  * SMALL_DICT entries: one pass over it and an insertion sort (or, for keys
  * that dict_memo has, its order). The result is what the general path gives,
@@ -1299,13 +1536,16 @@ static int
 classify_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
 {
     int r = classify_small_dict(c, s, obj, f);
+    if (r == 0) {
+        r = classify_big_dict(c, obj, f);
+    }
     if (r != 0) {
         return r;
     }
     if (stack_freeze(s) < 0) {
         return -1;
     }
-    PyObject *keys = PyDict_Keys(obj);
+    PyObject *keys = PyDict_Keys(obj), *ins = NULL;
     if (keys == NULL) {
         return -1;
     }
@@ -1326,25 +1566,70 @@ classify_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
             PyErr_Clear();
         }
         else {
-            Py_SETREF(keys, sorted);
+            /* a large dict's insertion order is kept, for big_orders */
+            ins = n > BIG_DICT && PyList_GET_SIZE(sorted) == n ? keys : (Py_DECREF(keys), NULL);
+            keys = sorted;
         }
     }
     n = PyList_GET_SIZE(keys);
     PyObject *values = dict_values(obj, ((PyListObject *)keys)->ob_item, n);
     if (values == NULL) {
         Py_DECREF(keys);
+        Py_XDECREF(ins);
         return -1;
     }
     PyObject *tkeys = PyList_AsTuple(keys);
     Py_DECREF(keys);
     if (tkeys == NULL) {
         Py_DECREF(values);
+        Py_XDECREF(ins);
         return -1;
     }
     f->node = NULL;
+    if (ins != NULL) {
+        /* keys all exact str or all exact int (so nothing above ran user
+         * code): the order noted in big_orders, and found here, not asked of
+         * the pure engine again */
+        int str = 1, num = 1;
+        for (Py_ssize_t i = 0; i < n && (str || num); i++) {
+            str &= PyUnicode_CheckExact(PyList_GET_ITEM(ins, i));
+            num &= PyLong_CheckExact(PyList_GET_ITEM(ins, i));
+        }
+        PyObject *order = str || num ? PyList_AsTuple(ins) : NULL;
+        Py_DECREF(ins);
+        if (str || num) {
+            Py_ssize_t *at = order ? PyMem_Malloc(n * sizeof(Py_ssize_t)) : NULL;
+            if (order != NULL && at == NULL) {
+                PyErr_NoMemory();
+            }
+            if (order != NULL && same_items(order, tkeys)) {
+                /* in sorted order: one tuple for both */
+                Py_SETREF(order, Py_NewRef(tkeys));
+            }
+            if (at == NULL ||
+                key_places(((PyTupleObject *)tkeys)->ob_item, ((PyTupleObject *)order)->ob_item,
+                           n, at) < 0 ||
+                big_order_note(tkeys, order, at, n) < 0) {
+                PyMem_Free(at);
+                Py_XDECREF(order);
+                Py_DECREF(tkeys);
+                Py_DECREF(values);
+                return -1;
+            }
+            PyMem_Free(at);
+            if (order == tkeys) {
+                Py_DECREF(order);
+            }
+            else {
+                f->order = order;
+            }
+            f->order_known = 1;
+        }
+    }
     if (c->mode != WALK_LEAVES) {
         f->node = make_node(K_DICT, Py_None, n, tkeys);
         if (f->node == NULL) {
+            Py_CLEAR(f->order);
             Py_DECREF(tkeys);
             Py_DECREF(values);
             return -1;

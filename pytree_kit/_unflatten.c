@@ -3,12 +3,14 @@
  * Part of the engine's one compilation unit (see _core.h).
  *   sp_unflatten   reads the nodes backwards with a value stack, building
  *                  each node from its children (tuples and lists in place)
- *   build          one node of any other kind: dicts (dict_of, ordered_dict),
+ *   build          one node of any other kind: dicts (dict_of, ordered_dict,
+ *                  big_dict's copies of a remembered order's template),
  *                  namedtuples, records (new_instance), custom and rule nodes
  *                  (_pure.build for the rare ones)
  *   read_leaves    the leaves argument, as _pure._read_leaves reads it
  *   pk_unflatten   the entry point FastCall calls (_speedups.h)
- * Calls: _specread.c, _layouts.c (templates, small_long), _core.h.
+ * Calls: _specread.c, _layouts.c (templates, small_long), _classify.c
+ * (big_orders, key_places), _core.h.
  */
 
 #include "_core.h"
@@ -126,38 +128,115 @@ insert:
 /* The dict of a dict node with an insertion order, built in that order at
  * once, when the order is a permutation of the node's keys (the same
  * objects, exact str or int, as flatten gives): what building the dict in
- * key order and then re-inserting its items in the given order gives.
- * New reference; None when the general path must do it. */
+ * key order and then re-inserting its items in the given order gives, with
+ * one insertion per key. Each key's place among the node's keys is found by
+ * its address (key_places). Large orders are noted in big_orders, for the
+ * next time. (The dict is not made at its final size at once:
+ * _PyDict_NewPresized gives a table for any keys, larger than a str-keyed
+ * dict's from 3.11 on, and slower to read.) New reference; None when the
+ * general path must do it. */
 static PyObject *
 ordered_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order)
 {
-    if (!PyTuple_CheckExact(order) || PyTuple_GET_SIZE(order) != arity || arity > 64) {
+    if (!PyTuple_CheckExact(order) || PyTuple_GET_SIZE(order) != arity) {
         Py_RETURN_NONE;
     }
-    PyObject *r = PyDict_New();
-    if (r == NULL) {
-        return NULL;
+    Py_ssize_t inline_at[BIG_DICT + 1];
+    Py_ssize_t *at = arity <= BIG_DICT ? inline_at : PyMem_Malloc(arity * sizeof(Py_ssize_t));
+    if (at == NULL) {
+        return PyErr_NoMemory();
+    }
+    PyObject *r = NULL;
+    if (key_places(((PyTupleObject *)keys)->ob_item, ((PyTupleObject *)order)->ob_item, arity,
+                   at) < 0 ||
+        (r = PyDict_New()) == NULL) {
+        goto done;
     }
     for (Py_ssize_t i = 0; i < arity; i++) {
         PyObject *k = PyTuple_GET_ITEM(order, i);
-        Py_ssize_t j = arity - 1;
-        while (j >= 0 && PyTuple_GET_ITEM(keys, j) != k) {
-            j--;
+        if (at[i] < 0 || !(PyUnicode_CheckExact(k) || PyLong_CheckExact(k))) {
+            Py_SETREF(r, Py_NewRef(Py_None));
+            goto done;
         }
-        if (j < 0 || !(PyUnicode_CheckExact(k) || PyLong_CheckExact(k))) {
-            Py_DECREF(r);
-            Py_RETURN_NONE;
-        }
-        if (PyDict_SetItem(r, k, ch[j]) < 0) {
-            Py_DECREF(r);
-            return NULL;
+        if (PyDict_SetItem(r, k, ch[at[i]]) < 0) {
+            Py_CLEAR(r);
+            goto done;
         }
     }
     if (PyDict_GET_SIZE(r) != arity) {
         /* a key given twice: not a permutation */
-        Py_DECREF(r);
+        Py_SETREF(r, Py_NewRef(Py_None));
+    }
+    else if (arity > BIG_DICT && big_order_note(keys, order, at, arity) < 0) {
+        Py_CLEAR(r);
+    }
+done:
+    if (at != inline_at) {
+        PyMem_Free(at);
+    }
+    return r;
+}
+
+/* Large dicts rebuilt again and again
+ *
+ * A dict of n keys made by n insertions grows its table several times on the
+ * way. A dict node with an insertion order of more than BIG_DICT keys whose
+ * order big_orders remembers (_classify.c: flatten notes the orders it
+ * sorts, and ordered_dict those it builds) is built from a template {k: None}
+ * in that order, made the second time the order comes: each dict is a copy
+ * of it (PyDict_Copy clones the table in one block: its kind and size are
+ * those of a dict made by inserting the keys) with each value set in place of
+ * None (a lookup, no insertion, no growth). Only exact str and int keys are
+ * remembered, so no user code runs for their hash or equality. */
+
+/* The dict of a dict node with an insertion order, copied from the template
+ * of that order: a new reference; None when this order has no template (yet);
+ * NULL on error. Called with the result of ordered_dict (r, a new dict in
+ * that order) or with r NULL before it; with r given, remembers the order. */
+static PyObject *
+big_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order)
+{
+    int found = -1;
+    for (int i = 0; i < BIG_ORDERS; i++) {
+        BigOrder *e = &big_orders[i];
+        if (e->order != NULL && same_items(e->order, order) && same_items(e->keys, keys)) {
+            found = i;
+            break;
+        }
+    }
+    if (found < 0) {
         Py_RETURN_NONE;
     }
+    BigOrder e = big_orders[found];
+    if (e.dict == NULL) {
+        /* the second time: make the template, in this order */
+        PyObject *t = PyDict_New();
+        if (t == NULL) {
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < arity; i++) {
+            if (PyDict_SetItem(t, PyTuple_GET_ITEM(order, i), Py_None) < 0) {
+                Py_DECREF(t);
+                return NULL;
+            }
+        }
+        /* (nothing above can run user code, so the entry is still the same) */
+        Py_XSETREF(big_orders[found].dict, t);
+        e.dict = t;
+    }
+    /* hold the entry's parts: an allocation below may collect garbage, whose
+     * finalizers could unflatten again and replace the entry */
+    Py_INCREF(e.dict);
+    Py_INCREF(e.at);
+    const Py_ssize_t *at = (const Py_ssize_t *)PyBytes_AS_STRING(e.at);
+    PyObject *r = PyDict_Copy(e.dict);
+    for (Py_ssize_t i = 0; r != NULL && i < arity; i++) {
+        if (PyDict_SetItem(r, PyTuple_GET_ITEM(order, i), ch[at[i]]) < 0) {
+            Py_CLEAR(r);
+        }
+    }
+    Py_DECREF(e.dict);
+    Py_DECREF(e.at);
     return r;
 }
 
@@ -177,6 +256,14 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
     case K_DICT:
         if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == arity) {
             PyObject *r;
+            if (order != NULL && arity > BIG_DICT && PyTuple_CheckExact(order) &&
+                PyTuple_GET_SIZE(order) == arity) {
+                r = big_dict(aux, ch, arity, order);
+                if (r != Py_None) {
+                    return r;
+                }
+                Py_DECREF(r);
+            }
             if (order != NULL) {
                 r = ordered_dict(aux, ch, arity, order);
                 if (r != Py_None) {

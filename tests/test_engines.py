@@ -651,6 +651,54 @@ def test_dict_fast_paths_match_and_fall_back() -> None:
             assert [list(d) for d in _dicts(a[1])] == [list(d) for d in _dicts(b[1])]
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.sampled_from([7, 8, 9, 33, 100, 600, 1500]),
+    ints=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_large_dicts_unflatten_in_their_insertion_order(n: int, ints: bool, seed: int) -> None:
+    """Dicts of many keys in any insertion order (the C engine finds each key's
+    place by its address, in a table on the C stack or, past 512 keys, the
+    heap): the same dict, in the same order, on both engines; and the same
+    when the spec's keys are other objects than its order's (after JSON)."""
+    import random
+
+    keys: list[Any] = [i * 7 - 50 for i in range(n)] if ints else [f"p.{i}.w" for i in range(n)]
+    random.Random(seed).shuffle(keys)
+    tree = {k: [Leaf(i)] if i % 3 == 0 else Leaf(i) for i, k in enumerate(keys)}
+    for spec in (_pure.flatten(tree, None, None)[1], _speedups.flatten(tree, None, None)[1]):
+        leaves = _pure.flatten(tree, None, None)[0]
+        a, b = same_outcome("unflatten", spec, leaves)
+        assert a[0] == "ok"
+        assert_same_tree(a[1], b[1])
+        assert list(a[1]) == list(b[1]) == keys
+    if not ints:
+        again = pk.TreeSpec.from_json(_pure.flatten(tree, None, None)[1].to_json())
+        a, b = same_outcome("unflatten", again, leaves)
+        assert list(a[1]) == list(b[1]) == keys
+
+
+def test_large_dict_orders_that_are_not_a_permutation() -> None:
+    """A hand-made order of a large dict node that names a key twice, or a key
+    the node lacks, or is short: both engines give the same outcome."""
+    keys = [f"k{i}" for i in range(40)]
+    tree = {k: Leaf(i) for i, k in enumerate(reversed(keys))}
+    leaves, spec = _pure.flatten(tree, None, None)
+    ((index, order),) = spec._orders
+    for bad in (
+        (*order[:-1], order[0]),  # a key twice, one missing
+        (*order[:-1], "nope"),  # a key the node lacks
+        order[:-1],  # short
+        (*order[:5], order[5][:1] + order[5][1:], *order[6:]),  # an equal key, another object
+    ):
+        odd = pk.TreeSpec._make(spec._nodes, ((index, bad),), spec.num_leaves)
+        a, b = same_outcome("unflatten", odd, leaves)
+        if a[0] == "ok":
+            assert_same_tree(a[1], b[1])
+            assert list(a[1]) == list(b[1])
+
+
 def test_dict_node_whose_key_cannot_be_hashed() -> None:
     """A dict node built with a key that raises: the same error, every leaf released."""
     leaf = Leaf(1)
@@ -1179,6 +1227,86 @@ def test_dict_tables_read_directly_match() -> None:
         spec = _pure.flatten(a, None, None)[1]
         same_outcome("flatten_up_to", spec, b)
         same_outcome("flatten_up_to", spec, b, "the first tree", "rest[1]")
+
+
+def test_large_dicts_rebuilt_again_match() -> None:
+    """A large dict node with an insertion order, unflattened again and again
+    (the C engine copies a template of its order from the second time on):
+    each result equals the pure engine's in items, order, size in memory and GC
+    tracking, is its own (changing one changes no other), with leaves of every
+    kind; more orders than the engine remembers, in turn; no reference is
+    kept or lost."""
+    pair = _untracked_pair()
+    orders = []
+    for m in range(6):  # more than the engine's BIG_ORDERS
+        keys: list[Any] = [f"layer.{i}.w{m}" for i in range(40 + m)]
+        keys.reverse()
+        orders.append(keys)
+    orders.append([10**6 + i for i in range(50, 0, -1)])  # int keys, none of them cached
+    trees = [{k: Leaf(i) for i, k in enumerate(keys)} for keys in orders]
+    refs: list = []
+    for round in range(4):
+        if round == 2:
+            gc.collect()
+            refs = [[sys.getrefcount(k) for k in keys] for keys in orders]
+        for tree in trees:
+            leaves, spec = _speedups.flatten(tree, None, None)
+            for kind in ("own", "pair", "atoms"):
+                vals = {
+                    "own": leaves,
+                    "pair": [pair] * len(leaves),
+                    "atoms": list(range(len(leaves))),
+                }[kind]
+                want = _pure.unflatten(spec, vals)
+                got = _speedups.unflatten(spec, vals)
+                assert got == want
+                assert list(got) == list(want) == list(tree)
+                _same_dicts(want, got)
+                again = _speedups.unflatten(spec, vals)
+                got["added"] = 1
+                del got[next(iter(tree))]
+                assert again == want and list(again) == list(tree)
+                again = None
+                got = want = None
+            leaves = spec = None
+    gc.collect()
+    # what the engine remembers holds keys alive, but calls again take nothing more
+    assert [[sys.getrefcount(k) for k in keys] for keys in orders] == refs
+
+
+def test_large_dict_orders_remembered_across_calls() -> None:
+    """Dicts of more than 32 keys, flattened again and again (the C engine
+    remembers a few large key orders by the identity of their keys, and reads
+    a dict of the same keys in the same order without sorting): the same
+    keys in another order, a key moved to the end, a key replaced by an equal
+    other object, one key more, one fewer, values changed, more key sets than
+    it remembers, and keys of other types; both engines agree each time."""
+    names = [f"blocks.{i}.attn.weight" for i in range(40)]
+    base = {k: Leaf(i) for i, k in enumerate(names)}
+    moved = dict(base)
+    moved[names[3]] = moved.pop(names[3])
+    equal_key = {("".join(list(k)) if i == 7 else k): v for i, (k, v) in enumerate(base.items())}
+    others = [{f"set{m}.{i}": i for i in range(35)} for m in range(6)]
+    variants: list[Any] = [
+        base,
+        dict(base),  # the same key objects, in the same order
+        {k: [v] for k, v in base.items()},  # other values
+        dict(reversed(list(base.items()))),
+        moved,
+        equal_key,
+        {**base, "zzz": 1},
+        {k: v for k, v in base.items() if k != names[0]},
+        dict(sorted(base.items())),  # in sorted order: no order in the spec
+        {i * 3: Leaf(i) for i in range(50, 0, -1)},  # int keys
+        {**{i: i for i in range(40)}, "s": 1},  # mixed keys: not remembered
+        *others,
+    ]
+    for _ in range(3):
+        for tree in variants:
+            check_engines_agree(tree)
+            check_engines_agree({"outer": [tree, tree]})
+            a, b = same_outcome("iter_leaves", tree, None, None)
+            assert a[0] == "ok" and list(a[1]) == list(b[1])
 
 
 def test_dict_copies_keep_refcounts() -> None:
