@@ -73,7 +73,7 @@ else:
 
 ENGINE: str = impl.NAME
 
-#: the C engine's fast paths (_speedups.c says what each reads, and on which versions)
+#: the C engine's fast paths (_layouts.c says what each reads, _core.h on which versions)
 FAST_PATH_NAMES = ("type_version_tags", "int_digits", "instance_values", "dict_tables")
 #: the first and last CPython versions on which they were validated (as the C
 #: engine's PK_VALIDATED_PYTHON; tests/test_versions.py checks the two agree)

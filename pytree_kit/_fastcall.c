@@ -79,7 +79,7 @@ name_is(PyObject *name, PyObject *want)
 static PyObject *
 tree_map1(PyObject *fn, PyObject *tree, PyObject *is_leaf)
 {
-    PyObject *flat = pk_walk(tree, is_leaf, Py_None, 1);
+    PyObject *flat = pk_walk(tree, is_leaf, Py_None, WALK_SPEC);
     if (flat == NULL) {
         return NULL;
     }
@@ -135,13 +135,13 @@ fastcall_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObje
     }
     switch (sh->op) {
     case OP_FLATTEN:
-        return pk_walk(args[0], is_leaf, Py_None, 1);
+        return pk_walk(args[0], is_leaf, Py_None, WALK_SPEC);
     case OP_LEAVES:
-        return pk_walk(args[0], is_leaf, Py_None, 0);
+        return pk_walk(args[0], is_leaf, Py_None, WALK_LEAVES);
     case OP_WITH_PATH:
-        return pk_walk(args[0], is_leaf, Py_None, 2);
+        return pk_walk(args[0], is_leaf, Py_None, WALK_PATHS);
     case OP_STRUCTURE: {
-        PyObject *flat = pk_walk(args[0], is_leaf, Py_None, 1);
+        PyObject *flat = pk_walk(args[0], is_leaf, Py_None, WALK_SPEC);
         if (flat == NULL) {
             return NULL;
         }
