@@ -1277,6 +1277,35 @@ big_order_note(PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t
     return 0;
 }
 
+/* The values of the exact dict obj in the order of keys (a tuple of its keys,
+ * sorted), read in one pass when big_orders has obj's insertion order of these
+ * same keys: borrowed into vals, and 1; else 0 (vals partly written). Makes
+ * nothing and runs no code, so the entry cannot change while it is read. */
+static int
+big_dict_values(PyObject *obj, PyObject *keys, PyObject **vals)
+{
+    Py_ssize_t n = PyDict_GET_SIZE(obj), pos = 0, i = 0;
+    PyObject *k, *v;
+    if (n <= BIG_DICT || PyTuple_GET_SIZE(keys) != n || !PyDict_Next(obj, &pos, &k, &v)) {
+        return 0;
+    }
+    for (int j = 0; j < BIG_ORDERS; j++) {
+        BigOrder *e = &big_orders[j];
+        if (e->order == NULL || PyTuple_GET_SIZE(e->order) != n ||
+            PyTuple_GET_ITEM(e->order, 0) != k || !same_items(e->keys, keys)) {
+            continue;
+        }
+        PyObject **want = ((PyTupleObject *)e->order)->ob_item;
+        const Py_ssize_t *at = (const Py_ssize_t *)PyBytes_AS_STRING(e->at);
+        pos = 0;
+        while (PyDict_Next(obj, &pos, &k, &v) && i < n && k == want[i]) {
+            vals[at[i++]] = v;
+        }
+        return i == n;
+    }
+    return 0;
+}
+
 /* A dict of more than BIG_DICT keys whose insertion order big_orders has (the
  * same key objects): its sorted keys, values and order from there, with no
  * sort and no lookup. 1 done (f filled), 0 not such a dict, -1 error. Runs no

@@ -156,7 +156,7 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
                     return -1;
                 }
                 PyObject **items = ((PyTupleObject *)values)->ob_item;
-                if (dict_in_order(obj, aux, arity, items)) {
+                if (dict_in_order(obj, aux, arity, items) || big_dict_values(obj, aux, items)) {
                     for (Py_ssize_t j = 0; j < arity; j++) {
                         Py_INCREF(items[j]);
                     }
