@@ -207,36 +207,38 @@ big_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order)
     if (found < 0) {
         Py_RETURN_NONE;
     }
-    BigOrder e = big_orders[found];
-    if (e.dict == NULL) {
+    /* the entry's parts held before anything is allocated: an allocation may
+     * collect garbage, whose finalizers could unflatten or flatten again and
+     * replace the entry */
+    PyObject *at_obj = Py_NewRef(big_orders[found].at);
+    PyObject *held = Py_NewRef(big_orders[found].order);
+    PyObject *t = Py_XNewRef(big_orders[found].dict), *r = NULL;
+    if (t == NULL) {
         /* the second time: make the template, in this order */
-        PyObject *t = PyDict_New();
-        if (t == NULL) {
-            return NULL;
+        if ((t = PyDict_New()) == NULL) {
+            goto done;
         }
         for (Py_ssize_t i = 0; i < arity; i++) {
             if (PyDict_SetItem(t, PyTuple_GET_ITEM(order, i), Py_None) < 0) {
-                Py_DECREF(t);
-                return NULL;
+                goto done;
             }
         }
-        /* (nothing above can run user code, so the entry is still the same) */
-        Py_XSETREF(big_orders[found].dict, t);
-        e.dict = t;
+        /* kept only by the entry it was made for, if that is still there */
+        if (big_orders[found].order == held && big_orders[found].dict == NULL) {
+            big_orders[found].dict = Py_NewRef(t);
+        }
     }
-    /* hold the entry's parts: an allocation below may collect garbage, whose
-     * finalizers could unflatten again and replace the entry */
-    Py_INCREF(e.dict);
-    Py_INCREF(e.at);
-    const Py_ssize_t *at = (const Py_ssize_t *)PyBytes_AS_STRING(e.at);
-    PyObject *r = PyDict_Copy(e.dict);
+    const Py_ssize_t *at = (const Py_ssize_t *)PyBytes_AS_STRING(at_obj);
+    r = PyDict_Copy(t);
     for (Py_ssize_t i = 0; r != NULL && i < arity; i++) {
         if (PyDict_SetItem(r, PyTuple_GET_ITEM(order, i), ch[at[i]]) < 0) {
             Py_CLEAR(r);
         }
     }
-    Py_DECREF(e.dict);
-    Py_DECREF(e.at);
+done:
+    Py_XDECREF(t);
+    Py_DECREF(held);
+    Py_DECREF(at_obj);
     return r;
 }
 

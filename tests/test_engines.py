@@ -1309,6 +1309,45 @@ def test_large_dict_orders_remembered_across_calls() -> None:
             assert a[0] == "ok" and list(a[1]) == list(b[1])
 
 
+def test_large_dict_orders_replaced_by_a_collection_in_between() -> None:
+    """The garbage collector runs user code (here a gc callback) at almost
+    every allocation of a tracked object, and that code flattens and rebuilds
+    other large dicts, replacing the orders the C engine remembers between
+    (and, where an allocation starts a collection, during) its reads and
+    builds of the first ones: every result is still what it should be."""
+    keysets = [[f"m{m}.{i}" for i in range(60, 0, -1)] for m in range(8)]
+    trees = [{k: Leaf(i) for i, k in enumerate(ks)} for ks in keysets]
+    specs = [_speedups.flatten(t, None, None) for t in trees]
+    busy = []
+
+    def churn(phase: str, info: dict) -> None:
+        if phase != "start" or busy:
+            return
+        busy.append(1)
+        try:
+            for t, (leaves, spec) in zip(trees[4:], specs[4:]):
+                _speedups.flatten(t, None, None)
+                _speedups.unflatten(spec, leaves)
+        finally:
+            busy.pop()
+
+    old = gc.get_threshold()
+    gc.callbacks.append(churn)
+    gc.set_threshold(1)
+    try:
+        for _ in range(3):
+            for t, (leaves, spec) in zip(trees[:4], specs[:4]):
+                got = _speedups.flatten(t, None, None)
+                check_leaves_identical(got[0], leaves)
+                check_specs_equal(got[1], spec)
+                check_leaves_identical(_speedups.flatten_up_to(spec, t), leaves)
+                rebuilt = _speedups.unflatten(spec, leaves)
+                assert rebuilt == t and list(rebuilt) == list(t)
+    finally:
+        gc.set_threshold(*old)
+        gc.callbacks.remove(churn)
+
+
 def test_dict_copies_keep_refcounts() -> None:
     keys = [f"key{i}" for i in range(3)]
     vals = [Leaf(i) for i in range(3)]
