@@ -1254,8 +1254,10 @@ big_order_write(int i, PyObject *order, PyObject *keys, PyObject *at, PyObject *
 }
 
 /* Remember this insertion order of these keys (tuples of the same keys, each
- * order[i] being keys[at[i]]), when they are all exact str or all exact int.
- * 0, or -1 on error. */
+ * order[i] being keys[at[i]]), when they are all exact str or all exact int
+ * and keys is sorted, as flatten makes a dict node's keys (a spec made some
+ * other way may not be, and flatten must never give its keys back). 0, or -1
+ * on error. */
 static int
 big_order_note(PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t n)
 {
@@ -1267,6 +1269,12 @@ big_order_note(PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t
     }
     if (!(str || num)) {
         return 0;
+    }
+    for (Py_ssize_t i = 1; i < n; i++) {
+        int lt = key_lt(PyTuple_GET_ITEM(keys, i - 1), PyTuple_GET_ITEM(keys, i), str);
+        if (lt <= 0) {
+            return lt; /* not sorted (0), or an error (-1: exact ints compare without one) */
+        }
     }
     PyObject *b = PyBytes_FromStringAndSize((const char *)at, n * (Py_ssize_t)sizeof(Py_ssize_t));
     if (b == NULL) {

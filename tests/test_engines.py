@@ -699,6 +699,26 @@ def test_large_dict_orders_that_are_not_a_permutation() -> None:
             assert list(a[1]) == list(b[1])
 
 
+def test_large_dict_node_whose_keys_are_not_sorted() -> None:
+    """A hand-made spec whose large dict node keeps its keys unsorted (flatten
+    never makes one): unflattened again and again, then the dicts it made
+    flattened again; both engines agree, and flatten's keys come out sorted."""
+    keys = [f"w{i:02d}" for i in range(40)]
+    tree = {k: Leaf(i) for i, k in enumerate(reversed(keys))}
+    leaves, spec = _pure.flatten(tree, None, None)
+    ((index, order),) = spec._orders
+    kind, t, arity, sorted_keys = spec._nodes[0]
+    unsorted = tuple(reversed(sorted_keys))
+    odd = pk.TreeSpec._make(
+        ((kind, t, arity, unsorted), *spec._nodes[1:]), spec._orders, spec.num_leaves
+    )
+    for _ in range(3):
+        a, b = same_outcome("unflatten", odd, leaves)
+        assert a[0] == "ok" and list(a[1]) == list(b[1]) == list(order)
+        check_engines_agree(b[1])
+        assert _speedups.flatten(b[1], None, None)[1]._nodes[0][3] == sorted_keys
+
+
 def test_dict_node_whose_key_cannot_be_hashed() -> None:
     """A dict node built with a key that raises: the same error, every leaf released."""
     leaf = Leaf(1)
