@@ -189,10 +189,11 @@ done:
  * None (a lookup, no insertion, no growth). Only exact str and int keys are
  * remembered, so no user code runs for their hash or equality. */
 
-/* The dict of a dict node with an insertion order, copied from the template
- * of that order: a new reference; None when this order has no template (yet);
- * NULL on error. Called with the result of ordered_dict (r, a new dict in
- * that order) or with r NULL before it; with r given, remembers the order. */
+/* The dict of a dict node with an insertion order that big_orders has, for
+ * these same keys: a copy of the order's template (made here the first time
+ * it is needed) with the values set in place. A new reference; None when
+ * big_orders does not have the order (ordered_dict builds it, and notes it);
+ * NULL on error. */
 static PyObject *
 big_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order)
 {
