@@ -324,8 +324,7 @@ meta_version(PyTypeObject *t)
 static inline SavedPlan *
 saved_slot(PyTypeObject *t)
 {
-    size_t h = ((size_t)t >> 4) * (size_t)0x9E3779B97F4A7C15ULL;
-    return &saved_plans[(h >> 20) & (PLAN_CACHE - 1)];
+    return &saved_plans[(ptr_hash(t) >> 20) & (PLAN_CACHE - 1)];
 }
 
 /* What make_plan found before for this class unchanged, if anything: 1 with
@@ -1180,7 +1179,7 @@ same_items(PyObject *a, PyObject *b)
 static inline size_t
 place_slot(PyObject *k, size_t mask)
 {
-    return ((((size_t)k >> 4) * (size_t)0x9E3779B97F4A7C15ULL) >> 20) & mask;
+    return (ptr_hash(k) >> 20) & mask;
 }
 
 /* at[i] = the place of order[i] among keys[0 .. n), by identity, or -1 when
@@ -1253,17 +1252,17 @@ big_order_write(int i, PyObject *order, PyObject *keys, PyObject *at, PyObject *
     Py_XDECREF(old.dict);
 }
 
-/* Remember this insertion order of these keys (tuples of the same keys, each
- * order[i] being keys[at[i]]), when they are all exact str or all exact int
- * and keys is sorted, as flatten makes a dict node's keys (a spec made some
- * other way may not be, and flatten must never give its keys back). 0, or -1
- * on error. */
+/* Whether keys (a tuple) are all exact str or all exact int, in increasing
+ * order: as flatten makes a large dict node's keys, the only ones big_orders
+ * may hold (flatten must never give other keys back). 1, 0, or -1 on error
+ * (exact ints compare without one). */
 static int
-big_order_note(PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t n)
+keys_sorted(PyObject *keys)
 {
+    Py_ssize_t n = PyTuple_GET_SIZE(keys);
     int str = 1, num = 1;
     for (Py_ssize_t i = 0; i < n && (str || num); i++) {
-        PyObject *k = PyTuple_GET_ITEM(order, i);
+        PyObject *k = PyTuple_GET_ITEM(keys, i);
         str &= PyUnicode_CheckExact(k);
         num &= PyLong_CheckExact(k);
     }
@@ -1273,9 +1272,18 @@ big_order_note(PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t
     for (Py_ssize_t i = 1; i < n; i++) {
         int lt = key_lt(PyTuple_GET_ITEM(keys, i - 1), PyTuple_GET_ITEM(keys, i), str);
         if (lt <= 0) {
-            return lt; /* not sorted (0), or an error (-1: exact ints compare without one) */
+            return lt;
         }
     }
+    return 1;
+}
+
+/* Remember this insertion order of these keys (tuples of the same keys, each
+ * order[i] being keys[at[i]]; keys as keys_sorted requires). 0, or -1 on
+ * error. */
+static int
+big_order_note(PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t n)
+{
     PyObject *b = PyBytes_FromStringAndSize((const char *)at, n * (Py_ssize_t)sizeof(Py_ssize_t));
     if (b == NULL) {
         return -1;
@@ -1285,6 +1293,50 @@ big_order_note(PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t
     return 0;
 }
 
+/* The entry of big_orders that may hold the insertion order of obj (an exact
+ * dict of more than BIG_DICT keys): of its size, starting with its first key,
+ * and, when keys is given, of those sorted keys. NULL when none is. */
+static BigOrder *
+big_order_for(PyObject *obj, PyObject *keys)
+{
+    Py_ssize_t n = PyDict_GET_SIZE(obj), pos = 0;
+    PyObject *k, *v;
+    if (n <= BIG_DICT || (keys != NULL && PyTuple_GET_SIZE(keys) != n) ||
+        !PyDict_Next(obj, &pos, &k, &v)) {
+        return NULL;
+    }
+    for (int j = 0; j < BIG_ORDERS; j++) {
+        BigOrder *e = &big_orders[j];
+        if (e->order != NULL && PyTuple_GET_SIZE(e->order) == n &&
+            PyTuple_GET_ITEM(e->order, 0) == k && (keys == NULL || same_items(e->keys, keys))) {
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* The values of the exact dict obj in sorted order, borrowed into vals, when
+ * its keys are order's (an entry's), in that order: one pass, each value to
+ * its place at[i] (at_obj's). 1; else 0 (vals partly written). Makes nothing
+ * and runs no code. */
+static int
+big_order_read(PyObject *obj, PyObject *order, PyObject *at_obj, PyObject **vals)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(order), pos = 0, i = 0;
+    PyObject *k, *v, **want = ((PyTupleObject *)order)->ob_item;
+    const Py_ssize_t *at = (const Py_ssize_t *)PyBytes_AS_STRING(at_obj);
+    if (PyDict_GET_SIZE(obj) != n) {
+        return 0;
+    }
+    while (PyDict_Next(obj, &pos, &k, &v)) {
+        if (i >= n || k != want[i]) {
+            return 0;
+        }
+        vals[at[i++]] = v;
+    }
+    return i == n;
+}
+
 /* The values of the exact dict obj in the order of keys (a tuple of its keys,
  * sorted), read in one pass when big_orders has obj's insertion order of these
  * same keys: borrowed into vals, and 1; else 0 (vals partly written). Makes
@@ -1292,26 +1344,8 @@ big_order_note(PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t
 static int
 big_dict_values(PyObject *obj, PyObject *keys, PyObject **vals)
 {
-    Py_ssize_t n = PyDict_GET_SIZE(obj), pos = 0, i = 0;
-    PyObject *k, *v;
-    if (n <= BIG_DICT || PyTuple_GET_SIZE(keys) != n || !PyDict_Next(obj, &pos, &k, &v)) {
-        return 0;
-    }
-    for (int j = 0; j < BIG_ORDERS; j++) {
-        BigOrder *e = &big_orders[j];
-        if (e->order == NULL || PyTuple_GET_SIZE(e->order) != n ||
-            PyTuple_GET_ITEM(e->order, 0) != k || !same_items(e->keys, keys)) {
-            continue;
-        }
-        PyObject **want = ((PyTupleObject *)e->order)->ob_item;
-        const Py_ssize_t *at = (const Py_ssize_t *)PyBytes_AS_STRING(e->at);
-        pos = 0;
-        while (PyDict_Next(obj, &pos, &k, &v) && i < n && k == want[i]) {
-            vals[at[i++]] = v;
-        }
-        return i == n;
-    }
-    return 0;
+    BigOrder *e = big_order_for(obj, keys);
+    return e != NULL && big_order_read(obj, e->order, e->at, vals);
 }
 
 /* A dict of more than BIG_DICT keys whose insertion order big_orders has (the
@@ -1321,68 +1355,42 @@ big_dict_values(PyObject *obj, PyObject *keys, PyObject **vals)
 static int
 classify_big_dict(Ctx *c, PyObject *obj, Found *f)
 {
-    Py_ssize_t n = PyDict_GET_SIZE(obj), pos = 0, i = 0;
-    PyObject *k, *v;
-    BigOrder *e = NULL;
-    if (n <= BIG_DICT || !PyDict_Next(obj, &pos, &k, &v)) {
-        return 0;
-    }
-    for (int j = 0; j < BIG_ORDERS; j++) {
-        PyObject *o = big_orders[j].order;
-        if (o != NULL && PyTuple_GET_SIZE(o) == n && PyTuple_GET_ITEM(o, 0) == k) {
-            e = &big_orders[j];
-            break;
-        }
-    }
+    BigOrder *e = big_order_for(obj, NULL);
     if (e == NULL) {
         return 0;
     }
     /* the entry's parts held, and everything allocated, before the dict is
      * read: an allocation may collect garbage, whose finalizers could change
      * the dict or the entry */
+    Py_ssize_t n = PyTuple_GET_SIZE(e->order);
     PyObject *order = Py_NewRef(e->order), *keys = Py_NewRef(e->keys);
     PyObject *at_obj = Py_NewRef(e->at), *node = NULL;
-    const Py_ssize_t *at = (const Py_ssize_t *)PyBytes_AS_STRING(at_obj);
-    PyObject **want = ((PyTupleObject *)order)->ob_item;
     PyObject *values = list_to_fill(n);
+    int r = -1;
     if (values == NULL ||
         (c->mode != WALK_LEAVES && (node = make_node(K_DICT, Py_None, n, keys)) == NULL)) {
-        goto fail;
+        goto done;
     }
-    /* one pass, with nothing in it that could run any code: each key is the
-     * entry's, and its value goes to its sorted place */
-    pos = 0;
-    while (PyDict_Next(obj, &pos, &k, &v)) {
-        if (i >= n || k != want[i]) {
-            break;
+    r = big_order_read(obj, order, at_obj, ((PyListObject *)values)->ob_item);
+    if (r == 1) {
+        /* the borrowed values made the list's own, with nothing run between */
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_INCREF(PyList_GET_ITEM(values, i));
         }
-        PyList_SET_ITEM(values, at[i], Py_NewRef(v));
-        i++;
-    }
-    if (i != n || PyDict_GET_SIZE(obj) != n) {
-        /* another order after all: let go of what was taken */
-        for (Py_ssize_t j = 0; j < i; j++) {
-            Py_DECREF(PyList_GET_ITEM(values, at[j]));
-        }
-        Py_SET_SIZE(values, 0);
-        Py_DECREF(values);
-        Py_XDECREF(node);
-        Py_DECREF(order);
-        Py_DECREF(keys);
+        f->node = node;
+        f->order = same_items(order, keys) ? (Py_DECREF(order), NULL) : order;
+        f->order_known = 1;
+        f->children = values;
+        f->names = keys;
+        f->keymode = KM_MAP;
+        f->live = 0;
+        f->dict_kind = 1;
         Py_DECREF(at_obj);
-        return 0;
+        return 1;
     }
-    Py_DECREF(at_obj);
-    f->node = node;
-    f->order = same_items(order, keys) ? (Py_DECREF(order), NULL) : order;
-    f->order_known = 1;
-    f->children = values;
-    f->names = keys;
-    f->keymode = KM_MAP;
-    f->live = 0;
-    f->dict_kind = 1;
-    return 1;
-fail:
+done:
+    /* another order after all (0), or an error (-1): the list holds no
+     * references of its own */
     if (values != NULL) {
         Py_SET_SIZE(values, 0);
         Py_DECREF(values);
@@ -1391,7 +1399,7 @@ fail:
     Py_DECREF(order);
     Py_DECREF(keys);
     Py_DECREF(at_obj);
-    return -1;
+    return r;
 }
 
 /* A dict whose keys are all exact str or all exact int, with at most
@@ -1625,8 +1633,8 @@ classify_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
     f->node = NULL;
     if (ins != NULL) {
         /* keys all exact str or all exact int (so nothing above ran user
-         * code): the order noted in big_orders, and found here, not asked of
-         * the pure engine again */
+         * code), just sorted: the order noted in big_orders (as keys_sorted
+         * would have it), and found here, not asked of the pure engine again */
         int str = 1, num = 1;
         for (Py_ssize_t i = 0; i < n && (str || num); i++) {
             str &= PyUnicode_CheckExact(PyList_GET_ITEM(ins, i));

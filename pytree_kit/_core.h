@@ -118,6 +118,16 @@ static PyObject *object_getattribute_fn; /* object.__dict__['__getattribute__'] 
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
+/* An object's address, mixed (Fibonacci hashing): its low bits are aligned
+ * away, so tables keyed by address take their slot from the bits the caller
+ * picks (the set and the class memo from the low or middle ones, the counts
+ * from the top). */
+static inline size_t
+ptr_hash(const void *p)
+{
+    return ((size_t)p >> 4) * (size_t)0x9E3779B97F4A7C15ULL;
+}
+
 static int
 raise_returned(PyObject *exc)
 {

@@ -56,7 +56,7 @@ stack_clear(Stack *s)
 static Py_ssize_t
 set_slot(Stack *s, void *p)
 {
-    size_t h = ((size_t)p >> 4) * (size_t)0x9E3779B97F4A7C15ULL;
+    size_t h = ptr_hash(p);
     Py_ssize_t mask = s->set_cap - 1;
     Py_ssize_t i = (Py_ssize_t)(h & (size_t)mask);
     while (s->set[i] != NULL && s->set[i] != p) {
@@ -123,7 +123,7 @@ set_remove(Stack *s, void *p)
         if (q == NULL) {
             break;
         }
-        size_t h = ((size_t)q >> 4) * (size_t)0x9E3779B97F4A7C15ULL;
+        size_t h = ptr_hash(q);
         Py_ssize_t k = (Py_ssize_t)(h & (size_t)mask);
         /* move q to i when its home k is not cyclically in (i, j] */
         if ((i <= j) ? (i < k && k <= j) : (i < k || k <= j)) {
@@ -142,8 +142,7 @@ set_remove(Stack *s, void *p)
 static inline size_t
 count_slot(void *p)
 {
-    size_t h = ((size_t)p >> 4) * (size_t)0x9E3779B97F4A7C15ULL;
-    return (h >> 48) & (NCOUNTS - 1);
+    return (ptr_hash(p) >> 48) & (NCOUNTS - 1);
 }
 
 /* Is obj the object of a frame on the stack? -1 on error (no memory). */

@@ -88,14 +88,7 @@ dict_of(Templates *t, PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ss
             e->unusable = 0;
             goto insert;
         }
-        int same = e->keys == keys;
-        if (!same && PyTuple_GET_SIZE(e->keys) == n) {
-            same = 1;
-            for (Py_ssize_t i = 0; same && i < n; i++) {
-                same = PyTuple_GET_ITEM(e->keys, i) == PyTuple_GET_ITEM(keys, i);
-            }
-        }
-        if (!same) {
+        if (!same_items(e->keys, keys)) {
             Py_CLEAR(e->dict);
             e->keys = keys;
             e->unusable = 0;
@@ -167,8 +160,12 @@ ordered_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order)
         /* a key given twice: not a permutation */
         Py_SETREF(r, Py_NewRef(Py_None));
     }
-    else if (arity > BIG_DICT && big_order_note(keys, order, at, arity) < 0) {
-        Py_CLEAR(r);
+    else if (arity > BIG_DICT) {
+        /* noted for the next time, when its keys are as flatten makes them */
+        int sorted = keys_sorted(keys);
+        if (sorted < 0 || (sorted && big_order_note(keys, order, at, arity) < 0)) {
+            Py_CLEAR(r);
+        }
     }
 done:
     if (at != inline_at) {
