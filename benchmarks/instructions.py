@@ -96,9 +96,11 @@ def op(tree: str, name: str, n: int) -> None:
     functools.reduce(lambda _, __: call(), range(n), None)
 
 
-def instructions(checkout: Path, case: tuple[str, str], n: int, work: Path) -> int:
-    tree, name = case
-    out = work / f"{abs(hash((str(checkout), case)))}.out"
+def count_instructions(script: str, args: list[str], checkout: Path, out: Path) -> int:
+    """Runs ``python script args`` under callgrind with the checkout's
+    pytree_kit first on the path, the hash seed fixed, counting only inside
+    ``functools.reduce``; the instructions counted. (record_cost.py runs its
+    cases through this too.)"""
     env = dict(os.environ, PYTHONPATH=str(checkout), PYTHONHASHSEED="0")
     subprocess.run(
         [
@@ -108,11 +110,8 @@ def instructions(checkout: Path, case: tuple[str, str], n: int, work: Path) -> i
             "--toggle-collect=functools_reduce",
             f"--callgrind-out-file={out}",
             sys.executable,
-            __file__,
-            "--op",
-            tree,
-            name,
-            str(n),
+            script,
+            *args,
         ],
         check=True,
         capture_output=True,
@@ -123,6 +122,12 @@ def instructions(checkout: Path, case: tuple[str, str], n: int, work: Path) -> i
     if found is None:
         raise RuntimeError(f"no instruction count in {out}")
     return int(found.group(1))
+
+
+def instructions(checkout: Path, case: tuple[str, str], n: int, work: Path) -> int:
+    tree, name = case
+    out = work / f"{abs(hash((str(checkout), case)))}.out"
+    return count_instructions(__file__, ["--op", tree, name, str(n)], checkout, out)
 
 
 def calls_for(tree: str, n: int) -> int:

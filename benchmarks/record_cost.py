@@ -24,9 +24,7 @@ import argparse
 import concurrent.futures
 import dataclasses
 import functools
-import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -35,6 +33,7 @@ from typing import Any
 
 import attrs
 from compare import Batch, Meta, Target  # tree (e)'s classes
+from instructions import count_instructions
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -113,31 +112,8 @@ def op(tree: str, name: str, fresh: bool, n: int) -> None:
 def instructions(checkout: Path, case: tuple, n: int, work: Path) -> int:
     tree, name, fresh = case
     out = work / f"{abs(hash((str(checkout), case)))}.out"
-    env = dict(os.environ, PYTHONPATH=str(checkout), PYTHONHASHSEED="0")
-    subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--collect-atstart=no",
-            "--toggle-collect=functools_reduce",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            __file__,
-            "--op",
-            tree,
-            name,
-            "fresh" if fresh else "same",
-            str(n),
-        ],
-        check=True,
-        capture_output=True,
-        env=env,
-        cwd=checkout,
-    )
-    found = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
-    if found is None:
-        raise RuntimeError(f"no instruction count in {out}")
-    return int(found.group(1))
+    args = ["--op", tree, name, "fresh" if fresh else "same", str(n)]
+    return count_instructions(__file__, args, checkout, out)
 
 
 def measure(baseline: Path, n: int) -> list[dict]:
