@@ -40,6 +40,7 @@ _NAMES = (
     "flatten",
     "leaves",
     "iter_leaves",
+    "any_leaf",
     "flatten_with_path",
     "unflatten",
     "flatten_up_to",

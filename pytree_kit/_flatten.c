@@ -5,6 +5,8 @@
  *                  WALK_SPEC, WALK_PATHS), eager or lazy
  *   walk           an eager call: the leaves, the spec, the paths
  *   LeafIter       iter_leaves's iterator: a walk kept between __next__ calls
+ *   any_leaf       tree_any / tree_all: a lazy walk that tests each leaf's
+ *                  truth as it is found and stops at the first that decides
  *   pk_walk        the entry point FastCall calls (_speedups.h)
  * Calls: _classify.c (classify, dict_order), _stack.c, _core.h's Vec.
  */
@@ -129,11 +131,17 @@ walk_clear(Walk *w)
     ctx_clear(&w->c);
 }
 
+/* How walk_run returns: EAGER, once the tree is done; LAZY_YIELD, as soon
+ * as a leaf is ready, with the lists still being read copied for the
+ * caller's code (iter_leaves); LAZY_TEST, as soon as one leaf is ready, with
+ * nothing copied and no run of leaves read ahead (any_leaf). */
+enum { EAGER, LAZY_YIELD, LAZY_TEST };
+
 /* Walk from w->obj on in pre-order, appending to w's leaves (and nodes,
  * orders and paths by its mode). Returns 0 once the tree is done, -1 on
  * error, and, when lazy, 1 as soon as a leaf is ready, with w->obj the next
  * value to classify. Inlined into each caller, so walk()'s copy has lazy
- * constant 0 and its loop is as it was before there was a lazy one. */
+ * constant EAGER and its loop is as it was before there was a lazy one. */
 static PK_ALWAYS_INLINE int
 walk_run(Walk *w, const int lazy)
 {
@@ -146,10 +154,11 @@ walk_run(Walk *w, const int lazy)
     for (;;) {
         if (lazy && leaves->n) {
             /* a leaf is ready: return it before anything that can run user
-             * code; the caller's code runs next, so the lists still being
-             * read are copied now, as they are (stack_freeze) */
+             * code. LAZY_YIELD: the caller's code runs next, so the lists
+             * still being read are copied now, as they are (stack_freeze);
+             * LAZY_TEST: the caller copies them itself if it runs code. */
             w->obj = obj;
-            return stack_freeze(s) < 0 ? -1 : 1;
+            return lazy == LAZY_YIELD && stack_freeze(s) < 0 ? -1 : 1;
         }
         int r;
         Found f;
@@ -278,7 +287,7 @@ walk_run(Walk *w, const int lazy)
                 if (frame_check(fr) < 0) {
                     goto error;
                 }
-                if (mode != WALK_PATHS && c->is_leaf == NULL &&
+                if (mode != WALK_PATHS && lazy != LAZY_TEST && c->is_leaf == NULL &&
                     known_leaf(c, Py_TYPE(frame_item(fr, fr->pos)))) {
                     /* A run of children that are leaves by their type: no user code
                      * runs, so they are copied in one go. The room reserved is at
@@ -392,7 +401,7 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, WalkMode mode)
 {
     Walk w;
     PyObject *result = NULL;
-    if (walk_init(&w, tree, is_leaf, rules, mode) == 0 && walk_run(&w, 0) == 0) {
+    if (walk_init(&w, tree, is_leaf, rules, mode) == 0 && walk_run(&w, EAGER) == 0) {
         result = walk_result(&w);
     }
     walk_clear(&w);
@@ -457,7 +466,7 @@ leafiter_next(LeafIter *it)
     w->leaves.n = it->next = 0; /* every leaf found was returned */
     w->c.last_leaf = NULL;      /* the caller's code ran since the last call */
     it->state = LI_RUNNING;
-    int r = walk_run(w, 1);
+    int r = walk_run(w, LAZY_YIELD);
     it->state = LI_WALKING;
     if (r < 0) {
         leafiter_release(it);
@@ -555,6 +564,78 @@ sp_iter_leaves(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject_GC_Track(it);
     return (PyObject *)it;
+}
+
+/* ------------------------------------------------------------------------ */
+/* any_leaf: tree_any and tree_all */
+
+/* A leaf's truth when finding it runs no Python code (an exact None, bool,
+ * int, float, complex, str or bytes): 0 or 1; else -2. */
+static inline int
+plain_truth(PyObject *x)
+{
+    PyTypeObject *t = Py_TYPE(x);
+    if (x == Py_None || x == Py_False) {
+        return 0;
+    }
+    if (t == &PyLong_Type || t == &PyFloat_Type || t == &PyUnicode_Type || t == &PyBytes_Type ||
+        t == &PyBool_Type || t == &PyComplex_Type) {
+        return PyObject_IsTrue(x); /* these types' own C slots: cannot fail */
+    }
+    return -2;
+}
+
+/* any_leaf(tree, is_leaf, rules, want): whether some leaf's truth is want
+ * (tree_any with want true; tree_all is not any_leaf(..., False)), as
+ * _pure.any_leaf: the leaves of iter_leaves, each tested as it is found,
+ * stopping at the first that decides. A leaf of plain_truth's types is tested
+ * where it is; before any other leaf's truth, which can run the caller's
+ * code, the lists still being read are copied, as a LeafIter copies them
+ * before it returns a leaf. So no list is copied on a tree of plain leaves. */
+static PyObject *
+sp_any_leaf(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "any_leaf(tree, is_leaf, rules, want) takes 4 arguments");
+        return NULL;
+    }
+    int want = PyObject_IsTrue(args[3]);
+    if (want < 0) {
+        return NULL;
+    }
+    Walk w;
+    int found = 0, r = walk_init(&w, args[0], args[1], args[2], WALK_LEAVES);
+    while (r == 0) {
+        r = walk_run(&w, LAZY_TEST);
+        if (r < 0) {
+            break;
+        }
+        Py_ssize_t n = w.leaves.n;
+        for (Py_ssize_t i = 0; i < n && !found && r >= 0; i++) {
+            PyObject *x = w.leaves.v[i];
+            int t = plain_truth(x);
+            if (t == -2) {
+                /* the caller's code may run: as after a LeafIter's next */
+                t = stack_freeze(&w.s) < 0 ? -1 : PyObject_IsTrue(x);
+                w.c.last_leaf = NULL;
+            }
+            if (t < 0) {
+                r = -1;
+            }
+            found = t == want;
+        }
+        /* the leaves taken out first, as their release can run code */
+        w.leaves.n = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_DECREF(w.leaves.v[i]);
+        }
+        if (found || r <= 0) {
+            break;
+        }
+        r = 0;
+    }
+    walk_clear(&w);
+    return r < 0 ? NULL : PyBool_FromLong(found);
 }
 
 /* fname(tree, is_leaf=None, rules=None): walk in the given mode */

@@ -641,6 +641,18 @@ def iter_leaves(tree: Any, is_leaf: Any = None, rules: Any = None) -> Iterator[A
         obj = fr[0][i]
 
 
+def any_leaf(tree: Any, is_leaf: Any, rules: Any, want: bool) -> bool:
+    """Whether the truth of some leaf is ``want``: ``tree_any`` with ``want``
+    True, and ``tree_all`` is ``not any_leaf(..., False)``. The leaves are
+    ``iter_leaves``'s, each tested as it is found; the walk stops at the
+    first one that decides."""
+    want = bool(want)
+    for x in iter_leaves(tree, is_leaf, rules):
+        if bool(x) is want:
+            return True
+    return False
+
+
 def flatten(tree: Any, is_leaf: Any = None, rules: Any = None) -> tuple[list, TreeSpec]:
     return _walk(tree, is_leaf, rules, 1)
 

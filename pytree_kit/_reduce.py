@@ -103,7 +103,7 @@ def tree_any(tree: Any, is_leaf: IsLeaf = None, *, rules: Any = None) -> bool:
         >>> pk.tree_any({"a": [0, None], "b": ""}), pk.tree_any([0, (1,)])
         (False, True)
     """
-    return any(_lazy(tree, is_leaf, rules))
+    return _impl.any_leaf(tree, is_leaf, check_rules(rules), True)  # type: ignore[no-any-return]
 
 
 def tree_all(tree: Any, is_leaf: IsLeaf = None, *, rules: Any = None) -> bool:
@@ -115,7 +115,7 @@ def tree_all(tree: Any, is_leaf: IsLeaf = None, *, rules: Any = None) -> bool:
         >>> pk.tree_all({"a": [1, None], "b": "s"}), pk.tree_all([1, (0,)])
         (True, False)
     """
-    return all(_lazy(tree, is_leaf, rules))
+    return not _impl.any_leaf(tree, is_leaf, check_rules(rules), False)
 
 
 def tree_any_only(

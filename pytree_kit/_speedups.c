@@ -58,6 +58,8 @@ static PyMethodDef methods[] = {
      "leaves(tree, is_leaf=None, rules=None) -> leaves"},
     {"iter_leaves", (PyCFunction)(void (*)(void))sp_iter_leaves, METH_FASTCALL,
      "iter_leaves(tree, is_leaf=None, rules=None) -> an iterator over the leaves"},
+    {"any_leaf", (PyCFunction)(void (*)(void))sp_any_leaf, METH_FASTCALL,
+     "any_leaf(tree, is_leaf, rules, want) -> whether some leaf's truth is want"},
     {"flatten_with_path", (PyCFunction)(void (*)(void))sp_flatten_with_path, METH_FASTCALL,
      "flatten_with_path(tree, is_leaf=None, rules=None) -> ([(path, leaf), ...], spec)"},
     {"unflatten", (PyCFunction)(void (*)(void))sp_unflatten, METH_FASTCALL,

@@ -131,6 +131,15 @@ def test_generated_trees_with_is_leaf(tree: Any, which: int) -> None:
     check_engines_agree(tree, is_leaf, RULES)
 
 
+@given(trees(), st.integers(0, 4), st.booleans())
+def test_any_leaf(tree: Any, which: int, want: bool) -> None:
+    """tree_any / tree_all's walk: the same answer, or the same error."""
+    is_leaf = [None, lambda x: isinstance(x, tuple), lambda x: x == 0, lambda x: 1 / 0, None][which]
+    a, b = same_outcome("any_leaf", tree, is_leaf, RULES if which < 4 else None, want)
+    if a[0] == "ok":
+        assert a[1] is b[1]
+
+
 @given(trees(), trees())
 def test_flatten_up_to_mismatches(a: Any, b: Any) -> None:
     """Any two trees: both engines accept or reject b against a's spec alike."""

@@ -198,6 +198,126 @@ def test_references_are_dropped() -> None:
     assert ref() is None
 
 
+#: the Truth leaves whose truth was asked, in order
+ASKED: list = []
+
+
+class Truth:
+    """A leaf whose truth runs Python code, noted in ASKED."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def __bool__(self) -> bool:
+        ASKED.append(self)
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"Truth({self.value})"
+
+
+#: leaves whose truth runs no Python code (each plain type) and Truths
+truth_leaves = st.one_of(
+    st.sampled_from([0, 1, -1, 0.0, 2.5, "", "s", b"", b"x", None, True, False, 0j, 1j]),
+    st.booleans().map(Truth),
+)
+
+
+def _expected(leaves: list, want: bool) -> tuple[bool, list]:
+    """Whether some leaf's truth is want, and the Truths asked on the way."""
+    asked = []
+    for x in leaves:
+        if isinstance(x, Truth):
+            asked.append(x)
+        if bool(x.value if isinstance(x, Truth) else x) is want:
+            return True, asked
+    return False, asked
+
+
+@SETTINGS
+@given(trees(truth_leaves), st.booleans())
+def test_any_and_all_ask_the_leaves_in_order_and_stop_at_the_first_that_decides(
+    tree: Any, any_: bool
+) -> None:
+    """tree_any / tree_all ask each leaf's truth in leaf order, only up to
+    the first that decides, on every kind of node; the tree is unchanged."""
+    want = any_
+    found, asked = _expected(pk.leaves(tree, rules=RULES), want)
+    before = snapshot(tree)
+    ASKED.clear()
+    got = pk.tree_any(tree, rules=RULES) if any_ else pk.tree_all(tree, rules=RULES)
+    assert got is (found if any_ else not found)
+    assert _same_objects(ASKED, asked)
+    ASKED.clear()
+    assert (any if any_ else all)(pk.tree_iter(tree, rules=RULES)) is got
+    assert _same_objects(ASKED, asked)
+    assert snapshot(tree) == before
+
+
+class Changes:
+    """A leaf whose truth is ``value`` and, when asked, puts ``put`` at the
+    end of ``now`` (a list being read) and of ``later`` (one not reached yet)."""
+
+    def __init__(self, now: list, later: list, value: bool, put: Any) -> None:
+        self.now, self.later, self.value, self.put = now, later, value, put
+
+    def __bool__(self) -> bool:
+        self.now[-1] = self.put
+        self.now.append(self.put)
+        self.later.append(self.put)
+        return self.value
+
+
+def test_any_reads_a_list_as_it_was_when_a_leaf_ran_code() -> None:
+    """As tree_iter: a list being read is read as it was when the walk
+    reached it, also when a leaf's truth changes it; a list not reached yet is
+    read as it is when reached. (The C engine tests plain leaves in place and
+    copies the lists being read only before a leaf's code runs.)"""
+    for any_ in (True, False):
+        fn = pk.tree_any if any_ else pk.tree_all
+        plain = ["", None, 0] if any_ else ["s", 1, 2.5]
+        for make in (
+            lambda now, later: {"a": now, "b": later},
+            lambda now, later, p=plain: [p[0], (now, [later])],
+            lambda now, later, p=plain: ([p[1]], now, None, later),
+        ):
+            for tree_iter in (False, True):
+                now, later = list(plain), list(plain[:1])
+                now.insert(1, Changes(now, later, not any_, any_))
+                tree = make(now, later)
+                # the change to `later` (reached after) decides
+                got = (any if any_ else all)(pk.tree_iter(tree)) if tree_iter else fn(tree)
+                assert got is any_
+                # the change to `now` (being read) is not seen
+                now, elsewhere = list(plain), list(plain[:1])
+                now.insert(1, Changes(now, elsewhere, not any_, any_))
+                got = (any if any_ else all)(pk.tree_iter([now])) if tree_iter else fn([now])
+                assert got is not any_
+
+
+def test_any_and_all_errors_and_references() -> None:
+    class Fails:
+        def __bool__(self) -> bool:
+            raise ZeroDivisionError("no truth here")
+
+    with pytest.raises(ZeroDivisionError, match="no truth here"):
+        pk.tree_any({"a": [0, Fails()], "b": 1})
+    assert pk.tree_any({"a": [0, 1], "b": Fails()}) is True  # decided before
+    assert pk.tree_all([0, Fails()]) is False
+    leaves = [Leaf(i) for i in range(40)]
+    tree = {"a": leaves[:20], "b": (leaves[20:], 0, [Probe()])}
+    counts = [sys.getrefcount(x) for x in leaves]
+    for _ in range(3):
+        assert pk.tree_any(tree) is True
+        assert pk.tree_all(tree) is False
+        assert pk.tree_any([0, (None, "")]) is False
+    assert [sys.getrefcount(x) for x in leaves] == counts
+    with pytest.raises(TypeError, match="rules must be"):
+        pk.tree_any([1], rules=5)
+
+
 @pytest.mark.parametrize("by", ["optree", "torch"])
 @settings(max_examples=100, deadline=None)
 @given(tree=peer_trees(with_deque=True))

@@ -288,6 +288,12 @@ class Api:
     tree_map: Callable[..., Any]
     tree_map_with_path: Callable[..., Any]
     tree_iter: Callable[..., Any]
+    #: (tree, want, is_leaf=, rules=) -> whether some leaf's truth is want
+    any_leaf: Callable[..., Any]
+
+
+def _public_any_leaf(tree: Any, want: bool, **kw: Any) -> bool:
+    return pk.tree_any(tree, **kw) if want else not pk.tree_all(tree, **kw)
 
 
 def public_api() -> Api:
@@ -303,6 +309,7 @@ def public_api() -> Api:
         tree_map=pk.tree_map,
         tree_map_with_path=pk.tree_map_with_path,
         tree_iter=pk.tree_iter,
+        any_leaf=_public_any_leaf,
     )
 
 
@@ -349,6 +356,9 @@ def direct_api(engine: Any) -> Api:
     def tree_iter(tree: Any, *, is_leaf: Any = None, rules: Any = None) -> Any:
         return engine.iter_leaves(tree, is_leaf, check_rules(rules))
 
+    def any_leaf(tree: Any, want: bool, *, is_leaf: Any = None, rules: Any = None) -> bool:
+        return engine.any_leaf(tree, is_leaf, check_rules(rules), want)  # type: ignore[no-any-return]
+
     return Api(
         name=f"direct({engine.NAME})",
         flatten=flatten,
@@ -360,6 +370,7 @@ def direct_api(engine: Any) -> Api:
         tree_map=tree_map,
         tree_map_with_path=tree_map_with_path,
         tree_iter=tree_iter,
+        any_leaf=any_leaf,
     )
 
 
@@ -376,7 +387,7 @@ def op_calls(api: Api, case: Case) -> dict[str, Call]:
     flatten, unflatten, leaves_ = api.flatten, api.unflatten, api.leaves
     with_path, up_to, columns = api.flatten_with_path, api.flatten_up_to, api.columns
     tree_map, tree_map_with_path = api.tree_map, api.tree_map_with_path
-    iter_ = api.tree_iter
+    iter_, any_leaf = api.tree_iter, api.any_leaf
 
     def do_flatten() -> object:
         return flatten(tree, **kw)
@@ -403,10 +414,11 @@ def op_calls(api: Api, case: Case) -> dict[str, Call]:
         return columns(spec, (tree, tree))
 
     def do_tree_iter() -> object:
-        # to the end, and abandoned after the first leaf (its walk still held)
+        # to the end, and abandoned after the first leaf (its walk still held);
+        # tree_any / tree_all's walk, stopped wherever a leaf decides
         it = iter_(tree, **kw)
         next(it, None)
-        return list(iter_(tree, **kw))
+        return list(iter_(tree, **kw)), any_leaf(tree, True, **kw), any_leaf(tree, False, **kw)
 
     calls: dict[str, Call] = {
         "flatten": do_flatten,
@@ -501,7 +513,7 @@ def error_calls(api: Api, base: Optional[Case] = None) -> dict[str, Call]:
     flatten, unflatten, leaves = api.flatten, api.unflatten, api.leaves
     with_path, up_to = api.flatten_with_path, api.flatten_up_to
     tree_map, tree_map_with_path = api.tree_map, api.tree_map_with_path
-    iter_ = api.tree_iter
+    iter_, any_ = api.tree_iter, api.any_leaf
     too_few, too_many = big_leaves[:-1], [*big_leaves, L()]
 
     def e(fn: Call, exc: type[BaseException], match: str) -> Call:
@@ -580,6 +592,11 @@ def error_calls(api: Api, base: Optional[Case] = None) -> dict[str, Call]:
         ),
         "tree_iter/is_leaf_raises": e(
             lambda: list(iter_(big, is_leaf=raising_is_leaf)), RuntimeError, "is_leaf refused"
+        ),
+        # tree_all's walk past every (true) leaf to the error
+        "any_leaf/cycle": e(lambda: any_([1, cyc_list], False), ValueError, "cycle"),
+        "any_leaf/tree_flatten_raises": e(
+            lambda: any_([0, "", Boom()], True), RuntimeError, "boom"
         ),
     }
     return calls
