@@ -167,6 +167,13 @@ def cases(tree: Any) -> dict[str, dict[str, Callable[[], Any]]]:
         )
     ospec = optree.tree_structure(tree) if optree else None
     add("spec.paths()", spec.paths, optree=ospec and ospec.paths)
+    nodes, orders, n_leaves = spec._nodes, spec._orders, spec.num_leaves
+    add(
+        "spec.paths(), first call",
+        # a spec equal to spec on which paths() was never called: the paths are made
+        lambda: pk.TreeSpec._make(nodes, orders, n_leaves).paths(),
+        optree=ospec and ospec.paths,
+    )
     pspec = pk.structure(prefix)
     oprefix = optree.tree_structure(prefix) if optree else None
     add(
@@ -217,24 +224,12 @@ def transpose_cases() -> dict[str, dict[str, Callable[[], Any]]]:
 def bound_cases() -> dict[str, dict[str, Callable[[], Any]]]:
     """What the misses are bounded by, timed beside the peer they miss against:
     work any implementation with pytree_kit's results has to do."""
-    sd, rows = state_dict(), records()
-    keys = list(sd)
+    rows = records()
     out: dict[str, dict[str, Callable[[], Any]]] = {}
-    tp = importlib.import_module("torch.utils._pytree") if _peer("torch") else None
     jax = _peer("jax")
     jtu = jax.tree_util if jax else None
-    # tree_any over a state_dict, leaves in sorted key order: finding the
-    # first leaf takes the smallest of 500 keys (torch reads insertion order)
-    out["tree_any, state_dict: min(keys) alone"] = {
-        "min(keys)": lambda: min(keys),
-        **({"torch tree_any": functools.partial(tp.tree_any, bool, sd)} if tp else {}),
-    }
-    # a lazy walk reads a list when it reaches it: a copy of the 1000 records
-    out["tree_any, 1000 dicts: tuple(records) alone"] = {
-        "tuple(records)": lambda: tuple(rows),
-        **({"torch tree_any": functools.partial(tp.tree_any, bool, rows)} if tp else {}),
-    }
-    # flatten_one_level returns new children and a spec; jax returns the list itself
+    # flatten_one_level returns new children and a spec; jax returns the list itself.
+    # (spec.paths()'s first call is bounded in instructions: paths_bound.py.)
     if jtu is not None and hasattr(jtu, "flatten_one_level"):
         out["flatten_one_level, 1000 dicts: list(records) alone"] = {
             "list(records)": lambda: list(rows),

@@ -96,18 +96,25 @@ def op(tree: str, name: str, n: int) -> None:
     functools.reduce(lambda _, __: call(), range(n), None)
 
 
-def count_instructions(script: str, args: list[str], checkout: Path, out: Path) -> int:
+def count_instructions(
+    script: str,
+    args: list[str],
+    checkout: Path,
+    out: Path,
+    toggles: tuple[str, ...] = ("functools_reduce",),
+) -> int:
     """Runs ``python script args`` under callgrind with the checkout's
     pytree_kit first on the path, the hash seed fixed, counting only inside
-    ``functools.reduce``; the instructions counted. (record_cost.py runs its
-    cases through this too.)"""
+    ``functools.reduce`` (or inside the functions ``toggles`` names); the
+    instructions counted. (record_cost.py and paths_bound.py run their cases
+    through this too.)"""
     env = dict(os.environ, PYTHONPATH=str(checkout), PYTHONHASHSEED="0")
     subprocess.run(
         [
             "valgrind",
             "--tool=callgrind",
             "--collect-atstart=no",
-            "--toggle-collect=functools_reduce",
+            *(f"--toggle-collect={name}" for name in toggles),
             f"--callgrind-out-file={out}",
             sys.executable,
             script,

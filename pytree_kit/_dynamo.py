@@ -41,6 +41,7 @@ _NAMES = (
     "leaves",
     "iter_leaves",
     "any_leaf",
+    "flatten_one_level",
     "flatten_with_path",
     "unflatten",
     "flatten_up_to",

@@ -7,6 +7,7 @@
  *   LeafIter       iter_leaves's iterator: a walk kept between __next__ calls
  *   any_leaf       tree_any / tree_all: a lazy walk that tests each leaf's
  *                  truth as it is found and stops at the first that decides
+ *   flatten_one_level  the root's children and its node over a leaf each
  *   pk_walk        the entry point FastCall calls (_speedups.h)
  * Calls: _classify.c (classify, dict_order), _stack.c, _core.h's Vec.
  */
@@ -636,6 +637,116 @@ sp_any_leaf(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     walk_clear(&w);
     return r < 0 ? NULL : PyBool_FromLong(found);
+}
+
+/* ------------------------------------------------------------------------ */
+/* flatten_one_level: the root alone */
+
+/* flatten_one_level(tree, is_leaf=None, rules=None): (children, spec) of
+ * the root, the spec its node over a leaf per child, or None when the root
+ * is a leaf; as _pure.flatten_one_level, by the walk's own classification of
+ * the root (is_leaf, then the leaf types, then classify) and its dict order. */
+static PyObject *
+sp_flatten_one_level(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "flatten_one_level(tree, is_leaf=None, rules=None) takes 1 to 3 arguments");
+        return NULL;
+    }
+    PyObject *tree = args[0];
+    PyObject *is_leaf = nargs > 1 ? args[1] : Py_None, *rules = nargs > 2 ? args[2] : Py_None;
+    PyObject *result = NULL, *children = NULL, *nodes = NULL, *orders = NULL, *order = NULL;
+    Ctx c;
+    Stack s;
+    Found f;
+    int r, found = 0;
+    stack_init(&s);
+    f.order = NULL;
+    f.order_known = 0;
+    f.direct_n = 0;
+    f.direct_owned = 0;
+    if (ctx_init(&c, is_leaf, rules, WALK_SPEC) < 0) {
+        goto done;
+    }
+    if (c.is_leaf != NULL) {
+        PyObject *v = PyObject_CallOneArg(c.is_leaf, tree);
+        r = v == NULL ? -1 : PyObject_IsTrue(v);
+        Py_XDECREF(v);
+        if (r != 0) {
+            result = r < 0 ? NULL : Py_NewRef(Py_None);
+            goto done;
+        }
+        r = classify(&c, &s, tree, &f);
+    }
+    else {
+        r = known_leaf(&c, Py_TYPE(tree)) ? 0 : classify(&c, &s, tree, &f);
+    }
+    if (r <= 0) {
+        result = r < 0 ? NULL : Py_NewRef(Py_None);
+        goto done;
+    }
+    found = 1; /* f holds its node, children and names */
+    /* the children: a record's or dict's leaves given directly, else f's */
+    Py_ssize_t n;
+    if (f.direct_n) {
+        n = f.direct_n;
+        children = PyList_New(n);
+        for (Py_ssize_t i = 0; children != NULL && i < n; i++) {
+            PyList_SET_ITEM(children, i, Py_NewRef(f.direct[i]));
+        }
+    }
+    else {
+        children = PySequence_List(f.children);
+    }
+    if (children == NULL) {
+        goto done;
+    }
+    n = PyList_GET_SIZE(children);
+    if (f.dict_kind) {
+        order = f.order;
+        f.order = NULL;
+        if (order == NULL) {
+            order = f.order_known ? Py_NewRef(Py_None) : dict_order(f.node, tree, f.names);
+            if (order == NULL) {
+                goto done;
+            }
+        }
+    }
+    if (order != NULL && order != Py_None) {
+        orders = Py_BuildValue("((nO))", (Py_ssize_t)0, order);
+    }
+    else {
+        orders = Py_NewRef(empty_tuple);
+    }
+    if (orders == NULL || (nodes = PyTuple_New(n + 1)) == NULL) {
+        goto done;
+    }
+    PyTuple_SET_ITEM(nodes, 0, Py_NewRef(f.node));
+    for (Py_ssize_t i = 1; i <= n; i++) {
+        PyTuple_SET_ITEM(nodes, i, Py_NewRef(LEAF_NODE));
+    }
+    PyObject *spec = make_spec(nodes, orders, n); /* steals both */
+    nodes = orders = NULL;
+    if (spec != NULL) {
+        result = PyTuple_Pack(2, children, spec);
+        Py_DECREF(spec);
+    }
+done:
+    if (found) {
+        release_direct(&f);
+        Py_XDECREF(f.order);
+        Py_XDECREF(f.node);
+        Py_XDECREF(f.children);
+        Py_XDECREF(f.names);
+    }
+    Py_XDECREF(order);
+    Py_XDECREF(orders);
+    Py_XDECREF(nodes);
+    Py_XDECREF(children);
+    stack_clear(&s);
+    ctx_clear(&c);
+    return result;
 }
 
 /* fname(tree, is_leaf=None, rules=None): walk in the given mode */

@@ -9,7 +9,7 @@ to rebuild dicts as they were; equality and hashing ignore them.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Optional
 
 from ._json import nodes_from_json, nodes_to_json
 from ._keys import DictKey, GetAttrKey, SequenceKey
@@ -60,11 +60,13 @@ class TreeSpec:
         True
     """
 
-    __slots__ = ("_hash", "_nodes", "_num_leaves", "_orders")
+    __slots__ = ("_hash", "_nodes", "_num_leaves", "_orders", "_paths")
     _nodes: tuple
     _orders: tuple
     _num_leaves: int
     _hash: Any
+    #: None, or the list paths() made, kept for the next call (never handed out)
+    _paths: Optional[list]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
@@ -81,6 +83,7 @@ class TreeSpec:
         object.__setattr__(self, "_orders", orders)
         object.__setattr__(self, "_num_leaves", num_leaves)
         object.__setattr__(self, "_hash", None)
+        object.__setattr__(self, "_paths", None)
         return self
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -245,13 +248,24 @@ class TreeSpec:
         """The path of each leaf, in leaf order, from the spec alone: what
         ``flatten_with_path`` pairs with the leaves of a tree of this structure.
 
+        A new list each call. The paths (tuples of immutable keys) are made on
+        the first call and kept with the spec, which is immutable: later calls
+        copy the list (a tuple and its keys per leaf stay alive as long as the
+        spec does, once ``paths()`` has been called).
+
         Examples:
             >>> import pytree_kit as pk
             >>> spec = pk.structure({"b": [0, 0], "a": 0})
             >>> [pk.keystr(p) for p in spec.paths()]
             ["['a']", "['b'][0]", "['b'][1]"]
+            >>> spec.paths() == spec.paths() and spec.paths() is not spec.paths()
+            True
         """
-        return _impl.spec_paths(self._nodes)  # type: ignore[no-any-return]
+        paths = self._paths
+        if paths is None:
+            paths = _impl.spec_paths(self._nodes)
+            object.__setattr__(self, "_paths", paths)
+        return paths.copy()
 
     def children(self) -> list[TreeSpec]:
         """The specs of the root's children, in leaf order.

@@ -58,6 +58,8 @@ static PyMethodDef methods[] = {
      "leaves(tree, is_leaf=None, rules=None) -> leaves"},
     {"iter_leaves", (PyCFunction)(void (*)(void))sp_iter_leaves, METH_FASTCALL,
      "iter_leaves(tree, is_leaf=None, rules=None) -> an iterator over the leaves"},
+    {"flatten_one_level", (PyCFunction)(void (*)(void))sp_flatten_one_level, METH_FASTCALL,
+     "flatten_one_level(tree, is_leaf=None, rules=None) -> (children, spec), or None for a leaf"},
     {"any_leaf", (PyCFunction)(void (*)(void))sp_any_leaf, METH_FASTCALL,
      "any_leaf(tree, is_leaf, rules, want) -> whether some leaf's truth is want"},
     {"flatten_with_path", (PyCFunction)(void (*)(void))sp_flatten_with_path, METH_FASTCALL,
@@ -211,7 +213,8 @@ PyInit__speedups(void)
     if ((off_nodes = slot_offset((PyObject *)TreeSpec_type, "_nodes")) < 0 ||
         (off_orders = slot_offset((PyObject *)TreeSpec_type, "_orders")) < 0 ||
         (off_num_leaves = slot_offset((PyObject *)TreeSpec_type, "_num_leaves")) < 0 ||
-        (off_hash = slot_offset((PyObject *)TreeSpec_type, "_hash")) < 0) {
+        (off_hash = slot_offset((PyObject *)TreeSpec_type, "_hash")) < 0 ||
+        (off_paths = slot_offset((PyObject *)TreeSpec_type, "_paths")) < 0) {
         goto fail;
     }
     if (PyType_Ready(&StackView_Type) < 0 || PyType_Ready(&LeafIter_Type) < 0 || pk_fastcall_add(m) < 0) {

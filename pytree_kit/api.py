@@ -158,8 +158,7 @@ def flatten_one_level(
         >>> spec.unflatten(["x", "y"])
         {'b': 'y', 'a': 'x'}
     """
-    # one node: the pure engine's classification, which both engines follow
-    found = _pure.flatten_one_level(tree, is_leaf, check_rules(rules))
+    found = _impl.flatten_one_level(tree, is_leaf, None if rules is None else check_rules(rules))
     if found is None:
         raise ValueError(
             f"flatten_one_level: the tree is a leaf ({type(tree).__qualname__}): it has no children"

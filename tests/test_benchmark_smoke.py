@@ -253,6 +253,31 @@ def test_record_cost_runs_each_case_it_counts() -> None:
             )
 
 
+def test_paths_bound_runs_each_case_it_counts() -> None:
+    """benchmarks/paths_bound.py's measured process runs every variant on
+    every tree (callgrind is for real runs only), and its report reads."""
+    pytest.importorskip("optree")
+    import pytree_kit as pk
+
+    if pk.ENGINE != "c":
+        pytest.skip("it measures the C engine")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import paths_bound
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    for tree in paths_bound.TREES:
+        for which in paths_bound.WHICH:
+            subprocess.run(
+                [sys.executable, ROOT / "benchmarks" / "paths_bound.py", "--op", which, tree, "2"],
+                cwd=ROOT,
+                check=True,
+                timeout=120,
+            )
+    row = {"tree": "t", "leaves": 4, "optree": 400.0, "first": 800.0, "keys": 500.0, "later": 20.0}
+    assert "| t | 4 | 400 | 800 | 500 | 20 | 0.50 | 0.80 | 20.0 |" in paths_bound.report([row], 2)
+
+
 def test_algebra_benchmark_smoke(tmp_path: Path) -> None:
     """benchmarks/algebra.py --quick times every function beside its peers."""
     _run_quick("algebra.py", tmp_path)
@@ -262,6 +287,7 @@ def test_algebra_benchmark_smoke(tmp_path: Path) -> None:
         "tree_all",
         "tree_transpose",
         "spec.paths()",
+        "spec.paths(), first call",
         "flatten_one_level",
         "assert_same_structure",
         "tree_broadcast_prefix",

@@ -131,6 +131,22 @@ def test_generated_trees_with_is_leaf(tree: Any, which: int) -> None:
     check_engines_agree(tree, is_leaf, RULES)
 
 
+@given(st.one_of(trees(), st.sampled_from([None, 3, "s", (), [], {}])), st.integers(0, 4))
+def test_flatten_one_level(tree: Any, which: int) -> None:
+    """The root's children (the same objects) and equal specs, or the same error."""
+    is_leaf = [None, lambda x: isinstance(x, tuple), lambda x: x == 0, lambda x: 1 / 0, None][which]
+    a, b = same_outcome("flatten_one_level", tree, is_leaf, RULES if which < 4 else None)
+    if a[0] == "ok":
+        if a[1] is None:
+            assert b[1] is None
+            return
+        (c1, s1), (c2, s2) = a[1], b[1]
+        assert type(c1) is type(c2) is list
+        check_leaves_identical(c1, c2)
+        check_specs_equal(s1, s2)
+        assert_same_tree(_speedups.unflatten(s1, c1), _pure.unflatten(s2, c2))
+
+
 @given(trees(), st.integers(0, 4), st.booleans())
 def test_any_leaf(tree: Any, which: int, want: bool) -> None:
     """tree_any / tree_all's walk: the same answer, or the same error."""

@@ -40,9 +40,20 @@ def _node_paths(pairs: list) -> list:
 @given(trees())
 def test_spec_paths_are_the_paths_flatten_with_path_gives(tree: Any) -> None:
     pairs, spec = pk.flatten_with_path(tree, rules=RULES)
-    assert spec.paths() == [p for p, _ in pairs]
+    want = [p for p, _ in pairs]
+    assert spec.paths() == want
     # a spec read back from JSON or pickle names the same paths
     assert pickle.loads(pickle.dumps(spec)).paths() == spec.paths()
+    # kept with the spec after the first call: each call a new list, whatever
+    # was done to the last; the kept paths are not pickled and change no ==
+    first = spec.paths()
+    first.append("not a path")
+    if first[:-1]:
+        first[0] = "nor this"
+    again = spec.paths()
+    assert again == want and again is not spec.paths()
+    copy = pickle.loads(pickle.dumps(spec))
+    assert copy._paths is None and copy == spec and hash(copy) == hash(spec)
 
 
 @SETTINGS

@@ -290,6 +290,8 @@ class Api:
     tree_iter: Callable[..., Any]
     #: (tree, want, is_leaf=, rules=) -> whether some leaf's truth is want
     any_leaf: Callable[..., Any]
+    #: (tree, is_leaf=, rules=) -> (children, spec) of the root
+    one_level: Callable[..., Any]
 
 
 def _public_any_leaf(tree: Any, want: bool, **kw: Any) -> bool:
@@ -310,6 +312,7 @@ def public_api() -> Api:
         tree_map_with_path=pk.tree_map_with_path,
         tree_iter=pk.tree_iter,
         any_leaf=_public_any_leaf,
+        one_level=pk.flatten_one_level,
     )
 
 
@@ -359,6 +362,9 @@ def direct_api(engine: Any) -> Api:
     def any_leaf(tree: Any, want: bool, *, is_leaf: Any = None, rules: Any = None) -> bool:
         return engine.any_leaf(tree, is_leaf, check_rules(rules), want)  # type: ignore[no-any-return]
 
+    def one_level(tree: Any, *, is_leaf: Any = None, rules: Any = None) -> Any:
+        return engine.flatten_one_level(tree, is_leaf, check_rules(rules))
+
     return Api(
         name=f"direct({engine.NAME})",
         flatten=flatten,
@@ -371,6 +377,7 @@ def direct_api(engine: Any) -> Api:
         tree_map_with_path=tree_map_with_path,
         tree_iter=tree_iter,
         any_leaf=any_leaf,
+        one_level=one_level,
     )
 
 
@@ -387,10 +394,10 @@ def op_calls(api: Api, case: Case) -> dict[str, Call]:
     flatten, unflatten, leaves_ = api.flatten, api.unflatten, api.leaves
     with_path, up_to, columns = api.flatten_with_path, api.flatten_up_to, api.columns
     tree_map, tree_map_with_path = api.tree_map, api.tree_map_with_path
-    iter_, any_leaf = api.tree_iter, api.any_leaf
+    iter_, any_leaf, one_level = api.tree_iter, api.any_leaf, api.one_level
 
     def do_flatten() -> object:
-        return flatten(tree, **kw)
+        return flatten(tree, **kw), None if spec.is_leaf() else one_level(tree, **kw)
 
     def do_unflatten() -> object:
         return unflatten(spec, leaves)
