@@ -8,6 +8,8 @@
  *   ctx_init, known_leaf the per-call context: is_leaf, rules, type cache
  *   classify             a value: 0 for a leaf, 1 for a node, with its node,
  *                        children and keys in a Found
+ *   classify_odict,      exact OrderedDicts of str or int keys in their dict's
+ *   odict_items          order, read in one pass (also by flatten_up_to)
  *   classify_*_dict,     dicts: small ones sorted in place (with a memo of
  *   dict_order           recent key orders), large ones read by the order of
  *                        big_orders when their keys are the same objects in the
@@ -1688,6 +1690,84 @@ classify_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
     return 1;
 }
 
+/* An exact OrderedDict's keys and values in its own order, in one pass over
+ * its dict, when every key is an exact str or every key an exact int (their
+ * hash and == run no Python code) and its own order is its dict's insertion
+ * order (as it is unless move_to_end reordered it): checked by iterating it,
+ * which finds each key by its hash. Returns 1 with *keys and *values new
+ * tuples, 0 when it is not such a dict (the pure engine reads it), -1 on
+ * error. Shared by classify and flatten_up_to (_up_to.c). */
+static int
+odict_items(PyObject *obj, PyObject **keys_out, PyObject **values_out)
+{
+    Py_ssize_t n = PyDict_GET_SIZE(obj), pos = 0, i = 0;
+    PyObject *keys = PyTuple_New(n), *values = keys ? PyTuple_New(n) : NULL, *k, *v;
+    if (values == NULL) {
+        Py_XDECREF(keys);
+        return -1;
+    }
+    int str = 1, num = 1;
+    while (i < n && PyDict_Next(obj, &pos, &k, &v)) {
+        str &= PyUnicode_CheckExact(k);
+        num &= PyLong_CheckExact(k);
+        PyTuple_SET_ITEM(keys, i, Py_NewRef(k));
+        PyTuple_SET_ITEM(values, i, Py_NewRef(v));
+        i++;
+    }
+    int same = i == n && (str || num);
+    if (same && n > 0) {
+        PyObject *it = PyObject_GetIter(obj);
+        for (i = 0; it != NULL && same; i++) {
+            PyObject *x = PyIter_Next(it);
+            if (x == NULL) {
+                same = i == n;
+                break;
+            }
+            same = i < n && x == PyTuple_GET_ITEM(keys, i);
+            Py_DECREF(x);
+        }
+        Py_XDECREF(it);
+        if (PyErr_Occurred()) {
+            Py_DECREF(keys);
+            Py_DECREF(values);
+            return -1;
+        }
+    }
+    if (!same) {
+        Py_DECREF(keys);
+        Py_DECREF(values);
+        return 0;
+    }
+    *keys_out = keys;
+    *values_out = values;
+    return 1;
+}
+
+/* An exact OrderedDict, as _pure.classify reads it, where odict_items can:
+ * 1 with f set, 2 for the pure engine, -1 on error. */
+static int
+classify_odict(PyObject *obj, Found *f, int want_node)
+{
+    PyObject *keys, *values;
+    int r = odict_items(obj, &keys, &values);
+    if (r <= 0) {
+        return r < 0 ? -1 : 2;
+    }
+    f->node = NULL;
+    if (want_node &&
+        (f->node = make_node(K_ORDEREDDICT, Py_None, PyTuple_GET_SIZE(keys), keys)) == NULL) {
+        Py_DECREF(keys);
+        Py_DECREF(values);
+        return -1;
+    }
+    f->children = values;
+    f->names = keys;
+    f->keymode = KM_MAP;
+    f->live = 0;
+    f->dict_kind = 0;
+    return 1;
+}
+
 /* Returns 0 for a leaf, 1 for a container (f filled), -1 on error. */
 static int
 classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
@@ -1761,6 +1841,12 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
         f->live = 0;
         f->dict_kind = 0;
         return 1;
+    }
+    if ((PyObject *)t == OrderedDict_t) {
+        int r = classify_odict(obj, f, want_node);
+        if (r != 2) {
+            return r;
+        }
     }
     /* Lists being read are copied (stack_freeze) before anything that could
      * run user code: making a class's plan could, a remembered plan cannot; a

@@ -299,6 +299,18 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
             return r;
         }
         break;
+    case K_ORDEREDDICT:
+        /* OrderedDict(zip(aux, children)), as _pure.build: inserted in order */
+        if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == arity) {
+            PyObject *r = PyODict_New();
+            for (Py_ssize_t i = 0; r != NULL && i < arity; i++) {
+                if (PyODict_SetItem(r, PyTuple_GET_ITEM(aux, i), ch[i]) < 0) {
+                    Py_CLEAR(r);
+                }
+            }
+            return r;
+        }
+        break;
     case K_NAMEDTUPLE:
         if (is_plain_tuple_subtype(t)) {
             PyObject *tup = seq_of(0, ch, arity);

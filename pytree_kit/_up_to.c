@@ -189,6 +189,32 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
             return 1;
         }
         break;
+    case K_ORDEREDDICT:
+        /* the same key objects in the same order, read in one pass; anything
+         * else (equal keys, another order, other keys) the pure engine decides */
+        if ((PyObject *)ot == OrderedDict_t && PyTuple_CheckExact(aux) &&
+            PyTuple_GET_SIZE(aux) == arity && PyDict_GET_SIZE(obj) == arity) {
+            PyObject *keys, *values;
+            int r = odict_items(obj, &keys, &values);
+            if (r < 0) {
+                return -1;
+            }
+            if (r == 1) {
+                Py_ssize_t i = 0;
+                while (i < arity && PyTuple_GET_ITEM(keys, i) == PyTuple_GET_ITEM(aux, i)) {
+                    i++;
+                }
+                Py_DECREF(keys);
+                if (i == arity) {
+                    *children = values;
+                    *names = Py_NewRef(aux);
+                    *keymode = KM_MAP;
+                    return 1;
+                }
+                Py_DECREF(values);
+            }
+        }
+        break;
     case K_NAMEDTUPLE:
         if ((PyObject *)ot == t) {
             if (PyTuple_GET_SIZE(obj) != arity) {

@@ -1758,3 +1758,95 @@ def test_keystr_in_c_errors_match() -> None:
     for path in ([Bad()], [pk.DictKey(Raises())], 5, [pk.SequenceKey(10**5000)]):
         a, _ = same_outcome("keystr", path)
         assert a[0] == "raise"
+
+
+def _odicts() -> list:
+    """OrderedDicts the C engine reads itself (keys all exact str or all exact
+    int, in their dict's order) and ones it leaves to the pure engine."""
+    big = OrderedDict((f"layer{i // 2}.{('weight', 'bias')[i % 2]}", Leaf(i)) for i in range(300))
+    moved = OrderedDict((k, Leaf(i)) for i, k in enumerate("zyxw"))
+    moved.move_to_end("z")  # its own order is no longer its dict's
+    moved_first = OrderedDict((k, i) for i, k in enumerate("abc"))
+    moved_first.move_to_end("c", last=False)
+    readded = OrderedDict((k, i) for i, k in enumerate("abc"))
+    del readded["a"]
+    readded["a"] = "again"  # at the end of both orders
+    popped = OrderedDict((i, str(i)) for i in range(40, 0, -1))
+    popped.popitem(last=False)
+    return [
+        OrderedDict(),
+        OrderedDict(b=1, a=[2, (3,)]),
+        OrderedDict((i, Leaf(i)) for i in (5, -1, 2**70, 0)),
+        big,
+        moved,
+        moved_first,
+        readded,
+        popped,
+        OrderedDict([("s", 1), (2, "int"), (None, 3)]),  # mixed keys
+        OrderedDict([(_Str("sub"), 1), ("plain", 2)]),  # a str subclass
+        OrderedDict([(True, 1), (2, 2)]),  # bool is not an exact int
+        {"outer": [OrderedDict(a=OrderedDict(b=1)), (big,)]},
+    ]
+
+
+def test_ordered_dicts() -> None:
+    """Exact OrderedDicts, read in C where their keys and order allow, else by
+    the pure engine: the same leaves, specs, paths, rebuilt dicts (items,
+    order, size in memory) and flatten_up_to results on both engines; a
+    reordered or re-keyed OrderedDict against a spec is judged alike."""
+    for tree in _odicts():
+        leaves = [x for x in _pure.leaves(tree, None, None) if type(x) is Leaf]
+        counts = [sys.getrefcount(x) for x in leaves]
+        check_engines_agree(tree)
+        spec = _speedups.flatten(tree, None, None)[1]
+        all_leaves = _pure.leaves(tree, None, None)
+        _same_dicts(_pure.unflatten(spec, all_leaves), _speedups.unflatten(spec, all_leaves))
+        del all_leaves
+        assert [sys.getrefcount(x) for x in leaves] == counts
+    for od in _odicts()[1:8]:
+        spec = _speedups.flatten(od, None, None)[1]
+        keys = list(od)
+        others = [
+            OrderedDict((k, od[k]) for k in reversed(keys)),  # another order
+            OrderedDict(("".join(k) if isinstance(k, str) else k, od[k]) for k in keys),  # equal
+            dict(od),  # not an OrderedDict
+            OrderedDict((k, od[k]) for k in keys[1:]),  # a key fewer
+        ]
+        moved = OrderedDict(od)
+        if keys:
+            moved.move_to_end(keys[0])
+        for other in [*others, moved]:
+            x, y = same_outcome("flatten_up_to", spec, other)
+            if x[0] == "ok":
+                check_leaves_identical(x[1], y[1])
+
+
+def test_ordered_dict_reads_run_no_python_code() -> None:
+    """Keys whose hash or == is Python code leave the OrderedDict to the pure
+    engine, which meets them in its own order (the same answers either way)."""
+    calls: list = []
+
+    class Key:
+        def __init__(self, k: str) -> None:
+            self.k = k
+
+        def __hash__(self) -> int:
+            calls.append("hash")
+            return hash(self.k)
+
+        def __eq__(self, other: object) -> bool:
+            calls.append("eq")
+            return isinstance(other, Key) and other.k == self.k
+
+        def __lt__(self, other: Key) -> bool:
+            return self.k < other.k
+
+    od = OrderedDict((Key(k), i) for i, k in enumerate("bca"))
+    a, b = same_outcome("flatten", od, None, None)
+    assert a[0] == "ok" and a[1][0] == b[1][0] == [0, 1, 2]
+    calls.clear()
+    _pure.flatten(od, None, None)
+    pure_calls = list(calls)
+    calls.clear()
+    _speedups.flatten(od, None, None)
+    assert calls == pure_calls
