@@ -30,6 +30,7 @@ from compare import measure_many  # the same timing: warm-up, calibration, inter
 from compare import tree_chain as chain  # tree (d)
 
 import pytree_kit as pk
+from pytree_kit._engine import impl as engine_impl
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -167,11 +168,11 @@ def cases(tree: Any) -> dict[str, dict[str, Callable[[], Any]]]:
         )
     ospec = optree.tree_structure(tree) if optree else None
     add("spec.paths()", spec.paths, optree=ospec and ospec.paths)
-    nodes, orders, n_leaves = spec._nodes, spec._orders, spec.num_leaves
     add(
         "spec.paths(), first call",
-        # a spec equal to spec on which paths() was never called: the paths are made
-        lambda: pk.TreeSpec._make(nodes, orders, n_leaves).paths(),
+        # what paths() runs on a spec it has not been called on: the engine
+        # makes the paths (spec._make's own Python cost left out)
+        p(engine_impl.spec_paths, spec._nodes),
         optree=ospec and ospec.paths,
     )
     pspec = pk.structure(prefix)

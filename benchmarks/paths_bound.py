@@ -9,7 +9,8 @@ and call), and the caller frees them with the paths; later calls copy the
 list the spec keeps. This script counts, with callgrind, per leaf:
 
 - optree's ``TreeSpec.paths()``, whole;
-- pytree_kit's first call (a spec on which ``paths()`` was never called);
+- pytree_kit's first call (what ``paths()`` runs on a spec on which it was
+  never called: the engine's ``spec_paths``);
 - of that, making and freeing the key objects alone (``pk_key`` and
   ``subtype_dealloc``, counted by themselves in a run of n calls less one of
   none);
@@ -42,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from instructions import ROOT, count_instructions
 
 RESULTS = Path(__file__).resolve().parent / "results"
-TREES = ("sd", "cfg", "rec")
+TREES = ("sd", "cfg", "rec", "chain")
 WHICH = ("optree", "first", "later")
 KEYS = ("pk_key", "subtype_dealloc")
 
@@ -62,10 +63,10 @@ def op(which: str, tree: str, n: int) -> None:
 
         call = optree.tree_structure(t, none_is_leaf=False).paths
     elif which == "first":
-        nodes, orders, n_leaves = spec._nodes, spec._orders, spec.num_leaves
+        # what paths() runs on a spec it has not been called on
+        from pytree_kit._engine import impl
 
-        def call() -> Any:
-            return pk.TreeSpec._make(nodes, orders, n_leaves).paths()
+        call = functools.partial(impl.spec_paths, spec._nodes)
     else:
         call = spec.paths
     call()
