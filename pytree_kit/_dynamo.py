@@ -49,6 +49,7 @@ _NAMES = (
     "spec_compose",
     "spec_is_prefix",
     "spec_paths",
+    "path_get",
 )
 _lock = threading.Lock()
 _registered = False

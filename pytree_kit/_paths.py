@@ -252,27 +252,10 @@ def tree_get(tree: Any, path: PathLike, *, is_leaf: IsLeaf = None, rules: Any = 
     node = tree
     done = 0
     if type(path) is tuple and is_leaf is None and not rules:
-        # builtin dicts, lists and tuples, read directly: what _step gives
-        for key in path:
-            t = type(node)
-            if t is dict:
-                if type(key) is not DictKey:
-                    break
-                try:
-                    node = node[key.key]
-                except (KeyError, TypeError):
-                    break
-            elif t is list or t is tuple:
-                if type(key) is not SequenceKey:
-                    break
-                i = key.idx
-                if type(i) is not int or not 0 <= i < len(node):
-                    break
-                node = node[i]
-            else:
-                break
-            done += 1
-        else:
+        # builtin dicts, lists and tuples, read directly by the engine: what
+        # _step gives, up to the first node that is none of them
+        node, done = _impl.path_get(tree, path)
+        if done == len(path):
             return node
     keys = _as_path(path)
     rules = check_rules(rules)

@@ -1021,3 +1021,33 @@ def keystr(path: Any) -> str:
 def spec_paths(nodes: tuple) -> list:
     """The path of each leaf of a spec's nodes, as ``flatten_with_path`` names them."""
     return [tuple(keys) for node, keys in node_paths(nodes) if node[0] == LEAF]
+
+
+def path_get(tree: Any, path: tuple) -> tuple:
+    """``tree_get``'s reading of builtin containers: down ``path`` from
+    ``tree`` while each node is an exact dict read by a DictKey or an exact
+    list or tuple read by a SequenceKey of an int in range; ``(the node
+    reached, how many keys were read)``. A key a dict lacks or cannot hash
+    stops the reading as any other key would."""
+    node = tree
+    done = 0
+    for key in path:
+        t = type(node)
+        if t is dict:
+            if type(key) is not DictKey:
+                break
+            try:
+                node = node[key.key]
+            except (KeyError, TypeError):
+                break
+        elif t is list or t is tuple:
+            if type(key) is not SequenceKey:
+                break
+            i = key.idx
+            if type(i) is not int or not 0 <= i < len(node):
+                break
+            node = node[i]
+        else:
+            break
+        done += 1
+    return node, done

@@ -1,5 +1,5 @@
 /* The spec algebra on node tuples, spec_compose, spec_is_prefix and
- * spec_paths, and keystr. pytree_kit/_pure.py's functions of the same names
+ * spec_paths, tree_get's path_get, and keystr. pytree_kit/_pure.py's functions of the same names
  * are the specification (read them first); these give the same results.
  * TreeSpec's compose, is_prefix (and the order operators) and paths call
  * whichever engine runs; _keys.keystr calls this keystr for its default
@@ -501,6 +501,83 @@ done:
     PyMem_Free(path);
     PyMem_Free(frames);
     return out;
+}
+
+/* ------------------------------------------------------------------------ */
+/* path_get(tree, path) -> (node, done) */
+
+/* tree_get's reading of builtin containers, as _pure.path_get: down path (a
+ * tuple) from tree while each node is an exact dict read by a DictKey or an
+ * exact list or tuple read by a SequenceKey of an int in range; (the node
+ * reached, how many keys were read). A key a dict lacks, or one it cannot
+ * hash (KeyError or TypeError from the lookup), stops the reading as any
+ * other key would; any other error from the lookup (a key's own __eq__ or
+ * __hash__) is raised. */
+PyObject *
+pk_path_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "path_get(tree, path: tuple) takes 2 arguments");
+        return NULL;
+    }
+    PyObject *path = args[1], *node = Py_NewRef(args[0]);
+    PyObject *dict_key = pk_key_class(PK_KEY_DICT), *seq_key_t = pk_key_class(PK_KEY_SEQUENCE);
+    Py_ssize_t done = 0, n = PyTuple_GET_SIZE(path);
+    for (; done < n; done++) {
+        PyObject *key = PyTuple_GET_ITEM(path, done), *next = NULL;
+        PyTypeObject *t = Py_TYPE(node);
+        if (t == &PyDict_Type) {
+            if ((PyObject *)Py_TYPE(key) != dict_key) {
+                break;
+            }
+            PyObject *k = pk_key_value(PK_KEY_DICT, key);
+            if (k == NULL) {
+                Py_DECREF(node);
+                return NULL;
+            }
+            next = PyDict_GetItemWithError(node, k); /* borrowed */
+            Py_DECREF(k);
+            if (next == NULL) {
+                if (PyErr_Occurred()) {
+                    if (!PyErr_ExceptionMatches(PyExc_KeyError) &&
+                        !PyErr_ExceptionMatches(PyExc_TypeError)) {
+                        Py_DECREF(node);
+                        return NULL;
+                    }
+                    PyErr_Clear();
+                }
+                break;
+            }
+            Py_INCREF(next);
+        }
+        else if (t == &PyList_Type || t == &PyTuple_Type) {
+            if ((PyObject *)Py_TYPE(key) != seq_key_t) {
+                break;
+            }
+            PyObject *idx = pk_key_value(PK_KEY_SEQUENCE, key);
+            if (idx == NULL) {
+                Py_DECREF(node);
+                return NULL;
+            }
+            Py_ssize_t i = -1, size = Py_SIZE(node);
+            if (PyLong_CheckExact(idx)) {
+                int overflow;
+                long long v = PyLong_AsLongLongAndOverflow(idx, &overflow);
+                i = overflow || v < 0 || v >= size ? -1 : (Py_ssize_t)v;
+            }
+            Py_DECREF(idx);
+            if (i < 0) {
+                break;
+            }
+            next = Py_NewRef(t == &PyList_Type ? PyList_GET_ITEM(node, i) : PyTuple_GET_ITEM(node, i));
+        }
+        else {
+            break;
+        }
+        Py_SETREF(node, next);
+    }
+    PyObject *r = Py_BuildValue("(Nn)", node, done);
+    return r;
 }
 
 /* ------------------------------------------------------------------------ */

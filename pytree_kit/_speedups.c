@@ -78,6 +78,8 @@ static PyMethodDef methods[] = {
      "spec_is_prefix(mine, theirs) -> whether the nodes mine are a prefix of theirs"},
     {"spec_paths", (PyCFunction)(void (*)(void))pk_spec_paths, METH_FASTCALL,
      "spec_paths(nodes) -> the path of each leaf"},
+    {"path_get", (PyCFunction)(void (*)(void))pk_path_get, METH_FASTCALL,
+     "path_get(tree, path) -> (node, done): tree_get's reading of builtin containers"},
     {"first_reaching", (PyCFunction)(void (*)(void))pk_first_reaching, METH_FASTCALL,
      "first_reaching(leaves, start, target, skip, opaque, registered, limit) -> index or -1"},
     {"packed_sample", (PyCFunction)(void (*)(void))pk_packed_sample, METH_FASTCALL,

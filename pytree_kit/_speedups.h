@@ -54,12 +54,14 @@ enum { PK_KEY_SEQUENCE = 0, PK_KEY_DICT = 1, PK_KEY_ATTR = 2 };
 PK_INTERNAL PyObject *pk_key(int which, PyObject *value);
 /* the class of each (borrowed) */
 PK_INTERNAL PyObject *pk_key_class(int which);
+PK_INTERNAL PyObject *pk_key_value(int which, PyObject *k);
 
 /* spec_compose, spec_is_prefix, spec_paths (_specops.c; the specification is
  * _pure.py's functions of those names) */
 PK_INTERNAL PyObject *pk_spec_compose(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PK_INTERNAL PyObject *pk_spec_is_prefix(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PK_INTERNAL PyObject *pk_spec_paths(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PK_INTERNAL PyObject *pk_path_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 /* keystr(path): "".join(map(str, path)) (_specops.c) */
 PK_INTERNAL PyObject *pk_keystr(PyObject *self, PyObject *path);
 /* reads what _specops.c needs from pytree_kit._spec; -1 with an error set */

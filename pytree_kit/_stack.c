@@ -363,6 +363,20 @@ pk_key_class(int which)
     return key_class[which];
 }
 
+/* What a key of class key_class[which] holds (its idx, key or name): a new
+ * reference, read through the slot's member descriptor, or by getattr where
+ * key_init found none. */
+PyObject *
+pk_key_value(int which, PyObject *k)
+{
+    static const char *const names[3] = {"idx", "key", "name"};
+    PyObject *d = key_slot[which];
+    if (d == NULL) {
+        return PyObject_GetAttrString(k, names[which]);
+    }
+    return Py_TYPE(d)->tp_descr_get(d, k, key_class[which]);
+}
+
 /* Whether pk_key's own way makes, for value, what the class makes. */
 static int
 key_same(int which, const char *slot, PyObject *value)

@@ -7,12 +7,14 @@ is a PNG.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -222,19 +224,25 @@ def test_leaves_bound_smoke(tmp_path: Path) -> None:
     assert not any(line.startswith(f"| {TREE_LABELS[4]}") for line in report.splitlines())
 
 
-def test_record_cost_runs_each_case_it_counts() -> None:
-    """benchmarks/record_cost.py's measured process runs on every tree and op
-    (callgrind, and the baseline checkout, are for real runs only)."""
-    pytest.importorskip("attrs")
+def _c_engine_benchmark(name: str) -> Any:
+    """benchmarks/<name>.py, a script that measures the C engine, imported
+    (skips where the pure engine runs)."""
     import pytree_kit as pk
 
     if pk.ENGINE != "c":
         pytest.skip("it measures the C engine")
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        import record_cost
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_record_cost_runs_each_case_it_counts() -> None:
+    """benchmarks/record_cost.py's measured process runs on every tree and op
+    (callgrind, and the baseline checkout, are for real runs only)."""
+    pytest.importorskip("attrs")
+    record_cost = _c_engine_benchmark("record_cost")
     for tree in record_cost.TREES:
         for op in record_cost.OPS:
             subprocess.run(
@@ -257,15 +265,7 @@ def test_paths_bound_runs_each_case_it_counts() -> None:
     """benchmarks/paths_bound.py's measured process runs every variant on
     every tree (callgrind is for real runs only), and its report reads."""
     pytest.importorskip("optree")
-    import pytree_kit as pk
-
-    if pk.ENGINE != "c":
-        pytest.skip("it measures the C engine")
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import paths_bound
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    paths_bound = _c_engine_benchmark("paths_bound")
     for tree in paths_bound.TREES:
         for which in paths_bound.WHICH:
             subprocess.run(

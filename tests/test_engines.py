@@ -1850,3 +1850,74 @@ def test_ordered_dict_reads_run_no_python_code() -> None:
     calls.clear()
     _speedups.flatten(od, None, None)
     assert calls == pure_calls
+
+
+class _RaisingKey:
+    """A dict key whose == raises (its hash matches "k")."""
+
+    def __hash__(self) -> int:
+        return hash("k")
+
+    def __eq__(self, other: object) -> bool:
+        raise ZeroDivisionError("no equality here")
+
+
+@given(trees(), st.data())
+def test_path_get(tree: Any, data: Any) -> None:
+    """tree_get's reading of builtin containers: the node reached and the
+    keys read, on real paths, their prefixes and paths gone wrong."""
+    DictKey, GetAttrKey, SequenceKey = pk.DictKey, pk.GetAttrKey, pk.SequenceKey
+    pairs, _ = _pure.flatten_with_path(tree, None, RULES)
+    paths = [p for p, _ in pairs] or [()]
+    path = data.draw(st.sampled_from(paths))
+    path = path[: data.draw(st.integers(0, len(path)))]
+    wrong = data.draw(
+        st.sampled_from(
+            [
+                None,
+                DictKey("absent"),
+                DictKey([1]),  # unhashable
+                DictKey(_RaisingKey()),
+                SequenceKey(10**30),
+                SequenceKey(-1),
+                SequenceKey(True),
+                SequenceKey(0),
+                SequenceKey("0"),
+                GetAttrKey("x"),
+                "not a key",
+            ]
+        )
+    )
+    if wrong is not None:
+        path = (*path, wrong)
+    a, b = same_outcome("path_get", tree, path)
+    if a[0] == "ok":
+        assert a[1][0] is b[1][0] and a[1][1] == b[1][1]
+
+
+def test_path_get_raises_what_a_key_raises() -> None:
+    """A key's own == that raises is raised (a missing or unhashable key only
+    stops the reading); the C engine takes a tuple path only."""
+    key = pk.DictKey(_RaisingKey())
+    for tree, path in (({"k": 1}, (key,)), ([{"k": 2}], (pk.SequenceKey(0), key))):
+        a, _ = same_outcome("path_get", tree, path)
+        assert a[0] == "raise" and a[1] is ZeroDivisionError
+    a, _ = same_outcome("path_get", {"j": 1}, (key,))  # no key of that hash: no ==
+    assert a == ("ok", ({"j": 1}, 0))
+    tree = {1: [["a", "b"], ("c", "d")], "s": {}}
+    S, D = pk.SequenceKey, pk.DictKey
+    for path, done in [
+        ((D(1), S(1), S(0)), 3),
+        ((D(True), S(0), S(1)), 3),  # True == 1 as a dict key, as Python has it
+        ((D(1), S(True)), 1),  # a bool is no position
+        ((D(1), S(1.0)), 1),
+        ((D(1), S(2**70)), 1),
+        ((D(1), S(-1)), 1),
+        ((D(1), S(0), pk.GetAttrKey("x")), 2),
+        ((D("s"), D("t")), 1),
+        ((S(0),), 0),
+    ]:
+        a, b = same_outcome("path_get", tree, path)
+        assert a[0] == "ok" and a[1][1] == done and a[1][0] is b[1][0], path
+    with pytest.raises(TypeError, match="path_get"):
+        _speedups.path_get({}, [pk.DictKey("k")])
