@@ -576,7 +576,14 @@ pk_path_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         Py_SETREF(node, next);
     }
-    PyObject *r = Py_BuildValue("(Nn)", node, done);
+    PyObject *count = PyLong_FromSsize_t(done), *r = count ? PyTuple_New(2) : NULL;
+    if (r == NULL) {
+        Py_XDECREF(count);
+        Py_DECREF(node);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(r, 0, node);
+    PyTuple_SET_ITEM(r, 1, count);
     return r;
 }
 
