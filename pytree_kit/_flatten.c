@@ -1,6 +1,8 @@
 /* _flatten.c: flatten, leaves, flatten_with_path and iter_leaves.
  *
  * Part of the engine's one compilation unit (see _core.h).
+ *   walk_classify  a value as the walk sees it (is_leaf, the leaf types,
+ *                  classify), and found_order a dict node's order
  *   walk_run       the one pre-order walk, by mode (WALK_LEAVES,
  *                  WALK_SPEC, WALK_PATHS), eager or lazy
  *   walk           an eager call: the leaves, the spec, the paths
@@ -132,6 +134,54 @@ walk_clear(Walk *w)
     ctx_clear(&w->c);
 }
 
+/* How the walk starts a Found for each value: nothing held yet. */
+static inline void
+found_init(Found *f)
+{
+    f->order = NULL;
+    f->order_known = 0;
+    f->direct_n = 0;
+    f->direct_owned = 0;
+}
+
+/* What the walk makes of a value: is_leaf's answer first when it is given,
+ * then the leaf types, then classify. 0 for a leaf, 1 for a node (f
+ * filled), -1 on error. */
+static PK_ALWAYS_INLINE int
+walk_classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
+{
+    if (c->is_leaf != NULL) {
+        PyObject *v = PyObject_CallOneArg(c->is_leaf, obj);
+        if (v == NULL) {
+            return -1;
+        }
+        int r = PyObject_IsTrue(v);
+        Py_DECREF(v);
+        if (r != 0) {
+            return r < 0 ? -1 : 0;
+        }
+        return classify(c, s, obj, f);
+    }
+    return known_leaf(c, Py_TYPE(obj)) ? 0 : classify(c, s, obj, f);
+}
+
+/* A dict node's insertion order where it differs from its leaf order (a new
+ * reference), or None; f's order is taken. classify found it, or it is read
+ * now, after the lists being read are copied (dict_order can run code). */
+static inline PyObject *
+found_order(Stack *s, Found *f, PyObject *obj)
+{
+    PyObject *order = f->order;
+    f->order = NULL;
+    if (order != NULL) {
+        return order;
+    }
+    if (f->order_known) {
+        return Py_NewRef(Py_None);
+    }
+    return stack_freeze(s) < 0 ? NULL : dict_order(f->node, obj, f->names);
+}
+
 /* How walk_run returns: EAGER, once the tree is done; LAZY_YIELD, as soon
  * as a leaf is ready, with the lists still being read copied for the
  * caller's code (iter_leaves); LAZY_TEST, as soon as one leaf is ready, with
@@ -161,30 +211,9 @@ walk_run(Walk *w, const int lazy)
             w->obj = obj;
             return lazy == LAZY_YIELD && stack_freeze(s) < 0 ? -1 : 1;
         }
-        int r;
         Found f;
-        f.order = NULL;
-        f.order_known = 0;
-        f.direct_n = 0;
-        f.direct_owned = 0;
-        if (c->is_leaf != NULL) {
-            PyObject *v = PyObject_CallOneArg(c->is_leaf, obj);
-            if (v == NULL) {
-                goto error;
-            }
-            r = PyObject_IsTrue(v);
-            Py_DECREF(v);
-            if (r < 0) {
-                goto error;
-            }
-            r = r ? 0 : classify(c, s, obj, &f);
-        }
-        else if (known_leaf(c, Py_TYPE(obj))) {
-            r = 0;
-        }
-        else {
-            r = classify(c, s, obj, &f);
-        }
+        found_init(&f);
+        int r = walk_classify(c, s, obj, &f);
         if (r < 0) {
             goto error;
         }
@@ -204,13 +233,7 @@ walk_run(Walk *w, const int lazy)
         else {
             if (mode != WALK_LEAVES) {
                 if (f.dict_kind) {
-                    PyObject *order = f.order;
-                    f.order = NULL;
-                    if (order == NULL) {
-                        order = f.order_known ? (Py_INCREF(Py_None), Py_None)
-                              : stack_freeze(s) < 0 ? NULL
-                                                     : dict_order(f.node, obj, f.names);
-                    }
+                    PyObject *order = found_order(s, &f, obj);
                     if (order == NULL) {
                         goto found_error;
                     }
@@ -645,7 +668,7 @@ sp_any_leaf(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 /* flatten_one_level(tree, is_leaf=None, rules=None): (children, spec) of
  * the root, the spec its node over a leaf per child, or None when the root
  * is a leaf; as _pure.flatten_one_level, by the walk's own classification of
- * the root (is_leaf, then the leaf types, then classify) and its dict order. */
+ * the root (walk_classify) and its dict order (found_order). */
 static PyObject *
 sp_flatten_one_level(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -662,26 +685,11 @@ sp_flatten_one_level(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Found f;
     int r, found = 0;
     stack_init(&s);
-    f.order = NULL;
-    f.order_known = 0;
-    f.direct_n = 0;
-    f.direct_owned = 0;
+    found_init(&f);
     if (ctx_init(&c, is_leaf, rules, WALK_SPEC) < 0) {
         goto done;
     }
-    if (c.is_leaf != NULL) {
-        PyObject *v = PyObject_CallOneArg(c.is_leaf, tree);
-        r = v == NULL ? -1 : PyObject_IsTrue(v);
-        Py_XDECREF(v);
-        if (r != 0) {
-            result = r < 0 ? NULL : Py_NewRef(Py_None);
-            goto done;
-        }
-        r = classify(&c, &s, tree, &f);
-    }
-    else {
-        r = known_leaf(&c, Py_TYPE(tree)) ? 0 : classify(&c, &s, tree, &f);
-    }
+    r = walk_classify(&c, &s, tree, &f);
     if (r <= 0) {
         result = r < 0 ? NULL : Py_NewRef(Py_None);
         goto done;
@@ -703,15 +711,8 @@ sp_flatten_one_level(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     n = PyList_GET_SIZE(children);
-    if (f.dict_kind) {
-        order = f.order;
-        f.order = NULL;
-        if (order == NULL) {
-            order = f.order_known ? Py_NewRef(Py_None) : dict_order(f.node, tree, f.names);
-            if (order == NULL) {
-                goto done;
-            }
-        }
+    if (f.dict_kind && (order = found_order(&s, &f, tree)) == NULL) {
+        goto done;
     }
     if (order != NULL && order != Py_None) {
         orders = Py_BuildValue("((nO))", (Py_ssize_t)0, order);
