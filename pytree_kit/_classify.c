@@ -188,6 +188,20 @@ fail:
     return *aux == NULL ? -1 : 0;
 }
 
+/* Whether a dataclass's attribute lookup is the generic one: object's own
+ * __getattribute__, or, for a dataclass that is a dict (transformers'
+ * ModelOutput), dict's, which is object's lookup under another name. */
+static int
+generic_lookup(PyTypeObject *t)
+{
+    PyObject *found = _PyType_Lookup(t, s_getattribute); /* borrowed; runs no code */
+    if (found == object_getattribute_fn) {
+        return 1;
+    }
+    return found == dict_getattribute_fn && PyType_IsSubtype(t, &PyDict_Type) &&
+           t->tp_getattro == PyObject_GenericGetAttr;
+}
+
 /* Decide the plan for a type that is none of the exact builtin containers.
  * Mirrors the tail of _pure.classify. */
 static int
@@ -265,13 +279,11 @@ make_plan(TypeEntry *e)
             Py_DECREF(hook);
         }
         if (v != NULL &&
-            (custom || (kind == K_DATACLASS &&
-                        _PyType_Lookup(t, s_getattribute) != object_getattribute_fn))) {
+            (custom || (kind == K_DATACLASS && !generic_lookup(t)))) {
             /* The pure engine decides: it refuses a record whose class
              * customises attribute access (__getattr__, __getattribute__,
              * a __setattr__ neither dataclasses nor attrs wrote), which
-             * cannot be rebuilt faithfully from its fields; and it reads a
-             * dataclass that is a dict (dict's own __getattribute__). */
+             * cannot be rebuilt faithfully from its fields. */
             Py_DECREF(v);
             goto done; /* PLAN_PYTHON */
         }
@@ -303,7 +315,8 @@ done:
  * tag) match is the same class, unchanged. No reference to the class is held.
  * (The fields of a dataclass or attrs class are read from the class when it
  * is first met; Field objects changed in place afterwards are not seen.) */
-#define PLAN_CACHE 256
+#define PLAN_SETS 128
+#define PLAN_WAYS 4
 
 typedef struct {
     PyTypeObject *type; /* not owned; compared, never dereferenced */
@@ -313,7 +326,12 @@ typedef struct {
     PyObject *reads_obj;
 } SavedPlan;
 
-static SavedPlan saved_plans[PLAN_CACHE];
+/* PLAN_WAYS entries per set, so that the classes of one tree that share a
+ * set do not make each other's plans again on every call (with one way, two
+ * of ten classes share one in about one tree of six); a new plan replaces
+ * its set's entries in turn (next_way). */
+static SavedPlan saved_plans[PLAN_SETS][PLAN_WAYS];
+static unsigned char next_way[PLAN_SETS];
 
 
 static unsigned int
@@ -323,10 +341,39 @@ meta_version(PyTypeObject *t)
     return meta == &PyType_Type ? 1 : type_version(meta);
 }
 
+/* the set of t's plan: the top bits of a multiplicative hash of its address */
+static inline size_t
+saved_set(PyTypeObject *t)
+{
+    uint64_t h = ((uint64_t)(uintptr_t)t >> 4) * 0x9E3779B97F4A7C15ULL;
+    return (size_t)(h >> 57) & (PLAN_SETS - 1);
+}
+
+/* The entry that holds t's plan, or NULL. */
 static inline SavedPlan *
+saved_find(PyTypeObject *t)
+{
+    SavedPlan *set = saved_plans[saved_set(t)];
+    for (int way = 0; way < PLAN_WAYS; way++) {
+        if (set[way].type == t) {
+            return &set[way];
+        }
+    }
+    return NULL;
+}
+
+/* The entry to write t's plan into: the one that holds it, or its set's
+ * next in turn. */
+static SavedPlan *
 saved_slot(PyTypeObject *t)
 {
-    return &saved_plans[(ptr_hash(t) >> 20) & (PLAN_CACHE - 1)];
+    SavedPlan *sp = saved_find(t);
+    if (sp == NULL) {
+        size_t set = saved_set(t);
+        sp = &saved_plans[set][next_way[set]];
+        next_way[set] = (unsigned char)((next_way[set] + 1) % PLAN_WAYS);
+    }
+    return sp;
 }
 
 /* What make_plan found before for this class unchanged, if anything: 1 with
@@ -335,9 +382,9 @@ static int
 plan_saved(TypeEntry *e)
 {
     PyTypeObject *t = e->type;
-    SavedPlan *sp = saved_slot(t);
+    SavedPlan *sp = saved_find(t);
     unsigned int tv = type_version(t), mv = meta_version(t);
-    if (tv != 0 && mv != 0 && sp->type == t && sp->tver == tv && sp->mver == mv) {
+    if (sp != NULL && tv != 0 && mv != 0 && sp->tver == tv && sp->mver == mv) {
         e->plan = sp->plan;
         e->version = tv;
         Py_XINCREF(sp->info);
@@ -359,7 +406,6 @@ static int
 plan_made(TypeEntry *e)
 {
     PyTypeObject *t = e->type;
-    SavedPlan *sp = saved_slot(t);
     unsigned int tv, mv;
     plans_made++;
     if (make_plan(e) < 0) {
@@ -369,6 +415,8 @@ plan_made(TypeEntry *e)
     tv = type_version(t);
     mv = meta_version(t);
     if (tv != 0 && mv != 0 && e->version == tv) {
+        /* found after make_plan, which may have run code that made plans */
+        SavedPlan *sp = saved_slot(t);
         PyObject *old = sp->info, *old_reads = sp->reads_obj;
         Py_XINCREF(e->info);
         Py_XINCREF(e->reads_obj);
@@ -896,7 +944,99 @@ fail:
     return -1;
 }
 
-/* _pure._record_fields for the common case: no static field, not a dict.
+/* Drops the values record_read gave: the tuple children holds them, or, when
+ * it is NULL, the n of v (NULL for an unset field). */
+static void
+release_values(PyObject *children, PyObject **v, Py_ssize_t n)
+{
+    if (children != NULL) {
+        Py_DECREF(children);
+        return;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_XDECREF(v[k]);
+    }
+}
+
+/* The dict view of a record that is also a dict (transformers' ModelOutput),
+ * checked as _pure._record_fields checks it: each entry's key an exact str
+ * naming a field (names, values v, every field set) whose value is the
+ * entry's value itself; and, for an OrderedDict, its own order its dict's
+ * insertion order (as it is unless move_to_end reordered it). Returns 1, with
+ * *keys (when keys is not NULL) a new tuple of the entries' keys in that
+ * order; 2 when the pure engine must decide (it raises, or reads the
+ * reordered keys); -1 on error. No Python code runs: the entries are read
+ * from the dict's own table, and an OrderedDict's order by its own iterator,
+ * whose lookups of exact str keys run none. */
+static PK_NO_INLINE int
+record_view(PyObject *obj, PyObject *names, PyObject *const *v, PyObject **keys)
+{
+    Py_ssize_t m = PyDict_GET_SIZE(obj), n = PyTuple_GET_SIZE(names), pos = 0, i = 0;
+    PyObject *k, *x, *ks = NULL;
+    if (keys != NULL && (ks = PyTuple_New(m)) == NULL) {
+        return -1;
+    }
+    while (i < m && PyDict_Next(obj, &pos, &k, &x)) {
+        Py_ssize_t j = 0;
+        if (!PyUnicode_CheckExact(k)) {
+            goto other;
+        }
+        while (j < n && PyTuple_GET_ITEM(names, j) != k) {
+            j++;
+        }
+        if (j == n) { /* an equal str that is not the field's name itself */
+            for (j = 0; j < n; j++) {
+                PyObject *name = PyTuple_GET_ITEM(names, j);
+                if (PyUnicode_CheckExact(name) && PyUnicode_Compare(name, k) == 0) {
+                    break;
+                }
+            }
+        }
+        if (j == n || v[j] != x) {
+            goto other;
+        }
+        if (ks != NULL) {
+            PyTuple_SET_ITEM(ks, i, Py_NewRef(k));
+        }
+        i++;
+    }
+    if (i != m) {
+        goto other;
+    }
+    if (m > 0 && PyObject_TypeCheck(obj, (PyTypeObject *)OrderedDict_t)) {
+        /* OrderedDict.__iter__ itself, whatever the subclass's own */
+        PyObject *it = ((PyTypeObject *)OrderedDict_t)->tp_iter(obj);
+        int same = it != NULL;
+        pos = 0;
+        for (i = 0; same; i++) {
+            PyObject *y = PyIter_Next(it);
+            if (y == NULL) {
+                same = i == m && !PyErr_Occurred();
+                break;
+            }
+            same = i < m && PyDict_Next(obj, &pos, &k, NULL) && y == k;
+            Py_DECREF(y);
+        }
+        Py_XDECREF(it);
+        if (PyErr_Occurred()) {
+            Py_XDECREF(ks);
+            return -1;
+        }
+        if (!same) {
+            goto other;
+        }
+    }
+    if (keys != NULL) {
+        *keys = ks;
+    }
+    return 1;
+other:
+    Py_XDECREF(ks);
+    return 2;
+}
+
+/* _pure._record_fields for the common case: no static field, and, for a
+ * record that is a dict, every field set.
  * Returns 1 with f set, or 2 when the pure engine should do it. With a
  * stack (flatten and leaves), a record whose fields are all leaves by their
  * type gives them as f->direct (strong references, f->direct_owned), with no
@@ -904,12 +1044,13 @@ fail:
 static int
 record_fields(Ctx *c, Stack *s, PyObject *obj, TypeEntry *e, int kind, Found *f, int want_node)
 {
-    if (e->info == NULL || e->reads == NULL || PyDict_Check(obj)) {
+    if (e->info == NULL || e->reads == NULL) {
         return 2;
     }
     PyObject *full = e->info; /* (names, (), (), None) */
     PyObject *names = PyTuple_GET_ITEM(full, 0);
     Py_ssize_t n = PyTuple_GET_SIZE(names), absent = 0;
+    int view = PyDict_Check(obj);
     /* the values: in f->direct when they fit, else in a tuple */
     PyObject *children = NULL, **v = f->direct;
     if (s == NULL || n > (Py_ssize_t)(sizeof(f->direct) / sizeof(f->direct[0]))) {
@@ -927,7 +1068,22 @@ record_fields(Ctx *c, Stack *s, PyObject *obj, TypeEntry *e, int kind, Found *f,
     f->keymode = KM_ATTR;
     f->live = 0;
     f->dict_kind = 0;
-    if (absent == 0 && want_node) {
+    if (view) {
+        PyObject *keys = NULL;
+        int r = absent ? 2 : record_view(obj, names, v, want_node ? &keys : NULL);
+        if (r == 1 && want_node) {
+            PyObject *aux = PyTuple_Pack(4, names, empty_tuple, empty_tuple, keys);
+            Py_DECREF(keys);
+            f->node = aux ? make_node(kind, (PyObject *)e->type, n, aux) : NULL;
+            Py_XDECREF(aux);
+            r = f->node ? 1 : -1;
+        }
+        if (r != 1) {
+            release_values(children, v, n);
+            return r;
+        }
+    }
+    else if (absent == 0 && want_node) {
         if (e->node == NULL) {
             e->node = make_node(kind, (PyObject *)e->type, n, full);
         }
@@ -1013,14 +1169,7 @@ fail_absent:
     return -1;
 fail:
     Py_CLEAR(f->node);
-    if (children != NULL) {
-        Py_DECREF(children);
-    }
-    else {
-        for (Py_ssize_t k = 0; k < n; k++) {
-            Py_XDECREF(v[k]);
-        }
-    }
+    release_values(children, v, n);
     return -1;
 }
 

@@ -24,6 +24,18 @@ sp_plans_made(PyObject *self, PyObject *unused)
     return PyLong_FromSsize_t(plans_made);
 }
 
+/* _plan_set(cls): the set of the remembered plans that cls's plan goes in,
+ * and how many ways a set has (for tests) */
+static PyObject *
+sp_plan_set(PyObject *self, PyObject *cls)
+{
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "_plan_set() takes a class");
+        return NULL;
+    }
+    return Py_BuildValue("(nn)", (Py_ssize_t)saved_set((PyTypeObject *)cls), (Py_ssize_t)PLAN_WAYS);
+}
+
 /* _field_codes(cls, names): the read codes for names of instances of cls
  * (0: getattr, > 0: a slot's offset, < 0: a shared-keys index), for tests. */
 static PyObject *
@@ -90,6 +102,8 @@ static PyMethodDef methods[] = {
      "leaf_codes(leaves) -> each leaf's packing code, or None"},
     {"_field_codes", (PyCFunction)(void (*)(void))sp_field_codes, METH_FASTCALL,
      "_field_codes(cls, names) -> how each field is read (for tests)"},
+    {"_plan_set", sp_plan_set, METH_O,
+     "_plan_set(cls) -> (the set of remembered plans cls's goes in, ways per set) (for tests)"},
     {"_plans_made", sp_plans_made, METH_NOARGS,
      "_plans_made() -> how many times a class's plan was worked out (for tests)"},
     {NULL, NULL, 0, NULL},
@@ -124,27 +138,28 @@ slot_offset(PyObject *cls, const char *name)
     return off;
 }
 
-/* object.__dict__[name]: a new reference, or NULL with an error set. */
+/* t.__dict__[name] for a static builtin type t: a new reference, or NULL
+ * with an error set. */
 static PyObject *
-object_own(PyObject *name)
+builtin_own(PyTypeObject *t, PyObject *name)
 {
     /* From 3.12 on, a static builtin type's tp_dict is NULL: its dict is
      * kept per interpreter, and PyType_GetDict gives it. */
 #if PY_VERSION_HEX >= 0x030C0000
-    PyObject *dict = PyType_GetDict(&PyBaseObject_Type);
+    PyObject *dict = PyType_GetDict(t);
 #else
-    PyObject *dict = Py_XNewRef(PyBaseObject_Type.tp_dict);
+    PyObject *dict = Py_XNewRef(t->tp_dict);
 #endif
     if (dict == NULL) {
         if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_RuntimeError, "object has no __dict__");
+            PyErr_Format(PyExc_RuntimeError, "%s has no __dict__", t->tp_name);
         }
         return NULL;
     }
     PyObject *v = PyDict_GetItemWithError(dict, name);
     Py_DECREF(dict);
     if (v == NULL && !PyErr_Occurred()) {
-        PyErr_Format(PyExc_RuntimeError, "object has no %U", name);
+        PyErr_Format(PyExc_RuntimeError, "%s has no %U", t->tp_name, name);
     }
     Py_XINCREF(v);
     return v;
@@ -239,8 +254,9 @@ PyInit__speedups(void)
     INTERN(s_static, "static");
     INTERN(s_new, "__new__");
     INTERN(s_getattribute, "__getattribute__");
-    if ((object_new_fn = object_own(s_new)) == NULL ||
-        (object_getattribute_fn = object_own(s_getattribute)) == NULL) {
+    if ((object_new_fn = builtin_own(&PyBaseObject_Type, s_new)) == NULL ||
+        (object_getattribute_fn = builtin_own(&PyBaseObject_Type, s_getattribute)) == NULL ||
+        (dict_getattribute_fn = builtin_own(&PyDict_Type, s_getattribute)) == NULL) {
         goto fail;
     }
     INTERN(s_len, "__len__");

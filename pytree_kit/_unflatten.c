@@ -70,6 +70,50 @@ generic_setattr_ok(PyObject *t)
 }
 
 
+/* The most entries a record's dict view rebuilt here may have */
+#define VIEW_MAX 32
+
+/* For a record's node aux (names, statics, absent, dict_keys) of arity
+ * children: how many entries its dict view has (0 when dict_keys is None),
+ * with at[i] the child whose value key i takes; or -1 when _pure._set_fields
+ * must rebuild it: more than VIEW_MAX keys, static fields, a class that is no
+ * dict, or a key that is not an exact str naming one of the children's fields
+ * (its lookup could run code, or raises there). No code runs. */
+static Py_ssize_t
+view_places(PyObject *t, PyObject *aux, Py_ssize_t arity, Py_ssize_t *at)
+{
+    PyObject *keys = PyTuple_GET_ITEM(aux, 3), *names = PyTuple_GET_ITEM(aux, 0);
+    if (keys == Py_None) {
+        return 0;
+    }
+    Py_ssize_t m, n = PyTuple_GET_SIZE(names) < arity ? PyTuple_GET_SIZE(names) : arity;
+    if (!PyTuple_CheckExact(keys) || (m = PyTuple_GET_SIZE(keys)) > VIEW_MAX ||
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(aux, 1)) != 0 ||
+        !PyType_IsSubtype((PyTypeObject *)t, &PyDict_Type)) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *k = PyTuple_GET_ITEM(keys, i);
+        Py_ssize_t j = n - 1;
+        if (!PyUnicode_CheckExact(k)) {
+            return -1;
+        }
+        /* the last field of that name, as dict(zip(names, children)) keeps */
+        for (Py_hash_t h = PyObject_Hash(k); j >= 0; j--) {
+            PyObject *name = PyTuple_GET_ITEM(names, j);
+            if (name == k || (PyUnicode_CheckExact(name) && PyObject_Hash(name) == h &&
+                              PyUnicode_Compare(name, k) == 0)) {
+                break;
+            }
+        }
+        if (j < 0) {
+            return -1;
+        }
+        at[i] = j;
+    }
+    return m;
+}
+
 /* dict(zip(keys, vals[0], vals[step], ...)) inserted in key order, from a
  * template when these keys were met before in this call: a new reference, the
  * references in vals now the dict's; or NULL on error, vals untouched. */
@@ -328,10 +372,12 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
         }
         break;
     case K_DATACLASS:
-    case K_ATTRS:
+    case K_ATTRS: {
+        Py_ssize_t at[VIEW_MAX], m = 0;
         if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == 4 &&
-            PyTuple_GET_ITEM(aux, 3) == Py_None && PyTuple_CheckExact(PyTuple_GET_ITEM(aux, 0)) &&
-            PyTuple_CheckExact(PyTuple_GET_ITEM(aux, 1)) && generic_setattr_ok(t)) {
+            PyTuple_CheckExact(PyTuple_GET_ITEM(aux, 0)) &&
+            PyTuple_CheckExact(PyTuple_GET_ITEM(aux, 1)) && generic_setattr_ok(t) &&
+            (m = view_places(t, aux, arity, at)) >= 0) {
             PyObject *names = PyTuple_GET_ITEM(aux, 0);
             PyObject *statics = PyTuple_GET_ITEM(aux, 1);
             PyObject *obj = new_instance(t);
@@ -361,9 +407,21 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
                     return NULL;
                 }
             }
+            /* the dict view: each key given its field's value, through the
+             * base class's own __setitem__ (OrderedDict's or dict's) */
+            int od = m > 0 && PyObject_TypeCheck(obj, (PyTypeObject *)OrderedDict_t);
+            for (Py_ssize_t i = 0; i < m; i++) {
+                PyObject *k = PyTuple_GET_ITEM(PyTuple_GET_ITEM(aux, 3), i);
+                if ((od ? PyODict_SetItem(obj, k, ch[at[i]]) : PyDict_SetItem(obj, k, ch[at[i]])) <
+                    0) {
+                    Py_DECREF(obj);
+                    return NULL;
+                }
+            }
             return obj;
         }
         break;
+    }
     case K_CUSTOM:
         /* (aux, None) or optree's (aux, None, entries): children as a tuple */
         if (PyTuple_CheckExact(aux) &&

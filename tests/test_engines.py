@@ -28,7 +28,7 @@ from pytree_kit import _pure
 from pytree_kit._kinds import LEAF_NODE
 
 from . import hostile
-from .trees import ALLOW, RULES, Leaf, Node, Opaque, assert_same_tree, trees
+from .trees import ALLOW, RULES, Leaf, ModelOutput, Node, Opaque, assert_same_tree, trees
 
 try:
     from pytree_kit import _speedups
@@ -1921,3 +1921,196 @@ def test_path_get_raises_what_a_key_raises() -> None:
         assert a[0] == "ok" and a[1][1] == done and a[1][0] is b[1][0], path
     with pytest.raises(TypeError, match="path_get"):
         _speedups.path_get({}, [pk.DictKey("k")])
+
+
+@dataclasses.dataclass
+class _DictOut(dict):
+    """A dataclass that is a plain dict, kept in step as ModelOutput is; its
+    first field has no default, so deleting it leaves it unset."""
+
+    first: Any
+    second: Any = None
+    third: Any = None
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) is not None:
+                self[f.name] = getattr(self, f.name)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        super().__setattr__(key, value)
+
+
+class _OwnKeys(ModelOutput):
+    """Its own keys and iteration, in reverse: neither engine reads the dict
+    view through them."""
+
+    def keys(self) -> Any:
+        return list(reversed(OrderedDict.keys(self)))
+
+    def __iter__(self) -> Any:
+        return iter(self.keys())
+
+
+_EDITS = [
+    "set a field's entry to its value",
+    "set a field's entry to another value",
+    "delete an entry",
+    "move the first entry to the end",
+    "add an entry that is no field",
+    "add an int key",
+    "add a field's name as a str subclass",
+    "add a field's name as an equal str",
+    "delete a field",
+    "keep state outside the fields",
+]
+
+
+def _edited(cls: type, values: list, edits: list) -> Any:
+    out = cls.__new__(cls)
+    base = OrderedDict if issubclass(cls, OrderedDict) else dict
+    for f, v in zip(dataclasses.fields(cls), values):
+        object.__setattr__(out, f.name, v)
+        if v is not None:
+            base.__setitem__(out, f.name, v)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for edit, i in edits:
+        name = names[i % len(names)]
+        keys = list(base.keys(out))
+        if edit == 0 and hasattr(out, name):
+            base.__setitem__(out, name, getattr(out, name))
+        elif edit == 1:
+            base.__setitem__(out, name, Leaf(100 + i))
+        elif edit == 2 and keys:
+            base.__delitem__(out, keys[i % len(keys)])
+        elif edit == 3 and keys and base is OrderedDict:
+            OrderedDict.move_to_end(out, keys[0])
+        elif edit == 4:
+            base.__setitem__(out, "extra", Leaf(7))
+        elif edit == 5:
+            base.__setitem__(out, i, Leaf(8))
+        elif edit in (6, 7) and name in keys and hasattr(out, name):
+            value = base.__getitem__(out, name)
+            base.__delitem__(out, name)
+            key = _Str(name) if edit == 6 else "".join(list(name))
+            base.__setitem__(out, key, value)
+        elif edit == 8 and name in vars(out):
+            object.__delattr__(out, name)
+        elif edit == 9:
+            object.__setattr__(out, "outside", 1)
+    return out
+
+
+@settings(max_examples=300)
+@given(
+    st.sampled_from([ModelOutput, _DictOut, _OwnKeys]),
+    st.lists(st.sampled_from(["leaf", "none", "tuple"]), min_size=3, max_size=3),
+    st.lists(st.tuples(st.integers(0, len(_EDITS) - 1), st.integers(0, 5)), max_size=3),
+    st.lists(st.tuples(st.integers(0, len(_EDITS) - 1), st.integers(0, 5)), max_size=2),
+)
+def test_records_that_are_dicts(cls: type, shapes: list, edits: list, other_edits: list) -> None:
+    """Dataclasses that are dicts (transformers' ModelOutput, read in C): the
+    same leaves, specs and errors on both engines whatever the dict view holds
+    (entries that are and are not the fields' values, keys that are no
+    field's, equal and subclassed names, an OrderedDict reordered, a field
+    unset, state outside the fields); and flatten_up_to of one against the
+    other's spec judged alike."""
+    made = {"leaf": lambda i: Leaf(i), "none": lambda i: None, "tuple": lambda i: (Leaf(i), None)}
+    values = [made[s](i) for i, s in enumerate(shapes)]
+    out = _edited(cls, values, edits)
+    for tree in (out, [out, {"k": out}]):
+        check_engines_agree(tree)
+    a, _ = same_outcome("flatten", out, None, None)
+    if a[0] == "ok":
+        leaves, spec = a[1]
+        _same_view(_pure.unflatten(spec, leaves), _speedups.unflatten(spec, leaves))
+    other = _edited(cls, values, other_edits)
+    a, _ = same_outcome("flatten", other, None, None)
+    if a[0] == "ok":
+        x, y = same_outcome("flatten_up_to", a[1][1], out)
+        if x[0] == "ok":
+            check_leaves_identical(x[1], y[1])
+
+
+def test_records_that_are_dicts_are_read_in_c() -> None:
+    """A ModelOutput is read without Python code: no call into the pure
+    engine (nor into the class's own __setattr__ or keys)."""
+    out = _OwnKeys(logits=Leaf(1), hidden=(Leaf(2),))
+    calls: list = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    _speedups.flatten(out, None, None)  # the class's plan is made
+    sys.setprofile(profile)
+    try:
+        leaves, spec = _speedups.flatten([out, out], None, None)
+        _speedups.leaves(out, None, None)
+        _speedups.flatten_up_to(spec, [out, out])
+    finally:
+        sys.setprofile(None)
+    assert calls == []
+    assert leaves == [out.logits, out.hidden[0]] * 2
+
+
+def _same_view(a: Any, b: Any) -> None:
+    """Records that are dicts a and b: the same entries, in the same order
+    (read through the base class), and the same attributes; each entry the
+    attribute of its name itself in both, or in neither."""
+    assert type(a) is type(b)
+    base = OrderedDict if isinstance(a, OrderedDict) else dict
+    ka, kb = list(base.keys(a)), list(base.keys(b))
+    assert ka == kb and [type(k) for k in ka] == [type(k) for k in kb]
+    assert list(vars(a)) == list(vars(b))
+    for k in vars(a):
+        assert_same_tree(vars(a)[k], vars(b)[k])
+    for k in ka:
+        va, vb = base.__getitem__(a, k), base.__getitem__(b, k)
+        assert_same_tree(va, vb)
+        assert (va is vars(a).get(k)) == (vb is vars(b).get(k))
+
+
+def test_records_that_are_dicts_rebuilt_from_edited_specs() -> None:
+    """unflatten of a dict record's node as no flatten makes it (hand-made or
+    edited: keys that are no field's, equal but not identical names,
+    repeated names, keys that are not str, static fields beside the view)
+    gives what the pure engine gives, or the same error."""
+    out = _DictOut(Leaf(1), Leaf(2), None)
+    leaves, spec = _pure.flatten(out, None, None)
+    (kind, t, arity, (names, static, absent, keys)), *rest = spec._nodes
+    equal = "".join(["fir", "st"])  # "first", not the same object
+    for aux in [
+        (names, static, absent, ("second", "first")),
+        (names, static, absent, (equal, "second")),
+        (names, static, absent, ("first", "nope")),
+        (names, static, absent, (1, "first")),
+        (names, static, absent, (_Str("first"),)),
+        (names, static, absent, ()),
+        (("first", "first", "third"), static, absent, ("first",)),
+        (("first", equal, "third"), static, absent, ("first",)),
+        (names, (("fourth", 5),), absent, ("first",)),
+        (names, (("first", 5),), absent, ("first",)),  # the static value is the entry's
+        (names, static, absent, ["first"]),
+        (names, static, absent, tuple(f"k{i}" for i in range(40))),
+    ]:
+        edited = pk.TreeSpec._make(((kind, t, arity, aux), *rest), spec._orders, spec.num_leaves)
+        x, y = same_outcome("unflatten", edited, leaves)
+        if x[0] == "ok":
+            _same_view(x[1], y[1])
+
+
+def test_record_that_is_a_dict_against_a_spec_without_its_view() -> None:
+    """A spec whose node for a dict record has no dict keys (as no flatten
+    makes; a hand-made or edited one) does not match it, on either engine."""
+    out = ModelOutput(logits=Leaf(1), loss=Leaf(2), hidden=Leaf(3))  # only leaves below
+    spec = _pure.flatten([out], None, None)[1]
+    nodes = list(spec._nodes)
+    i = next(i for i, n in enumerate(nodes) if n[1] is ModelOutput)
+    kind, t, arity, aux = nodes[i]
+    nodes[i] = (kind, t, arity, (*aux[:3], None))
+    edited = pk.TreeSpec._make(tuple(nodes), spec._orders, spec.num_leaves)
+    a, _ = same_outcome("flatten_up_to", edited, [out])
+    assert a[0] == "raise"
+

@@ -184,3 +184,34 @@ def test_the_c_kinds_are_those_of_kinds_py() -> None:
     assert in_c.pop("COUNT") == len(_kinds.KIND_NAMES)
     in_py = {name.upper(): getattr(_kinds, name.upper()) for name in _kinds.KIND_NAMES}
     assert in_c == in_py
+
+
+@needs_c
+def test_classes_that_share_a_set_of_remembered_plans_keep_theirs() -> None:
+    """Classes whose plans go in one set of the engine's memory (up to its
+    ways) are not read again when a tree of all of them is met again; one
+    more class than the set holds makes one of them be read again."""
+    from pytree_kit import _speedups
+
+    if not expected_fast_paths()["type_version_tags"]:
+        pytest.skip("no version tags: every class is read each time")
+    by_set: dict = {}
+    kept = []  # every class made stays alive, so no address is reused
+    while True:
+        cls = dataclasses.make_dataclass(f"C{len(kept)}", ["a"])
+        kept.append(cls)
+        where, ways = _speedups._plan_set(cls)
+        group = by_set.setdefault(where, [])
+        group.append(cls)
+        if len(group) == ways + 1:
+            break
+    tree = [cls(i) for i, cls in enumerate(group[:ways])]
+    pk.leaves(tree)
+    before = _speedups._plans_made()
+    assert pk.leaves(tree) == list(range(ways))
+    assert _speedups._plans_made() == before
+    more = [*tree, group[ways](ways)]
+    pk.leaves(more)
+    before = _speedups._plans_made()
+    assert pk.leaves(more) == list(range(ways + 1))
+    assert _speedups._plans_made() > before
