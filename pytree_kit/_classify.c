@@ -1003,7 +1003,12 @@ record_view(PyObject *obj, PyObject *names, PyObject *const *v, PyObject **keys)
     if (i != m) {
         goto other;
     }
-    if (m > 0 && PyObject_TypeCheck(obj, (PyTypeObject *)OrderedDict_t)) {
+    int order =
+        PyObject_TypeCheck(obj, (PyTypeObject *)OrderedDict_t) ? odict_in_dict_order(obj) : 1;
+    if (order == 0) {
+        goto other;
+    }
+    if (order < 0) {
         /* OrderedDict.__iter__ itself, whatever the subclass's own */
         PyObject *it = ((PyTypeObject *)OrderedDict_t)->tp_iter(obj);
         int same = it != NULL;
@@ -1864,7 +1869,11 @@ odict_items(PyObject *obj, PyObject **keys_out, PyObject **values_out)
         i++;
     }
     int same = i == n && (str || num);
-    if (same && n > 0) {
+    int order = same ? odict_in_dict_order(obj) : 1;
+    if (order >= 0) {
+        same = same && order;
+    }
+    else if (same) {
         PyObject *it = PyObject_GetIter(obj);
         for (i = 0; it != NULL && same; i++) {
             PyObject *x = PyIter_Next(it);

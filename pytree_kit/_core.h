@@ -68,7 +68,9 @@
  *   instance_values    a record's fields read from its inline values (3.11;
  *                      LAYOUT_311, values_reads_check)
  *   dict_tables        a dict's table read and copied directly (3.11;
- *                      LAYOUT_311, dict_layout_check) */
+ *                      LAYOUT_311, dict_layout_check)
+ *   odict_links        an OrderedDict's own order read from its linked list
+ *                      of keys (3.10-3.13; ODICT_LINKS, odict_links_check) */
 #if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030E0000
 #define PK_VALIDATED_PYTHON 1
 #else
@@ -81,6 +83,7 @@
 #endif
 #define VERSION_TAGS PK_VALIDATED
 #define INT_DIGITS (PK_VALIDATED && PY_VERSION_HEX < 0x030C0000)
+#define ODICT_LINKS PK_VALIDATED
 #if PK_VALIDATED && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
 #define LAYOUT_311 1
 #else

@@ -74,7 +74,13 @@ else:
 ENGINE: str = impl.NAME
 
 #: the C engine's fast paths (_layouts.c says what each reads, _core.h on which versions)
-FAST_PATH_NAMES = ("type_version_tags", "int_digits", "instance_values", "dict_tables")
+FAST_PATH_NAMES = (
+    "type_version_tags",
+    "int_digits",
+    "instance_values",
+    "dict_tables",
+    "odict_links",
+)
 #: the first and last CPython versions on which they were validated (as the C
 #: engine's PK_VALIDATED_PYTHON; tests/test_versions.py checks the two agree)
 VALIDATED_PYTHONS = ((3, 10), (3, 13))
@@ -101,7 +107,7 @@ def engine_info() -> dict[str, Any]:
         >>> info["engine"] == pk.ENGINE
         True
         >>> sorted(info["fast_paths"])
-        ['dict_tables', 'instance_values', 'int_digits', 'type_version_tags']
+        ['dict_tables', 'instance_values', 'int_digits', 'odict_links', 'type_version_tags']
     """
     c = impl is not _pure
     fast = dict(impl.FAST_PATHS) if c else {}

@@ -273,11 +273,15 @@ PyInit__speedups(void)
     values_reads_check();
     dict_layout_check();
 #endif
+#if ODICT_LINKS
+    odict_links_check();
+#endif
     PyObject *fast = Py_BuildValue(
-        "{sNsNsNsN}", "type_version_tags", PyBool_FromLong(VERSION_TAGS && version_tags_ok),
+        "{sNsNsNsNsN}", "type_version_tags", PyBool_FromLong(VERSION_TAGS && version_tags_ok),
         "int_digits", PyBool_FromLong(INT_DIGITS && int_digits_ok), "instance_values",
         PyBool_FromLong(LAYOUT_311 && values_reads_ok), "dict_tables",
-        PyBool_FromLong(LAYOUT_311 && dict_layout_ok));
+        PyBool_FromLong(LAYOUT_311 && dict_layout_ok), "odict_links",
+        PyBool_FromLong(ODICT_LINKS && odict_links_ok));
     int added = fast == NULL ? -1 : PyModule_AddObjectRef(m, "FAST_PATHS", fast);
     Py_XDECREF(fast);
 #ifdef PK_NO_FAST_PATHS

@@ -1821,6 +1821,30 @@ def test_ordered_dicts() -> None:
                 check_leaves_identical(x[1], y[1])
 
 
+def test_ordered_dicts_that_dicts_own_methods_changed() -> None:
+    """OrderedDicts whose dict dict's own methods changed around their list of
+    keys (which the C engine reads for their order, where it can): the same
+    answers or errors on both engines, alone and against a spec."""
+    added = OrderedDict(a=1, b=2)
+    dict.__setitem__(added, "c", 3)
+    added_to_empty = OrderedDict()
+    dict.__setitem__(added_to_empty, "c", 3)
+    deleted = OrderedDict(a=1, b=2)
+    dict.__delitem__(deleted, "a")
+    emptied = OrderedDict(a=1)
+    dict.__delitem__(emptied, "a")
+    back = OrderedDict(a=1, b=2)
+    dict.__delitem__(back, "a")
+    dict.__setitem__(back, "a", 5)
+    spec = _pure.flatten(OrderedDict(a=1, b=2), None, None)[1]
+    for od in (added, added_to_empty, deleted, emptied, back):
+        for tree in (od, [od, {"k": od}]):
+            check_engines_agree(tree)
+        x, y = same_outcome("flatten_up_to", spec, od)
+        if x[0] == "ok":
+            check_leaves_identical(x[1], y[1])
+
+
 def test_ordered_dict_reads_run_no_python_code() -> None:
     """Keys whose hash or == is Python code leave the OrderedDict to the pure
     engine, which meets them in its own order (the same answers either way)."""
@@ -2034,8 +2058,10 @@ def test_records_that_are_dicts(cls: type, shapes: list, edits: list, other_edit
 
 
 def test_records_that_are_dicts_are_read_in_c() -> None:
-    """A ModelOutput is read without Python code: no call into the pure
-    engine (nor into the class's own __setattr__ or keys)."""
+    """A ModelOutput is read and rebuilt without Python code: no call into
+    the pure engine's reading or rebuilding of records, nor into the class's
+    own keys, __iter__, __setitem__ or __setattr__ (with version tags, no
+    call at all: the class's plan is remembered)."""
     out = _OwnKeys(logits=Leaf(1), hidden=(Leaf(2),))
     calls: list = []
 
@@ -2049,10 +2075,16 @@ def test_records_that_are_dicts_are_read_in_c() -> None:
         leaves, spec = _speedups.flatten([out, out], None, None)
         _speedups.leaves(out, None, None)
         _speedups.flatten_up_to(spec, [out, out])
+        again = _speedups.unflatten(spec, leaves)
     finally:
         sys.setprofile(None)
-    assert calls == []
+    python = {"classify", "_record_fields", "_set_fields", "build"}
+    own = {"keys", "__iter__", "__setitem__", "__setattr__"}
+    assert not set(calls) & (python | own), calls
+    if _speedups.FAST_PATHS["type_version_tags"]:
+        assert calls == []
     assert leaves == [out.logits, out.hidden[0]] * 2
+    _same_view(again[0], out)
 
 
 def _same_view(a: Any, b: Any) -> None:
