@@ -2145,4 +2145,3 @@ def test_record_that_is_a_dict_against_a_spec_without_its_view() -> None:
     edited = pk.TreeSpec._make(tuple(nodes), spec._orders, spec.num_leaves)
     a, _ = same_outcome("flatten_up_to", edited, [out])
     assert a[0] == "raise"
-
