@@ -1484,6 +1484,19 @@ big_order_read(PyObject *obj, PyObject *order, PyObject *at_obj, PyObject **vals
     if (PyDict_GET_SIZE(obj) != n) {
         return 0;
     }
+#if LAYOUT_311
+    PyObject **p;
+    Py_ssize_t step;
+    if (dict_table(obj, &p, &step)) { /* the entries in place, in order */
+        for (; i < n; i++, p += step) {
+            if (p[0] != want[i]) {
+                return 0;
+            }
+            vals[at[i]] = p[1];
+        }
+        return 1;
+    }
+#endif
     while (PyDict_Next(obj, &pos, &k, &v)) {
         if (i >= n || k != want[i]) {
             return 0;

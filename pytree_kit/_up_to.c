@@ -511,6 +511,45 @@ leaf_run(PyObject *nodes, Py_ssize_t i, Py_ssize_t n)
     return 1;
 }
 
+/* A dict node of arity (more than 32) leaves at nodes[i ..), matched by obj,
+ * an exact dict whose insertion order big_orders has for the node's keys, or
+ * an exact OrderedDict whose keys are the node's own key objects in its order
+ * and its dict's (odict_links): its values appended to out in one pass, with
+ * no tuple of them made and no frame. Returns 1 done, 0 when match() must
+ * decide, -1 on error. Runs no code: nothing can change obj while it is read. */
+static int
+big_dict_leaves(int kind, PyObject *node, PyObject *obj, PyObject *nodes, Py_ssize_t i, Vec *out)
+{
+    PyObject *keys = PyTuple_GET_ITEM(node, 3);
+    Py_ssize_t arity = PyTuple_GET_SIZE(keys) == PyDict_GET_SIZE(obj) ? PyDict_GET_SIZE(obj) : -1;
+    PyTypeObject *want = kind == K_DICT ? &PyDict_Type : (PyTypeObject *)OrderedDict_t;
+    if (Py_TYPE(obj) != want || !PyTuple_CheckExact(keys) || arity < 0 ||
+        !leaf_run(nodes, i, arity) || vec_reserve(out, arity) < 0) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    PyObject **vals = out->v + out->n;
+    if (kind == K_DICT) {
+        if (!big_dict_values(obj, keys, vals)) {
+            return 0;
+        }
+    }
+    else {
+        Py_ssize_t pos = 0, j = 0;
+        PyObject *k, *v;
+        while (j < arity && PyDict_Next(obj, &pos, &k, &v) && k == PyTuple_GET_ITEM(keys, j)) {
+            vals[j++] = v;
+        }
+        if (j < arity || odict_in_dict_order(obj) != 1) {
+            return 0;
+        }
+    }
+    for (Py_ssize_t j = 0; j < arity; j++) {
+        Py_INCREF(vals[j]);
+    }
+    out->n += arity;
+    return 1;
+}
+
 /* The leaves of obj up to the spec's nodes, appended to out (the caller has
  * set up u, c and an empty s; s is empty again on success). */
 static int
@@ -561,6 +600,17 @@ up_to_into(PyObject *nodes, PyObject *obj, Vec *out, Up *u, Ctx *c, Stack *s)
                     if (vec_extend(out, vals, arity) < 0) {
                         goto error;
                     }
+                    i += arity;
+                    goto next;
+                }
+            }
+            if ((kind == K_DICT || kind == K_ORDEREDDICT) && arity > 32 && i + arity <= nn) {
+                /* a large dict of leaves (a state_dict): its values straight into out */
+                int r = big_dict_leaves(kind, node, obj, nodes, i, out);
+                if (r < 0) {
+                    goto error;
+                }
+                if (r == 1) {
                     i += arity;
                     goto next;
                 }
