@@ -412,8 +412,20 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
             int od = m > 0 && PyObject_TypeCheck(obj, (PyTypeObject *)OrderedDict_t);
             for (Py_ssize_t i = 0; i < m; i++) {
                 PyObject *k = PyTuple_GET_ITEM(PyTuple_GET_ITEM(aux, 3), i);
-                if ((od ? PyODict_SetItem(obj, k, ch[at[i]]) : PyDict_SetItem(obj, k, ch[at[i]])) <
-                    0) {
+                int r;
+                if (od) {
+                    r = PyODict_SetItem(obj, k, ch[at[i]]);
+                }
+                else if (PyDict_Check(obj)) {
+                    r = PyDict_SetItem(obj, k, ch[at[i]]);
+                }
+                else { /* a __new__ that made no dict: dict.__setitem__ says so */
+                    PyObject *done = PyObject_CallMethod((PyObject *)&PyDict_Type, "__setitem__",
+                                                         "OOO", obj, k, ch[at[i]]);
+                    r = done == NULL ? -1 : 0;
+                    Py_XDECREF(done);
+                }
+                if (r < 0) {
                     Py_DECREF(obj);
                     return NULL;
                 }

@@ -511,21 +511,25 @@ leaf_run(PyObject *nodes, Py_ssize_t i, Py_ssize_t n)
     return 1;
 }
 
-/* A dict node of arity (more than 32) leaves at nodes[i ..), matched by obj,
+/* A dict node with arity (more than 32) leaves at nodes[i ..) and as many
+ * keys, matched by obj,
  * an exact dict whose insertion order big_orders has for the node's keys, or
  * an exact OrderedDict whose keys are the node's own key objects in its order
  * and its dict's (odict_links): its values appended to out in one pass, with
  * no tuple of them made and no frame. Returns 1 done, 0 when match() must
  * decide, -1 on error. Runs no code: nothing can change obj while it is read. */
 static int
-big_dict_leaves(int kind, PyObject *node, PyObject *obj, PyObject *nodes, Py_ssize_t i, Vec *out)
+big_dict_leaves(int kind, Py_ssize_t arity, PyObject *node, PyObject *obj, PyObject *nodes,
+                Py_ssize_t i, Vec *out)
 {
     PyObject *keys = PyTuple_GET_ITEM(node, 3);
-    Py_ssize_t arity = PyTuple_GET_SIZE(keys) == PyDict_GET_SIZE(obj) ? PyDict_GET_SIZE(obj) : -1;
     PyTypeObject *want = kind == K_DICT ? &PyDict_Type : (PyTypeObject *)OrderedDict_t;
-    if (Py_TYPE(obj) != want || !PyTuple_CheckExact(keys) || arity < 0 ||
-        !leaf_run(nodes, i, arity) || vec_reserve(out, arity) < 0) {
-        return PyErr_Occurred() ? -1 : 0;
+    if (Py_TYPE(obj) != want || !PyTuple_CheckExact(keys) || PyTuple_GET_SIZE(keys) != arity ||
+        PyDict_GET_SIZE(obj) != arity || !leaf_run(nodes, i, arity)) {
+        return 0;
+    }
+    if (vec_reserve(out, arity) < 0) {
+        return -1;
     }
     PyObject **vals = out->v + out->n;
     if (kind == K_DICT) {
@@ -606,7 +610,7 @@ up_to_into(PyObject *nodes, PyObject *obj, Vec *out, Up *u, Ctx *c, Stack *s)
             }
             if ((kind == K_DICT || kind == K_ORDEREDDICT) && arity > 32 && i + arity <= nn) {
                 /* a large dict of leaves (a state_dict): its values straight into out */
-                int r = big_dict_leaves(kind, node, obj, nodes, i, out);
+                int r = big_dict_leaves(kind, arity, node, obj, nodes, i, out);
                 if (r < 0) {
                     goto error;
                 }
