@@ -9,7 +9,8 @@
  *   classify             a value: 0 for a leaf, 1 for a node, with its node,
  *                        children and keys in a Found
  *   classify_odict,      exact OrderedDicts of str or int keys in their dict's
- *   odict_items          order, read in one pass (also by flatten_up_to)
+ *   odict_items,         order, read in one pass (also by flatten_up_to);
+ *   odict_same_order     whether an OrderedDict's own order is its dict's
  *   classify_*_dict,     dicts: small ones sorted in place (with a memo of
  *   dict_order           recent key orders), large ones read by the order of
  *                        big_orders when their keys are the same objects in the
@@ -18,7 +19,9 @@
  *   big_orders,          large dicts' key orders remembered across calls (also
  *   key_places           read by _unflatten.c), each key's place by identity
  *   record_fields,       records' fields, and what __tree_flatten__ or a rule
- *   user_node            returned
+ *   user_node            returned; record_view, a record that is a dict: its
+ *                        dict view, each key's field found by field_named
+ *                        (also read by _unflatten.c)
  * Anything rare goes to _pure.classify (classify_python).
  * Calls: _layouts.c (type_version, field_read, dict_table), _stack.c.
  * Called by _flatten.c and _up_to.c.
@@ -958,6 +961,63 @@ release_values(PyObject *children, PyObject **v, Py_ssize_t n)
     }
 }
 
+/* Before 3.12 a str made by the legacy API may not be ready to read. */
+#if PY_VERSION_HEX < 0x030C0000
+#define STR_READY(o) PyUnicode_IS_READY(o)
+#else
+#define STR_READY(o) 1
+#endif
+
+/* The index of the last of names[0 .. n) equal to k, an exact str (as
+ * dict(zip(names, ...))[k] finds it), or -1. Runs no code: a name that is
+ * not an exact str is passed over, as it cannot equal k without its own ==;
+ * strs of other lengths are not compared. */
+static Py_ssize_t
+field_named(PyObject *names, Py_ssize_t n, PyObject *k)
+{
+    for (Py_ssize_t j = n - 1; j >= 0; j--) {
+        PyObject *name = PyTuple_GET_ITEM(names, j);
+        if (name == k ||
+            (PyUnicode_CheckExact(name) &&
+             (!STR_READY(name) || !STR_READY(k) ||
+              PyUnicode_GET_LENGTH(name) == PyUnicode_GET_LENGTH(k)) &&
+             PyUnicode_Compare(name, k) == 0)) {
+            return j;
+        }
+    }
+    return -1;
+}
+
+/* Whether obj, an instance of OrderedDict or a subclass whose keys are all
+ * exact str or all exact int, has its own order its dict's insertion order:
+ * 1 or 0; -1 on error. Read from its linked list of keys where that layout
+ * was validated (odict_links), else with OrderedDict's own iterator
+ * (whatever a subclass's __iter__), whose lookups of such keys run no code;
+ * an iterator that finds the list broken (a key that dict's own methods
+ * removed) raises, as it does for the pure engine. */
+static int
+odict_same_order(PyObject *obj)
+{
+    int same = odict_in_dict_order(obj);
+    if (same >= 0) {
+        return same;
+    }
+    PyObject *it = ((PyTypeObject *)OrderedDict_t)->tp_iter(obj), *k;
+    Py_ssize_t i = 0, pos = 0, n = PyDict_GET_SIZE(obj);
+    same = it != NULL;
+    for (; same; i++) {
+        PyObject *y = PyIter_Next(it);
+        if (y == NULL) {
+            same = i == n;
+            break;
+        }
+        same = i < n && PyDict_Next(obj, &pos, &k, NULL) && y == k;
+        Py_DECREF(y);
+    }
+    Py_XDECREF(it);
+    return PyErr_Occurred() ? -1 : same;
+}
+
 /* The dict view of a record that is also a dict (transformers' ModelOutput),
  * checked as _pure._record_fields checks it: each entry's key an exact str
  * naming a field (names, values v, every field set) whose value is the
@@ -977,22 +1037,8 @@ record_view(PyObject *obj, PyObject *names, PyObject *const *v, PyObject **keys)
         return -1;
     }
     while (i < m && PyDict_Next(obj, &pos, &k, &x)) {
-        Py_ssize_t j = 0;
-        if (!PyUnicode_CheckExact(k)) {
-            goto other;
-        }
-        while (j < n && PyTuple_GET_ITEM(names, j) != k) {
-            j++;
-        }
-        if (j == n) { /* an equal str that is not the field's name itself */
-            for (j = 0; j < n; j++) {
-                PyObject *name = PyTuple_GET_ITEM(names, j);
-                if (PyUnicode_CheckExact(name) && PyUnicode_Compare(name, k) == 0) {
-                    break;
-                }
-            }
-        }
-        if (j == n || v[j] != x) {
+        Py_ssize_t j = PyUnicode_CheckExact(k) ? field_named(names, n, k) : -1;
+        if (j < 0 || v[j] != x) {
             goto other;
         }
         if (ks != NULL) {
@@ -1004,32 +1050,13 @@ record_view(PyObject *obj, PyObject *names, PyObject *const *v, PyObject **keys)
         goto other;
     }
     int order =
-        PyObject_TypeCheck(obj, (PyTypeObject *)OrderedDict_t) ? odict_in_dict_order(obj) : 1;
-    if (order == 0) {
-        goto other;
-    }
-    if (order < 0) {
-        /* OrderedDict.__iter__ itself, whatever the subclass's own */
-        PyObject *it = ((PyTypeObject *)OrderedDict_t)->tp_iter(obj);
-        int same = it != NULL;
-        pos = 0;
-        for (i = 0; same; i++) {
-            PyObject *y = PyIter_Next(it);
-            if (y == NULL) {
-                same = i == m && !PyErr_Occurred();
-                break;
-            }
-            same = i < m && PyDict_Next(obj, &pos, &k, NULL) && y == k;
-            Py_DECREF(y);
-        }
-        Py_XDECREF(it);
-        if (PyErr_Occurred()) {
+        PyObject_TypeCheck(obj, (PyTypeObject *)OrderedDict_t) ? odict_same_order(obj) : 1;
+    if (order <= 0) {
+        if (order < 0) {
             Py_XDECREF(ks);
             return -1;
         }
-        if (!same) {
-            goto other;
-        }
+        goto other;
     }
     if (keys != NULL) {
         *keys = ks;
@@ -1208,12 +1235,6 @@ dict_values(PyObject *obj, PyObject **keys, Py_ssize_t n)
 
 #define SMALL_DICT 32
 
-/* Before 3.12 a str made by the legacy API may not be ready to read. */
-#if PY_VERSION_HEX < 0x030C0000
-#define STR_READY(o) PyUnicode_IS_READY(o)
-#else
-#define STR_READY(o) 1
-#endif
 
 /* a < b for two exact str or two exact int keys: never runs user code */
 static inline int
@@ -1881,28 +1902,11 @@ odict_items(PyObject *obj, PyObject **keys_out, PyObject **values_out)
         PyTuple_SET_ITEM(values, i, Py_NewRef(v));
         i++;
     }
-    int same = i == n && (str || num);
-    int order = same ? odict_in_dict_order(obj) : 1;
-    if (order >= 0) {
-        same = same && order;
-    }
-    else if (same) {
-        PyObject *it = PyObject_GetIter(obj);
-        for (i = 0; it != NULL && same; i++) {
-            PyObject *x = PyIter_Next(it);
-            if (x == NULL) {
-                same = i == n;
-                break;
-            }
-            same = i < n && x == PyTuple_GET_ITEM(keys, i);
-            Py_DECREF(x);
-        }
-        Py_XDECREF(it);
-        if (PyErr_Occurred()) {
-            Py_DECREF(keys);
-            Py_DECREF(values);
-            return -1;
-        }
+    int same = i == n && (str || num) ? odict_same_order(obj) : 0;
+    if (same < 0) {
+        Py_DECREF(keys);
+        Py_DECREF(values);
+        return -1;
     }
     if (!same) {
         Py_DECREF(keys);

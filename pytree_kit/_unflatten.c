@@ -94,22 +94,10 @@ view_places(PyObject *t, PyObject *aux, Py_ssize_t arity, Py_ssize_t *at)
     }
     for (Py_ssize_t i = 0; i < m; i++) {
         PyObject *k = PyTuple_GET_ITEM(keys, i);
-        Py_ssize_t j = n - 1;
-        if (!PyUnicode_CheckExact(k)) {
-            return -1;
-        }
         /* the last field of that name, as dict(zip(names, children)) keeps */
-        for (Py_hash_t h = PyObject_Hash(k); j >= 0; j--) {
-            PyObject *name = PyTuple_GET_ITEM(names, j);
-            if (name == k || (PyUnicode_CheckExact(name) && PyObject_Hash(name) == h &&
-                              PyUnicode_Compare(name, k) == 0)) {
-                break;
-            }
-        }
-        if (j < 0) {
+        if (!PyUnicode_CheckExact(k) || (at[i] = field_named(names, n, k)) < 0) {
             return -1;
         }
-        at[i] = j;
     }
     return m;
 }
