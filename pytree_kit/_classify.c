@@ -325,16 +325,22 @@ typedef struct {
     PyTypeObject *type; /* not owned; compared, never dereferenced */
     unsigned int tver, mver;
     int plan;
+    unsigned int used; /* its set's clock when it was last written or found */
     PyObject *info;
     PyObject *reads_obj;
 } SavedPlan;
 
 /* PLAN_WAYS entries per set, so that the classes of one tree that share a
  * set do not make each other's plans again on every call (with one way, two
- * of ten classes share one in about one tree of six); a new plan replaces
- * its set's entries in turn (next_way). */
+ * of ten classes share one in about one tree of six). A new plan replaces
+ * its set's least recently used entry, or its own class's stale one (same
+ * address, another version: changed, or freed and the address reused), so
+ * up to PLAN_WAYS classes met one after the other all stay; replacing in
+ * turn instead lost one of them whenever a stale entry was rewritten in
+ * place ahead of the turn. A set's clock wrapping round only makes one
+ * choice of entry a poor one. */
 static SavedPlan saved_plans[PLAN_SETS][PLAN_WAYS];
-static unsigned char next_way[PLAN_SETS];
+static unsigned int set_clock[PLAN_SETS];
 
 
 static unsigned int
@@ -365,16 +371,27 @@ saved_find(PyTypeObject *t)
     return NULL;
 }
 
+/* Mark t's entry sp as just used. */
+static inline void
+saved_touch(PyTypeObject *t, SavedPlan *sp)
+{
+    sp->used = ++set_clock[saved_set(t)];
+}
+
 /* The entry to write t's plan into: the one that holds it, or its set's
- * next in turn. */
+ * least recently used. */
 static SavedPlan *
 saved_slot(PyTypeObject *t)
 {
     SavedPlan *sp = saved_find(t);
     if (sp == NULL) {
-        size_t set = saved_set(t);
-        sp = &saved_plans[set][next_way[set]];
-        next_way[set] = (unsigned char)((next_way[set] + 1) % PLAN_WAYS);
+        SavedPlan *set = saved_plans[saved_set(t)];
+        sp = &set[0];
+        for (int way = 1; way < PLAN_WAYS; way++) {
+            if (set[way].used < sp->used) {
+                sp = &set[way];
+            }
+        }
     }
     return sp;
 }
@@ -388,6 +405,7 @@ plan_saved(TypeEntry *e)
     SavedPlan *sp = saved_find(t);
     unsigned int tv = type_version(t), mv = meta_version(t);
     if (sp != NULL && tv != 0 && mv != 0 && sp->tver == tv && sp->mver == mv) {
+        saved_touch(t, sp);
         e->plan = sp->plan;
         e->version = tv;
         Py_XINCREF(sp->info);
@@ -423,6 +441,7 @@ plan_made(TypeEntry *e)
         PyObject *old = sp->info, *old_reads = sp->reads_obj;
         Py_XINCREF(e->info);
         Py_XINCREF(e->reads_obj);
+        saved_touch(t, sp);
         sp->type = t;
         sp->tver = tv;
         sp->mver = mv;

@@ -187,17 +187,15 @@ def test_the_c_kinds_are_those_of_kinds_py() -> None:
     assert in_c == in_py
 
 
-@needs_c
-def test_classes_that_share_a_set_of_remembered_plans_keep_theirs() -> None:
-    """Classes whose plans go in one set of the engine's memory (up to its
-    ways) are not read again when a tree of all of them is met again; one
-    more class than the set holds makes one of them be read again."""
+def _classes_in_one_set_of_plans() -> tuple[list, int]:
+    """One more new dataclass than a set of the engine's remembered plans
+    holds, all going in the same set, and how many that set holds."""
     from pytree_kit import _speedups
 
     if not expected_fast_paths()["type_version_tags"]:
         pytest.skip("no version tags: every class is read each time")
     by_set: dict = {}
-    kept = []  # every class made stays alive, so no address is reused
+    kept = []  # every class made stays alive, so no address is reused here
     while True:
         cls = dataclasses.make_dataclass(f"C{len(kept)}", ["a"])
         kept.append(cls)
@@ -205,7 +203,17 @@ def test_classes_that_share_a_set_of_remembered_plans_keep_theirs() -> None:
         group = by_set.setdefault(where, [])
         group.append(cls)
         if len(group) == ways + 1:
-            break
+            return group, ways
+
+
+@needs_c
+def test_classes_that_share_a_set_of_remembered_plans_keep_theirs() -> None:
+    """Classes whose plans go in one set of the engine's memory (up to its
+    ways) are not read again when a tree of all of them is met again; one
+    more class than the set holds makes one of them be read again."""
+    from pytree_kit import _speedups
+
+    group, ways = _classes_in_one_set_of_plans()
     tree = [cls(i) for i, cls in enumerate(group[:ways])]
     pk.leaves(tree)
     before = _speedups._plans_made()
@@ -216,3 +224,26 @@ def test_classes_that_share_a_set_of_remembered_plans_keep_theirs() -> None:
     before = _speedups._plans_made()
     assert pk.leaves(more) == list(range(ways + 1))
     assert _speedups._plans_made() > before
+
+
+@needs_c
+def test_a_stale_remembered_plan_rewritten_in_place_evicts_no_class_of_the_tree() -> None:
+    """A class whose remembered plan is stale (the class changed since, or
+    an old class freed at the same address) has it rewritten in place; that
+    must not leave another class of the same tree out of the set. (The set
+    once replaced its entries in turn, and the turn did not skip the entry
+    rewritten in place: the class after it took that entry, and the tree's
+    classes made each other's plans again on every call. The full suite met
+    this on 3.12 and 3.13, where an earlier test's freed class shared an
+    address with a new one.)"""
+    from pytree_kit import _speedups
+
+    group, ways = _classes_in_one_set_of_plans()
+    stale, other = group[ways - 2], group[ways]
+    pk.leaves([stale(0), other(0)])  # their plans, one after the other
+    stale.changed = True  # a new version tag: its remembered plan is stale
+    tree = [cls(i) for i, cls in enumerate(group[:ways])]
+    assert pk.leaves(tree) == list(range(ways))
+    before = _speedups._plans_made()
+    assert pk.leaves(tree) == list(range(ways))
+    assert _speedups._plans_made() == before
