@@ -341,6 +341,40 @@ def test_rules_reach_the_collectives(group: Any) -> None:
     assert got[0].value is not None and torch.equal(got[0].value, torch.ones(2))
 
 
+def test_ddp_forward_with_device_ids_set() -> None:
+    """With ``device_ids`` set, torch's steps before forward index the first of
+    the moved inputs: the wrapper, which moves the inputs itself, once gave
+    them none, and every forward on a GPU raised IndexError (found by the NCCL
+    test on an H100). torch refuses ``device_ids`` for a CPU module when DDP is
+    made, so here they are set afterwards, which takes the same branch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import dataclasses, torch, torch.distributed as dist\n"
+        "import pytree_kit.torch as pkt\n"
+        "@dataclasses.dataclass\n"
+        "class Batch:\n"
+        "    x: torch.Tensor\n"
+        "class Model(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(2, 1)\n"
+        "    def forward(self, batch, scale=1.0):\n"
+        "        return {'loss': self.lin(batch.x).sum() * scale}\n"
+        "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)\n"
+        "ddp = pkt.DistributedDataParallel(Model())\n"
+        "ddp.device_ids = [0]\n"
+        "out = ddp(Batch(torch.ones(3, 2)), scale=2.0)\n"
+        "out['loss'].backward()\n"
+        "print(ddp.module.lin.weight.grad.tolist())\n"
+        "dist.destroy_process_group()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[[6.0, 6.0]]"
+
+
 # --------------------------------------------------------------------------
 # CUDA and NCCL (skipped without a GPU)
 

@@ -128,9 +128,11 @@ class DistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         with torch.autograd.profiler.record_function("pytree_kit.DistributedDataParallel.forward"):
             inputs, kwargs = self._pk_move_inputs(inputs, kwargs)
-            # torch's own steps before forward, given no inputs: the inputs
-            # were moved above, where every container is understood.
-            self._pre_forward()
+            # torch's own steps before forward, given a stand-in for the
+            # inputs, which were moved above, where every container is
+            # understood. Not given none: with device_ids set, torch indexes
+            # the first of the moved inputs, and an empty call has none.
+            self._pre_forward(None)
             if self._delay_all_reduce_all_params:
                 output = self.module.forward(*inputs, **kwargs)
             else:
