@@ -1,4 +1,4 @@
-"""Pinned host memory and host-to-device transfer, three ways (needs CUDA).
+"""Pinned host memory and host-to-device transfer, four ways (needs CUDA).
 
     python benchmarks/pinning.py [--quick] [--out benchmarks/results]
 
@@ -8,6 +8,9 @@ For two batches, 1,000 small tensors (float32[64]) and 10 large ones
 - coalesced: ``pin_memory(batch, coalesce=True)`` then ``to_device(...,
   non_blocking=True)``: one pinned buffer and one copy per dtype;
 - per tensor: ``pin_memory(batch)`` then ``to_device(..., non_blocking=True)``;
+- consolidated: a batch made by ``consolidate`` beforehand (one storage for all
+  its tensors, as a DataLoader worker makes it), then ``pin_memory`` and
+  ``to_device``: one pinned allocation and one copy in all;
 - torch: the DataLoader's own pinning (``torch.utils.data._utils.pin_memory``)
   of an equivalent dict batch, then ``.to(device, non_blocking=True)`` per tensor.
 
@@ -29,7 +32,7 @@ from typing import Any, Callable
 import torch
 
 import pytree_kit as pk
-from pytree_kit.torch import PinnedPool, pin_memory, to_device
+from pytree_kit.torch import PinnedPool, consolidate, pin_memory, to_device
 
 
 def batches() -> dict[str, dict]:
@@ -85,11 +88,16 @@ def main() -> int:
         "|---|---|---|---|---|",
     ]
     for label, batch in batches().items():
+        # made beforehand, as a DataLoader worker does (collate(consolidate=True))
+        whole = consolidate(batch)
         ways: dict[str, Callable[[], Any]] = {
             "coalesced": lambda b=batch: to_device(
                 pin_memory(b, coalesce=True, pool=pool), "cuda", non_blocking=True, pool=pool
             ),
             "per tensor": lambda b=batch: to_device(pin_memory(b), "cuda", non_blocking=True),
+            "consolidated (beforehand)": lambda b=whole: to_device(
+                pin_memory(b), "cuda", non_blocking=True
+            ),
             "torch DataLoader pinning": lambda b=batch: [
                 t.to("cuda", non_blocking=True) for t in pk.leaves(torch_pin(b))
             ],

@@ -169,7 +169,12 @@ def test_pinning_benchmark_smoke(tmp_path: Path) -> None:
     proc = _run_quick("pinning.py", tmp_path)
     if torch.cuda.is_available():
         report = (tmp_path / "pinning.md").read_text()
-        for way in ("coalesced", "per tensor", "torch DataLoader pinning"):
+        for way in (
+            "coalesced",
+            "per tensor",
+            "consolidated (beforehand)",
+            "torch DataLoader pinning",
+        ):
             assert way in report
     else:
         assert "no CUDA device here, so nothing was measured" in proc.stdout

@@ -24,9 +24,11 @@ from pytree_kit.torch import (  # noqa: E402
     PinnedPool,
     _data,
     collate,
+    consolidate,
     pin_memory,
     to_device,
 )
+from pytree_kit.torch._storage import move_storage  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 
@@ -344,6 +346,55 @@ def test_to_device_from_a_coalesced_batch_copies_once_per_buffer(device, monkeyp
             assert b.device.type == device and b.shape == a.shape and b.dtype == a.dtype
             if device == "cpu":
                 torch.testing.assert_close(a, b)
+
+
+def test_to_device_moves_only_the_part_of_a_pool_buffer_its_batch_uses(monkeypatch):
+    pool = plain_pool()
+    leaves, spec = pk.flatten({"feats": [torch.randn(64) for _ in range(200)]})
+    packed = spec.unflatten(pool.pack(leaves))
+    buf = pool.buffer_of(packed["feats"][0])
+    assert buf is not None and buf.used == 200 * 64 < buf.data.numel()  # room to grow
+    moved_bytes = []
+    real_to = torch.Tensor.to
+
+    def counting_to(self, *args, **kwargs):
+        moved_bytes.append(self.nbytes)
+        return real_to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", counting_to)
+    out = to_device(packed, "meta", pool=pool)
+    monkeypatch.undo()
+    assert moved_bytes == [200 * 64 * 4]  # one copy, of the used part alone
+    assert [t.shape for t in out["feats"]] == [(64,)] * 200
+
+
+def test_tensors_moved_together_are_not_views_of_one_another():
+    """An in-place change to one moved tensor leaves the others' version
+    counters alone (views of one base share theirs, and a backward that saved
+    one would then fail after an in-place change to another)."""
+    pool = plain_pool()
+    leaves, spec = pk.flatten([torch.randn(8) for _ in range(4)])
+    for batch in (spec.unflatten(pool.pack(leaves)), consolidate(spec.unflatten(leaves))):
+        out = to_device(batch, "meta", pool=pool)
+        before = [t._version for t in out]
+        out[0].add_(1)
+        assert [t._version for t in out[1:]] == before[1:]
+
+
+def test_move_storage_moves_the_whole_storage_when_a_tensor_reaches_past_the_bytes_given():
+    base = torch.arange(32, dtype=torch.float32)
+    leaves = [base[:4], base[4:8], base.as_strided((6,), (1,), 26)]  # the last ends at 32
+    out = [None] * 3
+    moves = []
+
+    def move(t):
+        moves.append(t.nbytes)
+        return t.clone()
+
+    move_storage(leaves, [0, 1, 2], move, out, nbytes=8 * 4)
+    assert moves == [32, 128]  # the first try, then the whole storage
+    for a, b in zip(leaves, out):
+        assert torch.equal(a, b) and b.untyped_storage().data_ptr() != base.data_ptr()
 
 
 # -- PinnedLoader ------------------------------------------------------------------------

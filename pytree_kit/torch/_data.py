@@ -51,6 +51,22 @@ def _storage_users(t: torch.Tensor) -> int:
     return int(use_count(t.untyped_storage()._cdata))
 
 
+def _copy_all(views: list, sources: list) -> None:
+    """``views[k].copy_(sources[k])`` for every k: one call for plain tensors
+    (``torch._foreach_copy_``, where this torch has it), one each for the rest
+    (a subclass's own ``copy_`` runs as it would)."""
+    foreach = getattr(torch, "_foreach_copy_", None)
+    plain = [k for k, x in enumerate(sources) if type(x) is torch.Tensor]
+    if foreach is not None and len(plain) > 1:
+        foreach([views[k] for k in plain], [sources[k] for k in plain])
+        done = set(plain)
+    else:
+        done = set()
+    for k, (view, x) in enumerate(zip(views, sources)):
+        if k not in done:
+            view.copy_(x)
+
+
 class _Buffer:
     __slots__ = ("baseline", "data", "used")
 
@@ -118,7 +134,7 @@ class PinnedPool:
             if (
                 isinstance(x, torch.Tensor)
                 and x.layout == torch.strided
-                and x.device.type == "cpu"
+                and x.is_cpu
                 and not x.is_pinned()
             ):
                 groups.setdefault(x.dtype, []).append(i)
@@ -126,18 +142,31 @@ class PinnedPool:
         with self._lock, torch.no_grad():
             for dtype, positions in groups.items():
                 step = max(1, self.alignment // torch.empty((), dtype=dtype).element_size())
-                offsets = []
-                total = 0
+                # the buffer cut in one call: each tensor's run, and after it the
+                # padding up to the next aligned start, where there is any
+                sizes: list[int] = []
+                runs: list[int] = []  # which of the pieces is the tensor's
                 for i in positions:
-                    offsets.append(total)
-                    total += -(-leaves[i].numel() // step) * step
+                    n = leaves[i].numel()
+                    runs.append(len(sizes))
+                    sizes.append(n)
+                    pad = -n % step
+                    if pad:
+                        sizes.append(pad)
+                total = sum(sizes)
                 buf = self._take(dtype, total)
                 buf.used = total
-                for i, offset in zip(positions, offsets):
+                pieces = torch.split_with_sizes(buf.data[:total], sizes)
+                views, sources = [], []
+                for i, run in zip(positions, runs):
                     x = leaves[i]
-                    view = buf.data[offset : offset + x.numel()].view(x.shape)
-                    view.copy_(x)
+                    view = pieces[run]
+                    if x.dim() != 1:
+                        view = view.view(x.shape)
                     out[i] = view
+                    views.append(view)
+                    sources.append(x)
+                _copy_all(views, sources)
         return out
 
     def buffer_of(self, t: torch.Tensor) -> Optional[_Buffer]:
@@ -267,8 +296,12 @@ def to_device(
         return t.to(device, non_blocking=non_blocking)
 
     for idx in whole:
-        if leaves[idx[0]].device != device:
-            move_storage(leaves, idx, move, out)
+        x0 = leaves[idx[0]]
+        if x0.device != device:
+            # a pool buffer moves only the part its batch uses
+            buf = pool.buffer_of(x0) if pool is not None else None
+            used = None if buf is None else buf.used * buf.data.element_size()
+            move_storage(leaves, idx, move, out, used)
     copies: dict[int, torch.Tensor] = {}
     for i in singles:
         x = leaves[i]
@@ -279,7 +312,8 @@ def to_device(
         copy = copies.get(id(buf))
         if copy is None:
             copy = copies[id(buf)] = buf.data[: buf.used].to(device, non_blocking=non_blocking)
-        out[i] = copy.as_strided(x.shape, x.stride(), x.storage_offset())
+        # its own tensor, not a view of the copy: see move_storage
+        out[i] = copy.as_strided(x.shape, x.stride(), x.storage_offset()).data
     return spec.unflatten(out)
 
 

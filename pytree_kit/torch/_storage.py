@@ -225,11 +225,10 @@ def storage_groups(leaves: list) -> tuple[list[list[int]], list[int]]:
             singles.append(i)
             continue
         storage = x.untyped_storage()
-        ptr = storage.data_ptr()
-        if ptr == 0:  # empty storages all have address 0; meta tensors too
+        if storage.data_ptr() == 0:  # empty storages all have address 0; meta tensors too
             singles.append(i)
             continue
-        key = (x.device, ptr)
+        key = storage._cdata  # the storage itself, whatever its device
         g = by_storage.get(key)
         if g is None:
             by_storage[key] = [i]
@@ -248,18 +247,45 @@ def storage_groups(leaves: list) -> tuple[list[list[int]], list[int]]:
 
 
 def move_storage(
-    leaves: list, idx: list[int], move: Callable[[torch.Tensor], torch.Tensor], out: list
+    leaves: list,
+    idx: list[int],
+    move: Callable[[torch.Tensor], torch.Tensor],
+    out: list,
+    nbytes: Optional[int] = None,
 ) -> None:
     """Move the storage the tensors ``leaves[idx]`` share with one call of
-    ``move`` (on a uint8 tensor over the whole storage), and put views of the
-    result, with the same offsets, sizes and strides, in ``out[idx]``."""
+    ``move`` (on a uint8 tensor over the storage, or over its first ``nbytes``
+    bytes when the tensors lie there), and put tensors on the result, with the
+    same offsets, sizes and strides, in ``out[idx]``. A tensor that reaches
+    past ``nbytes`` fails the bounds check of ``as_strided``, and the whole
+    storage is moved instead.
+
+    Each tensor is its own (``.data`` of a strided view: no base, its own
+    version counter), not a view of one base: views share a version counter,
+    and an in-place change to one (``labels.masked_fill_``) would then fail
+    the backward of another saved for it (``input_ids`` in an embedding).
+    The tensors moved here never require grad (``storage_groups``)."""
     x0 = leaves[idx[0]]
-    whole = torch.empty(0, dtype=torch.uint8, device=x0.device).set_(x0.untyped_storage())
+    storage = x0.untyped_storage()
+    size = storage.nbytes() if nbytes is None else min(nbytes, storage.nbytes())
+    whole = torch.empty(0, dtype=torch.uint8, device=x0.device).set_(storage, 0, (size,), (1,))
     moved = move(whole)
-    storage = moved.untyped_storage()
-    device = moved.device
-    for i in idx:
-        x = leaves[i]
-        out[i] = torch.empty(0, dtype=x.dtype, device=device).set_(
-            storage, x.storage_offset(), x.shape, x.stride()
-        )
+    bases: dict[torch.dtype, torch.Tensor] = {}  # the moved bytes as one run of each dtype
+    try:
+        for i in idx:
+            x = leaves[i]
+            base = bases.get(x.dtype)
+            if base is None:
+                base = bases[x.dtype] = _typed(moved, x.dtype)
+            out[i] = base.as_strided(x.shape, x.stride(), x.storage_offset()).data
+    except RuntimeError:
+        if size == storage.nbytes():
+            raise
+        move_storage(leaves, idx, move, out)  # a tensor reached past nbytes
+
+
+def _typed(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """All of ``flat``'s storage as one run of ``dtype`` from its first byte."""
+    storage = flat.untyped_storage()
+    n = storage.nbytes() // dtype.itemsize
+    return torch.empty(0, dtype=dtype, device=flat.device).set_(storage, 0, (n,), (1,))
