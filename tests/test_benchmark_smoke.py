@@ -18,6 +18,10 @@ from typing import Any
 
 import pytest
 
+# Each test runs a benchmark script: whether it runs does not depend on the
+# engine loaded, so CI runs these in each Python's C-engine job only.
+pytestmark = pytest.mark.scripts
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "compare.py"
 
