@@ -370,6 +370,23 @@ def test_consolidated_tensors_behave_like_separate_tensors_when_written():
     assert out["c"].tolist() == [7, 7]
 
 
+def test_an_in_place_change_to_one_consolidated_tensor_leaves_another_saved_for_backward():
+    """Consolidated tensors share a storage, not a version counter: an
+    embedding saves ``input_ids`` for its backward, and changing ``labels`` in
+    place afterwards (as training code does) must not fail that backward, as
+    it would if they were views of one base."""
+    samples = [
+        {"input_ids": torch.tensor([i, i + 1]), "labels": torch.tensor([i, 0])} for i in range(4)
+    ]
+    for batch in (consolidate(samples[0]), collate(samples, consolidate=True)):
+        assert is_consolidated(batch)
+        emb = torch.nn.Embedding(8, 3)
+        loss = emb(batch["input_ids"]).sum()
+        batch["labels"].masked_fill_(batch["labels"] == 0, -100)
+        loss.backward()
+        assert emb.weight.grad is not None and (batch["labels"] == -100).any()
+
+
 @pytest.mark.parametrize(
     "bad, message",
     [

@@ -113,11 +113,15 @@ def pack(
     total = -(-total // ALIGNMENT) * ALIGNMENT
     buf = empty_bytes(total, device, shared)
     out = list(leaves)
+    # Each tensor given back is its own (``.data``: no base, its own version
+    # counter), not a view of the storage: views share a version counter, and
+    # an in-place change to one (``labels.masked_fill_``) would then fail the
+    # backward of another that autograd saved (``input_ids`` in an embedding).
     for key, dtype, shape, idx, offset, size in plan:
         region = buf[offset : offset + size].view(dtype).view(shape)
         if len(key) == 1:
             column, stack = stacks[key[0]]
-            out[key[0]] = stack(column, region)
+            out[key[0]] = stack(column, region).data
             continue
         try:
             torch.stack([leaves[i] for i in idx], 0, out=region)
@@ -130,7 +134,7 @@ def pack(
                 f"{what}: the tensors could not be copied into one storage: {e}"
             ) from e
         for i, view in zip(idx, region.unbind(0)):
-            out[i] = view
+            out[i] = view.data
     return out
 
 
