@@ -819,7 +819,7 @@ record_recheck(PyObject *obj, const FieldReads *r, PyObject *names)
         values = VALUES_OF(obj);
     }
     if (values != NULL) {
-        Keys311 *k = r->keys;
+        DictKeys *k = r->keys;
         for (Py_ssize_t j = 0; j < k->dk_nentries; j++) {
             stored += values[j] != NULL;
         }
@@ -885,7 +885,7 @@ record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
             values = VALUES_OF(obj);
         }
         if (values != NULL) {
-            Keys311 *k = r->keys;
+            DictKeys *k = r->keys;
             if (k->dk_nentries == r->n_values) {
                 /* every value an instance can hold inline is a field's */
                 values_all_fields = 1;
@@ -1524,7 +1524,7 @@ big_order_read(PyObject *obj, PyObject *order, PyObject *at_obj, PyObject **vals
     if (PyDict_GET_SIZE(obj) != n) {
         return 0;
     }
-#if LAYOUT_311
+#if DICT_READS
     PyObject **p;
     Py_ssize_t step;
     if (dict_table(obj, &p, &step)) { /* the entries in place, in order */
@@ -1627,7 +1627,7 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
         return 0;
     }
     int str = 1, num = 1;
-#if LAYOUT_311
+#if DICT_READS
     PyObject **p;
     Py_ssize_t step;
     if (dict_table(obj, &p, &step)) {
@@ -2136,7 +2136,7 @@ dict_order(PyObject *node, PyObject *obj, PyObject *names)
         Py_ssize_t pos = 0, i = 0;
         PyObject *k, *v;
         int same = 1;
-#if LAYOUT_311
+#if DICT_READS
         PyObject **p;
         Py_ssize_t step;
         if (dict_table(obj, &p, &step)) {

@@ -67,8 +67,10 @@
  *                      int_digits_check)
  *   instance_values    a record's fields read from its inline values (3.11;
  *                      LAYOUT_311, values_reads_check)
- *   dict_tables        a dict's table read and copied directly (3.11;
- *                      LAYOUT_311, dict_layout_check)
+ *   dict_reads         an exact dict's entries read from its table in
+ *                      place (3.11-3.13; DICT_READS, dict_reads_check)
+ *   dict_tables        dicts of the same keys copied from a template's
+ *                      table (3.11; LAYOUT_311, dict_layout_check)
  *   odict_links        an OrderedDict's own order read from its linked list
  *                      of keys (3.10-3.13; ODICT_LINKS, odict_links_check) */
 #if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030E0000
@@ -84,6 +86,7 @@
 #define VERSION_TAGS PK_VALIDATED
 #define INT_DIGITS (PK_VALIDATED && PY_VERSION_HEX < 0x030C0000)
 #define ODICT_LINKS PK_VALIDATED
+#define DICT_READS (PK_VALIDATED && PY_VERSION_HEX >= 0x030B0000)
 #if PK_VALIDATED && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
 #define LAYOUT_311 1
 #else

@@ -78,6 +78,7 @@ FAST_PATH_NAMES = (
     "type_version_tags",
     "int_digits",
     "instance_values",
+    "dict_reads",
     "dict_tables",
     "odict_links",
 )
@@ -106,8 +107,9 @@ def engine_info() -> dict[str, Any]:
         >>> info = pk.engine_info()
         >>> info["engine"] == pk.ENGINE
         True
-        >>> sorted(info["fast_paths"])
-        ['dict_tables', 'instance_values', 'int_digits', 'odict_links', 'type_version_tags']
+        >>> sorted(info["fast_paths"])  # doctest: +NORMALIZE_WHITESPACE
+        ['dict_reads', 'dict_tables', 'instance_values', 'int_digits', 'odict_links',
+         'type_version_tags']
     """
     c = impl is not _pure
     fast = dict(impl.FAST_PATHS) if c else {}

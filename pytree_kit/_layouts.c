@@ -8,8 +8,8 @@
  *   type_version       a class's version tag (plans, _classify.c)
  *   field_reads,       how a record's fields are read: a slot's offset, or (3.11)
  *   field_read(_fast)  an index into its inline values (_classify.c, _up_to.c)
- *   dict_table         (3.11) an exact dict's entries read in place
- *                      (_classify.c's dict paths)
+ *   dict_table         (3.11-3.13) an exact dict's entries read in place
+ *                      (_classify.c's dict paths, _up_to.c)
  *   small_long         a small int's value without a call (_specread.c)
  *   odict_in_dict_order  whether an OrderedDict's own order is its dict's,
  *                      from its linked list of keys (_classify.c)
@@ -64,19 +64,20 @@ type_version(PyTypeObject *t)
  * PyObject_GetAttr, which gives the class's default, the AttributeError or
  * whatever else CPython would. The fast reads run no user code. */
 
-/* set on import by values_reads_check and dict_layout_check, where compiled */
-static int values_reads_ok, dict_layout_ok;
+/* set on import by values_reads_check, dict_reads_check and
+ * dict_layout_check, where compiled */
+static int values_reads_ok, dict_reads_ok, dict_layout_ok;
 
-#if LAYOUT_311
-/* CPython 3.11's layout (Include/internal/pycore_object.h and pycore_dict.h):
- * an instance of a class with Py_TPFLAGS_MANAGED_DICT has, 4 pointers before
- * the object, a pointer to its values array (NULL once a dict is made for it),
- * and the class's shared keys are this struct, with dk_nentries entries of
- * (key, value) after 1 << dk_log2_index_bytes bytes of indices; a dict's
- * table (ma_keys) is the same struct, its entries (hash, key, value) when its
- * keys are not all str. The module checks these on import (values_reads_check,
- * dict_layout_check) and leaves the paths that rely on them off if a check
- * fails. */
+#if DICT_READS
+/* A dict's table as CPython 3.11, 3.12 and 3.13 lay it out in GIL builds
+ * (Include/internal/pycore_dict.h, the same fields in all three; 3.13 adds a
+ * mutex only where the GIL is disabled): ma_keys is this struct, with
+ * dk_nentries entries after 1 << dk_log2_index_bytes bytes of indices,
+ * (key, value) when its keys are all str (dk_kind 1), else (hash, key,
+ * value) (dk_kind 0); a split table (dk_kind 2) has its values apart, in
+ * ma_values. On 3.11 a class's shared keys are the same struct. The module
+ * checks the reads on import (dict_reads_check) and leaves them off if the
+ * check fails. */
 typedef struct {
     Py_ssize_t dk_refcnt;
     uint8_t dk_log2_size;
@@ -86,19 +87,16 @@ typedef struct {
     Py_ssize_t dk_usable;
     Py_ssize_t dk_nentries;
     char dk_indices[];
-} Keys311;
+} DictKeys;
 
 typedef struct {
     PyObject *me_key, *me_value;
-} UnicodeEntry311; /* entries of str-keyed tables */
+} UnicodeEntry; /* entries of str-keyed tables */
 typedef struct {
     Py_hash_t me_hash;
     PyObject *me_key, *me_value;
-} Entry311; /* entries of other tables */
-#define ENTRIES311(k) ((void *)((k)->dk_indices + ((size_t)1 << (k)->dk_log2_index_bytes)))
-
-#define VALUES_OF(obj) (((PyObject ***)(obj))[-4])
-#define SHARED_KEYS(t) ((Keys311 *)((PyHeapTypeObject *)(t))->ht_cached_keys)
+} DictEntry; /* entries of other tables */
+#define DICT_ENTRIES(k) ((void *)((k)->dk_indices + ((size_t)1 << (k)->dk_log2_index_bytes)))
 
 /* An exact dict's table read directly, when it has no holes (every entry in
  * use, so entry i is the i-th item): 1 with *first pointing at the first
@@ -108,13 +106,13 @@ static inline int
 dict_table(PyObject *d, PyObject ***first, Py_ssize_t *step)
 {
     PyDictObject *mp = (PyDictObject *)d;
-    Keys311 *k = (Keys311 *)mp->ma_keys;
+    DictKeys *k = (DictKeys *)mp->ma_keys;
     /* (an empty dict's shared empty table has no aligned entries to point at) */
-    if (!dict_layout_ok || mp->ma_values != NULL || k->dk_nentries != mp->ma_used ||
+    if (!dict_reads_ok || mp->ma_values != NULL || k->dk_nentries != mp->ma_used ||
         mp->ma_used == 0 || k->dk_kind > 1) {
         return 0;
     }
-    PyObject **entries = (PyObject **)ENTRIES311(k);
+    PyObject **entries = (PyObject **)DICT_ENTRIES(k);
     if (k->dk_kind == 1) { /* str keys: (key, value) */
         *first = entries;
         *step = 2;
@@ -126,14 +124,82 @@ dict_table(PyObject *d, PyObject ***first, Py_ssize_t *step)
     return 1;
 }
 
+/* One dict of keys (a tuple) against dict_table: what PyDict_Next gives,
+ * item by item, with want_step pointers between entries; 1 if so. */
+static int
+dict_reads_agree(PyObject *keys, Py_ssize_t want_step)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(keys), pos = 0, i = 0, step = 0;
+    PyObject *d = PyDict_New(), **p = NULL, *k, *v;
+    int ok = d != NULL;
+    for (Py_ssize_t j = 0; ok && j < n; j++) {
+        PyObject *val = PyLong_FromSsize_t(1000 + j); /* not a cached int */
+        ok = val != NULL && PyDict_SetItem(d, PyTuple_GET_ITEM(keys, j), val) == 0;
+        Py_XDECREF(val);
+    }
+    ok = ok && dict_table(d, &p, &step) && step == want_step;
+    while (ok && PyDict_Next(d, &pos, &k, &v)) {
+        ok = i < n && p[i * step] == k && p[i * step + 1] == v;
+        i++;
+    }
+    ok = ok && i == n;
+    /* a deleted key leaves a hole: the table is not read then */
+    ok = ok && PyDict_DelItem(d, PyTuple_GET_ITEM(keys, 0)) == 0 && !dict_table(d, &p, &step);
+    Py_XDECREF(d);
+    return ok;
+}
+
+/* Sets dict_reads_ok when an exact dict's table reads as dict_table expects:
+ * for str keys and int keys (small and large tables), the entries are
+ * PyDict_Next's items in order; a table with a hole, an empty dict, and an
+ * instance's dict of shared keys (split, where CPython makes one) are not
+ * read. A failure of any kind leaves it off. */
+static void
+dict_reads_check(void)
+{
+    dict_reads_ok = 1;
+    PyObject *s3 = Py_BuildValue("(sss)", "b", "a", "c");
+    PyObject *i3 = Py_BuildValue("(iii)", 7, -3, 1 << 20);
+    PyObject *s40 = PyTuple_New(40), *e = PyDict_New(), **p = NULL;
+    Py_ssize_t step = 0;
+    int ok = s3 && i3 && s40 && e;
+    for (Py_ssize_t j = 0; ok && j < 40; j++) {
+        PyObject *key = PyUnicode_FromFormat("key%zd", 39 - j);
+        ok = key != NULL;
+        if (ok) {
+            PyTuple_SET_ITEM(s40, j, key);
+        }
+    }
+    ok = ok && dict_reads_agree(s3, 2) && dict_reads_agree(i3, 3) &&
+         dict_reads_agree(s40, 2) && !dict_table(e, &p, &step);
+    Py_XDECREF(s3);
+    Py_XDECREF(i3);
+    Py_XDECREF(s40);
+    Py_XDECREF(e);
+    PyErr_Clear();
+    dict_reads_ok = ok;
+}
+#endif
+
+#if LAYOUT_311
+/* CPython 3.11's layout of an instance (Include/internal/pycore_object.h):
+ * an instance of a class with Py_TPFLAGS_MANAGED_DICT has, 4 pointers before
+ * the object, a pointer to its values array (NULL once a dict is made for it),
+ * and the class's shared keys are a dict table (DictKeys), with dk_nentries
+ * entries of (key, value). The module checks these on import
+ * (values_reads_check) and leaves the paths that rely on them off if the
+ * check fails. */
+#define VALUES_OF(obj) (((PyObject ***)(obj))[-4])
+#define SHARED_KEYS(t) ((DictKeys *)((PyHeapTypeObject *)(t))->ht_cached_keys)
+
 /* The index of name among a class's shared keys, or -1. */
 static Py_ssize_t
-shared_key_index(Keys311 *k, PyObject *name)
+shared_key_index(DictKeys *k, PyObject *name)
 {
     if (k == NULL || k->dk_kind == 0 /* DICT_KEYS_GENERAL */) {
         return -1;
     }
-    UnicodeEntry311 *entries = ENTRIES311(k);
+    UnicodeEntry *entries = DICT_ENTRIES(k);
     for (Py_ssize_t i = 0; i < k->dk_nentries; i++) {
         PyObject *key = entries[i].me_key;
         if (key == name) {
@@ -396,7 +462,7 @@ template_make(Template *e, PyObject *keys, Py_ssize_t n)
         return -1;
     }
     PyDictObject *mp = (PyDictObject *)e->dict;
-    Keys311 *k = (Keys311 *)mp->ma_keys;
+    DictKeys *k = (DictKeys *)mp->ma_keys;
     e->unusable = 1;
     /* a key given twice, a split or holed table, another kind of table */
     if (mp->ma_values != NULL || mp->ma_used != n || k->dk_nentries != n || k->dk_kind > 1 ||
@@ -404,14 +470,14 @@ template_make(Template *e, PyObject *keys, Py_ssize_t n)
         return 0;
     }
     Py_ssize_t step = k->dk_kind == 1 ? 2 : 3;
-    PyObject **p = (PyObject **)ENTRIES311(k) + (step - 2);
+    PyObject **p = (PyObject **)DICT_ENTRIES(k) + (step - 2);
     for (Py_ssize_t i = 0; i < n; i++, p += step) {
         if (p[0] != PyTuple_GET_ITEM(keys, i) || p[1] != Py_None) {
             return 0;
         }
     }
     /* _PyDict_KeysSize: the header, the indices, then 2/3 of the slots as entries */
-    e->size = sizeof(Keys311) + ((size_t)1 << k->dk_log2_index_bytes) +
+    e->size = sizeof(DictKeys) + ((size_t)1 << k->dk_log2_index_bytes) +
               ((((size_t)1 << k->dk_log2_size) << 1) / 3) * (size_t)step * sizeof(PyObject *);
     e->unusable = 0;
     return 0;
@@ -424,19 +490,19 @@ static int
 dict_from_template(Template *e, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step,
                    PyObject **out)
 {
-    Keys311 *tk = (Keys311 *)((PyDictObject *)e->dict)->ma_keys;
+    DictKeys *tk = (DictKeys *)((PyDictObject *)e->dict)->ma_keys;
     PyObject *d = PyDict_New();
     if (d == NULL) {
         return -1;
     }
     PyDictObject *mp = (PyDictObject *)d;
-    Keys311 *empty = (Keys311 *)mp->ma_keys; /* untracked: checked on import */
+    DictKeys *empty = (DictKeys *)mp->ma_keys; /* untracked: checked on import */
     if (mp->ma_used != 0 || mp->ma_values != NULL || empty->dk_nentries != 0 ||
         empty->dk_refcnt < 2) {
         Py_DECREF(d);
         return 0;
     }
-    Keys311 *k = PyObject_Malloc(e->size);
+    DictKeys *k = PyObject_Malloc(e->size);
     if (k == NULL) {
         Py_DECREF(d);
         PyErr_NoMemory();
@@ -446,7 +512,7 @@ dict_from_template(Template *e, PyObject *const *vals, Py_ssize_t n, Py_ssize_t 
     k->dk_refcnt = 1;
     k->dk_version = 0;
     Py_ssize_t es = tk->dk_kind == 1 ? 2 : 3; /* pointers per entry */
-    PyObject **p = (PyObject **)ENTRIES311(k) + (es - 2);
+    PyObject **p = (PyObject **)DICT_ENTRIES(k) + (es - 2);
     int track = 0;
     for (Py_ssize_t i = 0; i < n; i++, p += es) {
         PyObject *v = vals[i * step];
@@ -525,9 +591,9 @@ done:
     Py_XDECREF(cls);
 }
 
-/* Sets dict_layout_ok when a dict's table reads as dict_table expects (the
- * items PyDict_Next gives, and no direct read once a key is deleted), and
- * dicts copied from a template and given their values in place
+/* Sets dict_layout_ok (3.11) when, with dict_reads_ok set, a dict's table
+ * reads as dict_table expects (the items PyDict_Next gives, and no direct
+ * read once a key is deleted), and dicts copied from a template and given their values in place
  * (dict_from_template) are what inserting gives: for str keys and int keys,
  * values found by lookup, iteration order, size, equality, GC tracking, and
  * the dict still usable (an insert that grows it, a delete). A failure of any
@@ -538,10 +604,10 @@ dict_layout_check(void)
     /* a dict made by PyDict_New holds the shared empty table, whose count
      * must come back to where it was */
     PyObject *e0 = PyDict_New();
-    Keys311 *empty = e0 ? (Keys311 *)((PyDictObject *)e0)->ma_keys : NULL;
+    DictKeys *empty = e0 ? (DictKeys *)((PyDictObject *)e0)->ma_keys : NULL;
     Py_ssize_t empty_count = empty ? empty->dk_refcnt : -1;
-    int ok = e0 != NULL && !PyObject_GC_IsTracked(e0);
-    dict_layout_ok = 1;
+    /* (its reads of a table are dict_table's: checked before, by dict_reads_check) */
+    int ok = dict_reads_ok && e0 != NULL && !PyObject_GC_IsTracked(e0);
     for (int kind = 0; kind < 2 && ok; kind++) {
         PyObject *keys = kind ? Py_BuildValue("(iii)", 7, -3, 1 << 20)
                               : Py_BuildValue("(sss)", "a", "c", "b");

@@ -86,7 +86,7 @@ dict_in_order(PyObject *obj, PyObject *keys, Py_ssize_t n, PyObject **vals)
 {
     Py_ssize_t pos = 0, j = 0;
     PyObject *k, *v;
-#if LAYOUT_311
+#if DICT_READS
     PyObject **p;
     Py_ssize_t step;
     if (dict_table(obj, &p, &step)) {

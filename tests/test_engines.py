@@ -1248,7 +1248,7 @@ def _holed(d: dict, drop: Any) -> dict:
 
 def test_dict_tables_read_directly_match() -> None:
     """flatten, leaves and flatten_up_to read a dict's table directly when it has no
-    holes (CPython 3.11): tables with holes, int and mixed keys, re-inserted keys,
+    holes (CPython 3.11 to 3.13): tables with holes, int and mixed keys, re-inserted keys,
     insertion orders other than the sorted one, and large dicts."""
     big = {f"k{i:03d}": i for i in range(50)}
     reinserted = {"a": 1, "b": 2, "c": 3}
