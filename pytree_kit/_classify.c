@@ -872,6 +872,9 @@ record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
 #if LAYOUT_311
     PyObject **values = NULL;
 #endif
+#if SPLIT_READS
+    PyObject **split = NULL;
+#endif
     int values_all_fields = 0, ran = 0;
     *absent = 0;
     for (Py_ssize_t j = 0; j < r->n_slots; j++) {
@@ -903,6 +906,9 @@ record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
                 return -1;
             }
             stored = PyDict_Check(dict) ? PyDict_GET_SIZE(dict) : n + 1;
+#if SPLIT_READS
+            split = split_values(dict, r);
+#endif
         }
         if (stored > n) {
             Py_XDECREF(dict);
@@ -918,6 +924,13 @@ record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
 #if LAYOUT_311
         else if (code < 0 && values != NULL) {
             x = values[-1 - code];
+            found += x != NULL;
+        }
+#endif
+#if SPLIT_READS
+        else if (code < 0 && split != NULL && split_key_is(r, -1 - code, name)) {
+            /* the __dict__'s value for name, or NULL where it has none */
+            x = split[-1 - code];
             found += x != NULL;
         }
 #endif

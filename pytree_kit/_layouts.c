@@ -64,9 +64,9 @@ type_version(PyTypeObject *t)
  * PyObject_GetAttr, which gives the class's default, the AttributeError or
  * whatever else CPython would. The fast reads run no user code. */
 
-/* set on import by values_reads_check, dict_reads_check and
- * dict_layout_check, where compiled */
-static int values_reads_ok, dict_reads_ok, dict_layout_ok;
+/* set on import by values_reads_check, dict_reads_check, dict_layout_check
+ * and split_reads_check, where compiled */
+static int values_reads_ok, dict_reads_ok, dict_layout_ok, split_reads_ok;
 
 #if DICT_READS
 /* A dict's table as CPython 3.11, 3.12 and 3.13 lay it out in GIL builds
@@ -189,6 +189,26 @@ dict_reads_check(void)
  * (values_reads_check) and leaves the paths that rely on them off if the
  * check fails. */
 #define VALUES_OF(obj) (((PyObject ***)(obj))[-4])
+#endif
+
+#if SPLIT_READS
+/* CPython 3.12's and 3.13's split dicts (Include/internal/pycore_dict.h): the
+ * __dict__ of an instance of a class with Py_TPFLAGS_MANAGED_DICT shares the
+ * class's keys (ht_cached_keys, a DictKeys of (key, value) entries, to which
+ * names are only ever appended) and keeps its own values apart, in
+ * ma_values: an array of them in the shared keys' order, at the start of
+ * ma_values on 3.12, after four bytes (capacity, size, embedded, valid) on
+ * 3.13; NULL where the instance has no value for that key. The module checks
+ * this on import (split_reads_check) and leaves the path off if it fails. */
+typedef struct {
+#if PY_VERSION_HEX >= 0x030D0000
+    uint8_t capacity, size, embedded, valid;
+#endif
+    PyObject *values[1];
+} SplitValues;
+#endif
+
+#if LAYOUT_311 || SPLIT_READS
 #define SHARED_KEYS(t) ((DictKeys *)((PyHeapTypeObject *)(t))->ht_cached_keys)
 
 /* The index of name among a class's shared keys, or -1. */
@@ -292,9 +312,9 @@ field_reads(PyTypeObject *t, PyObject *names)
     r->n_values = 0;
     r->n_slots = n_slots;
     extra_slots(t, names, &READS_SLOT(r, 0));
-#if LAYOUT_311
-    if (values_reads_ok && PyType_HasFeature(t, Py_TPFLAGS_MANAGED_DICT) &&
-        PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE)) {
+#if LAYOUT_311 || SPLIT_READS
+    if ((LAYOUT_311 ? values_reads_ok : split_reads_ok) &&
+        PyType_HasFeature(t, Py_TPFLAGS_MANAGED_DICT) && PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE)) {
         r->keys = SHARED_KEYS(t);
     }
 #endif
@@ -320,7 +340,7 @@ field_reads(PyTypeObject *t, PyObject *names)
                 r->code[i] = m->offset;
             }
         }
-#if LAYOUT_311
+#if LAYOUT_311 || SPLIT_READS
         else if (r->keys != NULL && own_first) {
             Py_ssize_t ix = shared_key_index(r->keys, name);
             if (ix >= 0) {
@@ -375,6 +395,31 @@ reads_of(PyObject *reads_obj)
 {
     return reads_obj == NULL ? NULL : (const FieldReads *)PyBytes_AS_STRING(reads_obj);
 }
+
+#if SPLIT_READS
+/* The values of dict (an instance's __dict__) in the order of the class's
+ * shared keys, when it is a split dict of the keys the reads r were made
+ * with; else NULL. */
+static inline PyObject **
+split_values(PyObject *dict, const FieldReads *r)
+{
+    PyDictObject *mp = (PyDictObject *)dict;
+    if (!split_reads_ok || r->keys == NULL || !PyDict_CheckExact(dict) || mp->ma_values == NULL ||
+        (void *)mp->ma_keys != r->keys) {
+        return NULL;
+    }
+    return ((SplitValues *)mp->ma_values)->values;
+}
+
+/* Whether entry ix of the shared keys r was made with (a live table: a split
+ * dict holds it) is name itself, so that split_values(...)[ix] is its value. */
+static inline int
+split_key_is(const FieldReads *r, Py_ssize_t ix, PyObject *name)
+{
+    DictKeys *k = r->keys;
+    return ix < k->dk_nentries && ((UnicodeEntry *)DICT_ENTRIES(k))[ix].me_key == name;
+}
+#endif
 
 /* set on import by int_digits_check, where compiled */
 static int int_digits_ok;
@@ -532,6 +577,86 @@ dict_from_template(Template *e, PyObject *const *vals, Py_ssize_t n, Py_ssize_t 
     }
     *out = d;
     return 1;
+}
+#endif
+
+#if SPLIT_READS
+/* Sets split_reads_ok when CPython 3.12 or 3.13 lays split dicts out as
+ * split_values expects: for a class made here, with two instances, one
+ * holding three names set in another order than read and one holding only
+ * the second, each name's value read through the class's shared keys is what
+ * the __dict__ gives (PyDict_GetItemWithError), NULL where it has none, and
+ * the same after a value is deleted (if the dict is still split then). A
+ * failure of any kind leaves it off. */
+static void
+split_reads_check(void)
+{
+    PyObject *cls = NULL, *obj[2] = {0}, *dict[2] = {0}, *names = NULL, *reads = NULL;
+    PyObject *vals[3] = {0};
+    int ok = 0;
+    split_reads_ok = 1;
+    cls = PyObject_CallFunction((PyObject *)&PyType_Type, "s(){}", "_Probe");
+    /* interned, as a class's attribute names are (and its shared keys hold) */
+    names = Py_BuildValue("(NNN)", PyUnicode_InternFromString("first"),
+                          PyUnicode_InternFromString("second"), PyUnicode_InternFromString("third"));
+    if (cls == NULL || names == NULL ||
+        !PyType_HasFeature((PyTypeObject *)cls, Py_TPFLAGS_MANAGED_DICT)) {
+        goto done;
+    }
+    for (int k = 0; k < 2; k++) {
+        if ((obj[k] = PyObject_CallNoArgs(cls)) == NULL) {
+            goto done;
+        }
+    }
+    for (int i = 2; i >= 0; i--) { /* set in another order than read */
+        if ((vals[i] = PyList_New(0)) == NULL ||
+            PyObject_SetAttr(obj[0], PyTuple_GET_ITEM(names, i), vals[i]) < 0) {
+            goto done;
+        }
+    }
+    if (PyObject_SetAttr(obj[1], PyTuple_GET_ITEM(names, 1), vals[1]) < 0 ||
+        (reads = field_reads((PyTypeObject *)cls, names)) == NULL) {
+        goto done;
+    }
+    const FieldReads *r = reads_of(reads);
+    for (int round = 0; round < 2; round++) {
+        if (round == 1 && PyObject_DelAttr(obj[0], PyTuple_GET_ITEM(names, 2)) < 0) {
+            goto done;
+        }
+        for (int k = 0; k < 2; k++) {
+            Py_XDECREF(dict[k]);
+            if ((dict[k] = PyObject_GenericGetDict(obj[k], NULL)) == NULL) {
+                goto done;
+            }
+            PyObject **split = split_values(dict[k], r);
+            if (split == NULL && round == 0) {
+                goto done; /* a fresh instance's __dict__ is split */
+            }
+            for (Py_ssize_t i = 0; split != NULL && i < 3; i++) {
+                PyObject *name = PyTuple_GET_ITEM(names, i);
+                PyObject *want = PyDict_GetItemWithError(dict[k], name);
+                if ((want == NULL && PyErr_Occurred()) || r->code[i] >= 0 ||
+                    !split_key_is(r, -1 - r->code[i], name) || split[-1 - r->code[i]] != want ||
+                    (want != NULL && want != vals[i])) {
+                    goto done;
+                }
+            }
+        }
+    }
+    ok = 1;
+done:
+    PyErr_Clear();
+    split_reads_ok = ok;
+    for (int i = 0; i < 3; i++) {
+        Py_XDECREF(vals[i]);
+    }
+    for (int k = 0; k < 2; k++) {
+        Py_XDECREF(dict[k]);
+        Py_XDECREF(obj[k]);
+    }
+    Py_XDECREF(reads);
+    Py_XDECREF(names);
+    Py_XDECREF(cls);
 }
 #endif
 

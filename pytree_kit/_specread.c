@@ -70,6 +70,15 @@ node_parts(PyObject *node, int *kind, Py_ssize_t *arity)
         PyObject *ao = PyTuple_GET_ITEM(node, 2);
         int k = ko == kind_obj[K_DICT] ? K_DICT : ko == kind_obj[K_LIST] ? K_LIST
               : ko == kind_obj[K_TUPLE] ? K_TUPLE : -1;
+        if (k < 0) {
+            /* the other kinds but the leaf's (whose arity must be 0) */
+            for (int j = K_LEAF + 1; j < K_COUNT; j++) {
+                if (ko == kind_obj[j]) {
+                    k = j;
+                    break;
+                }
+            }
+        }
         if (k >= 0 && PyLong_CheckExact(ao)) {
             Py_ssize_t a = small_long(ao);
             if (a >= 0) {

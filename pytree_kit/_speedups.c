@@ -276,15 +276,19 @@ PyInit__speedups(void)
     values_reads_check();
     dict_layout_check(); /* after dict_reads_check: it needs the reads */
 #endif
+#if SPLIT_READS
+    split_reads_check();
+#endif
 #if ODICT_LINKS
     odict_links_check();
 #endif
     PyObject *fast = Py_BuildValue(
-        "{sNsNsNsNsNsN}", "type_version_tags", PyBool_FromLong(VERSION_TAGS && version_tags_ok),
+        "{sNsNsNsNsNsNsN}", "type_version_tags", PyBool_FromLong(VERSION_TAGS && version_tags_ok),
         "int_digits", PyBool_FromLong(INT_DIGITS && int_digits_ok), "instance_values",
         PyBool_FromLong(LAYOUT_311 && values_reads_ok), "dict_reads",
         PyBool_FromLong(DICT_READS && dict_reads_ok), "dict_tables",
-        PyBool_FromLong(LAYOUT_311 && dict_layout_ok), "odict_links",
+        PyBool_FromLong(LAYOUT_311 && dict_layout_ok), "split_values",
+        PyBool_FromLong(SPLIT_READS && split_reads_ok), "odict_links",
         PyBool_FromLong(ODICT_LINKS && odict_links_ok));
     int added = fast == NULL ? -1 : PyModule_AddObjectRef(m, "FAST_PATHS", fast);
     Py_XDECREF(fast);

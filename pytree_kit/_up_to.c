@@ -77,33 +77,79 @@ mismatch(Up *u, PyObject *node, PyObject *obj)
 
 static TypeEntry *up_plan(Ctx *c, PyTypeObject *ot);
 
-/* Whether the n entries of the exact dict obj are keys[0 .. n), in that
- * order, as the same exact str objects: then vals[0 .. n) are its values
- * (borrowed), read in one pass with no lookup, which could have run no user
- * code either. The caller has checked that obj has n entries. */
-static int
-dict_in_order(PyObject *obj, PyObject *keys, Py_ssize_t n, PyObject **vals)
+/* Past this many keys, dict_same_keys only takes a dict in the spec's order
+ * (an entry's key not at its place is not looked for). */
+#define SCAN_KEYS 64
+
+/* dict_same_keys' step: the entry (k, v) to k's place in want, trying *at
+ * first; 0 when k is none of want's objects, or not one to trust (str_table:
+ * the dict's table holds only exact str keys). */
+static inline int
+place_value(PyObject *const *want, Py_ssize_t n, PyObject *k, PyObject *v, PyObject **vals,
+            Py_ssize_t *at, int str_table)
 {
-    Py_ssize_t pos = 0, j = 0;
+    Py_ssize_t j = *at;
+    if (j >= n || want[j] != k) {
+        if (n > SCAN_KEYS) {
+            return 0;
+        }
+        for (j = 0; j < n && want[j] != k; j++) {
+        }
+        if (j == n) {
+            return 0;
+        }
+    }
+    if (!str_table && !PyUnicode_CheckExact(k) && !PyLong_CheckExact(k)) {
+        return 0; /* a key whose hash might not be what the dict stored */
+    }
+    vals[j] = v;
+    *at = j + 1;
+    return 1;
+}
+
+/* The values of the exact dict obj, which has n entries, in the order of keys
+ * (a tuple of n keys), borrowed into vals, when each of its keys is one of
+ * keys' own objects, an exact str or int: one pass over its entries, each to
+ * its key's place (the next place tried first, so a dict in the spec's order
+ * costs a compare an entry), with no hashing and no lookup. That is what
+ * `k in obj` and obj[k] would find for each of keys (a dict tries identity
+ * first, and these keys' hashes are fixed). n distinct key objects, each the
+ * object at one place, fill every place once. No code runs. 1; else 0 (vals
+ * partly written). */
+static int
+dict_same_keys(PyObject *obj, PyObject *keys, Py_ssize_t n, PyObject **vals)
+{
+    PyObject *const *want = ((PyTupleObject *)keys)->ob_item;
+    Py_ssize_t at = 0, count = 0, pos = 0;
     PyObject *k, *v;
+    if (PyDict_GET_SIZE(obj) != n) {
+        return 0;
+    }
 #if DICT_READS
     PyObject **p;
     Py_ssize_t step;
-    if (dict_table(obj, &p, &step)) {
-        if (step != 2) { /* not all keys are exact str */
-            return 0;
+    if (dict_table(obj, &p, &step)) { /* its n entries in place */
+        if (step == 2) { /* exact str keys: first those in the spec's order */
+            for (; count < n && p[0] == want[count]; count++, p += 2) {
+                vals[count] = p[1];
+            }
+            at = count;
         }
-        for (; j < n && p[0] == PyTuple_GET_ITEM(keys, j); j++, p += 2) {
-            vals[j] = p[1];
+        for (; count < n; count++, p += step) {
+            if (!place_value(want, n, p[0], p[1], vals, &at, step == 2)) {
+                return 0;
+            }
         }
-        return j == n;
+        return 1;
     }
 #endif
-    while (PyDict_Next(obj, &pos, &k, &v) && k == PyTuple_GET_ITEM(keys, j) &&
-           PyUnicode_CheckExact(k)) {
-        vals[j++] = v;
+    while (PyDict_Next(obj, &pos, &k, &v)) {
+        if (count == n || !place_value(want, n, k, v, vals, &at, 0)) {
+            return 0;
+        }
+        count++;
     }
-    return j == n;
+    return count == n;
 }
 
 /* Children of obj, which must match node; 1 with outputs set, -1 on error. */
@@ -147,16 +193,22 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
             while (i < arity && PyUnicode_CheckExact(PyTuple_GET_ITEM(aux, i))) {
                 i++;
             }
-            if (i < arity && stack_freeze(u->s) < 0) {
-                return -1; /* keys other than str: their __eq__ may run */
+            /* read by key identity; a large dict only when it starts with
+             * the spec's first key, or when big_orders has its order */
+            int read = arity > 0 && arity <= SCAN_KEYS;
+            Py_ssize_t pos = 0;
+            PyObject *k0, *v0;
+            if (arity > SCAN_KEYS && PyDict_Next(obj, &pos, &k0, &v0)) {
+                read = k0 == PyTuple_GET_ITEM(aux, 0) || big_order_for(obj, aux) != NULL;
             }
-            if (i == arity && arity > 0) {
+            if (read) {
                 PyObject *values = PyTuple_New(arity);
                 if (values == NULL) {
                     return -1;
                 }
+                /* (read after the allocation, which may have run a finalizer) */
                 PyObject **items = ((PyTupleObject *)values)->ob_item;
-                if (dict_in_order(obj, aux, arity, items) || big_dict_values(obj, aux, items)) {
+                if (dict_same_keys(obj, aux, arity, items) || big_dict_values(obj, aux, items)) {
                     for (Py_ssize_t j = 0; j < arity; j++) {
                         Py_INCREF(items[j]);
                     }
@@ -168,6 +220,9 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
                 }
                 memset(items, 0, arity * sizeof(PyObject *)); /* borrowed: not the tuple's */
                 Py_DECREF(values);
+            }
+            if (i < arity && stack_freeze(u->s) < 0) {
+                return -1; /* keys other than str: their __eq__ may run */
             }
             for (Py_ssize_t i = 0; i < arity; i++) {
                 int r = PyDict_Contains(obj, PyTuple_GET_ITEM(aux, i));
@@ -426,9 +481,13 @@ static int
 record_leaves(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
               Vec *out)
 {
-    TypeEntry *e = up_plan(c, Py_TYPE(obj));
-    if (e == NULL) {
-        return -1;
+    /* the lists being read are copied (stack_freeze) only before what may
+     * run code: making a plan, comparing aux, a getattr in record_read */
+    TypeEntry *e = tc_find(&c->types, Py_TYPE(obj));
+    if (e == NULL || !entry_fresh(e)) {
+        if (stack_freeze(u->s) < 0 || (e = up_plan(c, Py_TYPE(obj))) == NULL) {
+            return -1;
+        }
     }
     if (e->plan != (kind == K_DATACLASS ? PLAN_DATACLASS : PLAN_ATTRS) || e->info == NULL) {
         return 0;
@@ -439,6 +498,9 @@ record_leaves(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObjec
         return 0;
     }
     if (aux != e->info) {
+        if (stack_freeze(u->s) < 0) {
+            return -1;
+        }
         int eq = PyObject_RichCompareBool(aux, e->info, Py_EQ);
         if (eq <= 0) {
             return eq;
@@ -449,7 +511,7 @@ record_leaves(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObjec
     if (e->reads == NULL || arity > 32) {
         return 0;
     }
-    int read = record_read(obj, e->reads, names, vals, &absent, NULL);
+    int read = record_read(obj, e->reads, names, vals, &absent, u->s);
     if (read != 1) {
         return read == 2 ? 0 : -1; /* 2: match() has the pure engine decide */
     }
@@ -460,42 +522,57 @@ record_leaves(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObjec
         }
         return mismatch(u, node, obj);
     }
-    int r = 1;
-    for (Py_ssize_t j = 0; j < arity; j++) {
-        if (r == 1 && emit(out, vals[j]) < 0) {
-            r = -1;
+    if (vec_reserve(out, arity) < 0) {
+        for (Py_ssize_t j = 0; j < arity; j++) {
+            Py_DECREF(vals[j]);
         }
-        Py_DECREF(vals[j]);
+        return -1;
     }
-    return r;
+    /* the new references move into out */
+    memcpy(out->v + out->n, vals, arity * sizeof(PyObject *));
+    out->n += arity;
+    return 1;
 }
 
 /* New references to src[j] into out for j = 0, 1, ... while nodes[i + j] is
- * the leaf node, for j < n and i + j < len(nodes): how many were taken, or -1
- * on failure. Leaves of the spec take any value: no user code runs. */
+ * the leaf node, skipping each src[j] that is None where nodes[i + j] is the
+ * None node, for j < n and i + j < len(nodes): how many of src were taken, or
+ * -1 on failure. Leaves of the spec take any value, and None is compared by
+ * identity: no user code runs. */
 static inline Py_ssize_t
 take_leaves(Vec *out, PyObject *const *src, Py_ssize_t n, PyObject *nodes, Py_ssize_t i)
 {
     Py_ssize_t nn = PyTuple_GET_SIZE(nodes);
     PyObject *const *nd = ((PyTupleObject *)nodes)->ob_item + i;
-    if (i >= nn || nd[0] != LEAF_NODE) {
+    if (n <= 0 || i >= nn || (nd[0] != LEAF_NODE && (nd[0] != NONE_NODE || src[0] != Py_None))) {
         return 0;
     }
     Py_ssize_t m = n < nn - i ? n : nn - i;
     if (m == 1) {
-        return emit(out, src[0]) < 0 ? -1 : 1; /* as the leaf of [tree, leaf] */
+        /* as the leaf of [tree, leaf] */
+        return nd[0] == NONE_NODE ? 1 : emit(out, src[0]) < 0 ? -1 : 1;
     }
     if (vec_reserve(out, m) < 0) {
         return -1;
     }
     PyObject **dst = out->v + out->n;
     Py_ssize_t j = 0;
-    while (j < m && nd[j] == LEAF_NODE) {
+    while (j < m && nd[j] == LEAF_NODE) { /* the common case: leaves alone */
         Py_INCREF(src[j]);
         dst[j] = src[j];
         j++;
     }
-    out->n += j;
+    Py_ssize_t k = j; /* then leaves and Nones */
+    for (; j < m; j++) {
+        if (nd[j] == LEAF_NODE) {
+            Py_INCREF(src[j]);
+            dst[k++] = src[j];
+        }
+        else if (nd[j] != NONE_NODE || src[j] != Py_None) {
+            break;
+        }
+    }
+    out->n += k;
     return j;
 }
 
@@ -509,6 +586,24 @@ leaf_run(PyObject *nodes, Py_ssize_t i, Py_ssize_t n)
         }
     }
     return 1;
+}
+
+/* When nodes[i .. i + n) are all the shared leaf or None node, how many are
+ * the None node; else -1. */
+static inline Py_ssize_t
+leaf_or_none_run(PyObject *nodes, Py_ssize_t i, Py_ssize_t n)
+{
+    Py_ssize_t nones = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *nd = PyTuple_GET_ITEM(nodes, i + j);
+        if (nd != LEAF_NODE) {
+            if (nd != NONE_NODE) {
+                return -1;
+            }
+            nones++;
+        }
+    }
+    return nones;
 }
 
 /* A dict node with arity (more than 32) leaves at nodes[i ..) and as many
@@ -577,35 +672,56 @@ up_to_into(PyObject *nodes, PyObject *obj, Vec *out, Up *u, Ctx *c, Stack *s)
                 goto error;
             }
         }
+        else if (kind == K_NONE && obj == Py_None) {
+            /* nothing to take */
+        }
         else {
             PyObject *children = NULL, *names = NULL;
             int keymode, live;
+            Py_ssize_t nones;
             if (kind == K_DICT && arity <= 32 && i + arity <= nn && PyDict_CheckExact(obj) &&
-                PyDict_GET_SIZE(obj) == arity && leaf_run(nodes, i, arity)) {
-                /* a dict of leaves with str keys: one pass, nothing to visit */
+                PyDict_GET_SIZE(obj) == arity && (nones = leaf_or_none_run(nodes, i, arity)) >= 0) {
+                /* a dict of leaves (and None) with str or int keys: one pass,
+                 * nothing to visit */
                 PyObject *keys = PyTuple_GET_ITEM(node, 3), *vals[32];
                 Py_ssize_t j = 0;
                 if (PyTuple_CheckExact(keys) && PyTuple_GET_SIZE(keys) == arity) {
-                    if (dict_in_order(obj, keys, arity, vals)) {
+                    if (dict_same_keys(obj, keys, arity, vals)) {
                         j = arity;
                     }
                     for (; j < arity; j++) {
                         PyObject *k = PyTuple_GET_ITEM(keys, j);
                         if (!PyUnicode_CheckExact(k) ||
                             (vals[j] = PyDict_GetItemWithError(obj, k)) == NULL) {
+                            if (PyErr_Occurred()) {
+                                goto error;
+                            }
                             break;
                         }
                     }
                 }
-                if (PyErr_Occurred()) {
-                    goto error;
-                }
-                if (j == arity) {
+                if (j == arity && nones == 0) {
                     if (vec_extend(out, vals, arity) < 0) {
                         goto error;
                     }
                     i += arity;
                     goto next;
+                }
+                if (j == arity) {
+                    Py_ssize_t had = out->n, k = take_leaves(out, vals, arity, nodes, i);
+                    if (k < 0) {
+                        goto error;
+                    }
+                    if (k == arity) {
+                        i += arity;
+                        goto next;
+                    }
+                    /* a value that is not None at a None node: match() and
+                     * the frames below raise the mismatch with its path; out
+                     * is left as it was all the same */
+                    while (out->n > had) {
+                        Py_DECREF(out->v[--out->n]); /* the dict holds each */
+                    }
                 }
             }
             if ((kind == K_DICT || kind == K_ORDEREDDICT) && arity > 32 && i + arity <= nn) {
@@ -623,9 +739,6 @@ up_to_into(PyObject *nodes, PyObject *obj, Vec *out, Up *u, Ctx *c, Stack *s)
                 (PyObject *)Py_TYPE(obj) == PyTuple_GET_ITEM(node, 1) && !PyDict_Check(obj) &&
                 leaf_run(nodes, i, arity)) {
                 /* a record of leaves, every field set: its values, nothing to visit */
-                if (stack_freeze(s) < 0) {
-                    goto error;
-                }
                 int r = record_leaves(u, c, kind, arity, node, obj, out);
                 if (r < 0) {
                     goto error;

@@ -676,6 +676,83 @@ def test_dict_fast_paths_match_and_fall_back() -> None:
             assert [list(d) for d in _dicts(a[1])] == [list(d) for d in _dicts(b[1])]
 
 
+class _Key(str):
+    """A str subclass whose hash is its own, and can move."""
+
+    h = 1
+
+    def __hash__(self) -> int:
+        return self.h
+
+    def __eq__(self, other: object) -> bool:
+        return str.__eq__(self, other)
+
+
+def test_flatten_up_to_dicts_read_by_key_identity_match() -> None:
+    """flatten_up_to takes a dict whose keys are the spec's own objects in any
+    order (str or int), with None at the spec's None nodes, in one pass; every
+    other case (a value where None was, None where a leaf was, equal keys that
+    are other objects, keys of a subclass, too many keys to look for) agrees
+    with the pure engine, leaves and errors."""
+
+    def step(order: list[Any], **over: Any) -> dict:
+        base: dict[Any, Any] = {
+            "loss": Leaf(0),
+            "aux": None,
+            "logits": Leaf(1),
+            "past": None,
+            "metrics": {"acc": 0.5, "f1": None},
+            "pair": (Leaf(2), None),
+            7: Leaf(3),
+        }
+        base.update(over)
+        return {k: base[k] for k in order}
+
+    order = ["loss", "aux", "logits", "past", "metrics", "pair", 7]
+    spec_tree = [step(order), step(order[::-1])]
+    _, spec = _speedups.flatten(spec_tree, None, None)
+    check_engines_agree(spec_tree)
+    rev = order[::-1]
+    others: list[Any] = [
+        [step(rev), step(order)],  # the same key objects, in other orders
+        [step(order, aux=Leaf(9)), step(order)],  # a value at a None node
+        [step(order, loss=None), step(order)],  # None at a leaf node: a leaf
+        [step(order, metrics={"f1": 0.1, "acc": None}), step(order)],
+        [step(order, metrics={"f1": None, "acc": 0.2}), step(order)],
+        [step(order, pair=(None, None)), step(order)],
+        [step(order, pair=(Leaf(4), Leaf(5))), step(order)],
+        [step(order, past=[]), step(order)],
+        [{**step(order), "extra": 1}, step(order)],
+        [{_Key("loss") if k == "loss" else k: v for k, v in step(order).items()}, step(order)],
+        # equal keys, other objects: looked up
+        [{("".join(k) if isinstance(k, str) else k): v for k, v in step(rev).items()}] * 2,
+    ]
+    for other in others:
+        a, b = same_outcome("flatten_up_to", spec, other)
+        if a[0] == "ok":
+            check_leaves_identical(a[1], b[1])
+        same_outcome("flatten_up_to_columns", spec, [other, spec_tree])
+    # a key object of the spec's own whose hash moved: the dict no longer finds
+    # it, so the tree does not match, though the same object is there
+    moving = _Key("m")
+    moved = {moving: Leaf(0), "b": Leaf(1)}
+    _, mspec = _speedups.flatten(moved, None, None)
+    moving.h = 2
+    a, _ = same_outcome("flatten_up_to", mspec, moved)
+    assert a[0] == "raise"
+    # a dict of more keys than are looked for out of order, of int keys
+    for n in (40, 100):
+        big = {i: (None if i % 3 else Leaf(i)) for i in range(n)}
+        _, bspec = _speedups.flatten(big, None, None)
+        for other in (
+            dict(reversed(big.items())),
+            {i: (Leaf(i) if i == n - 1 else v) for i, v in big.items()},
+        ):
+            a, b = same_outcome("flatten_up_to", bspec, other)
+            if a[0] == "ok":
+                check_leaves_identical(a[1], b[1])
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     n=st.sampled_from([7, 8, 9, 33, 100, 600, 1500]),
@@ -927,11 +1004,16 @@ def test_record_field_reads_take_the_fast_path_where_they_can() -> None:
     """Which fields the C engine reads without getattr (its codes; 0 is getattr)."""
     codes = _speedups._field_codes
     _Plain(0), _Described()  # a name enters the shared keys when an instance first sets it
-    if _speedups.VALUES_READS:
+    if _speedups.VALUES_READS or _speedups.FAST_PATHS["split_values"]:
         assert all(c < 0 for c in codes(_Plain, ("x", "y")))
         assert codes(_Described, ("x", "y"))[0] == 0 and codes(_Described, ("x", "y"))[1] < 0
-    # on for 3.11 unless built without fast paths (tests/test_versions.py has every path)
-    assert sys.version_info[:2] != (3, 11) or _speedups.VALUES_READS or _speedups.NO_FAST_PATHS
+    # on for 3.11 (inline values) and 3.12 on (split __dict__ values) unless built
+    # without fast paths (tests/test_versions.py has every path)
+    assert (
+        sys.version_info[:2] < (3, 11)
+        or _speedups.NO_FAST_PATHS
+        or (_speedups.VALUES_READS or _speedups.FAST_PATHS["split_values"])
+    )
     assert all(c > 0 for c in codes(_Slotted, ("x", "y")))
     assert codes(_MarkedDefault, ("x",)) == (0,)  # its default's class may change
     assert codes(_OwnGetattribute, ("x", "y")) == (0, 0)
@@ -966,7 +1048,10 @@ def test_record_field_reads_match_getattr() -> None:
     swapped.z = 3
     slotted_extra = _SlotsBeyond([1])
     slotted_extra.note = "state"
+    int_key = _Plain([1], [2])
+    int_key.__dict__[5] = "a key that is not a name"  # its __dict__ is no longer split
     cases = [
+        int_key,
         cached,
         _CachedRecord(2),
         later,

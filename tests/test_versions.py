@@ -39,6 +39,7 @@ def expected_fast_paths() -> dict[str, bool]:
         "instance_values": on and v == (3, 11),
         "dict_reads": on and v >= (3, 11),
         "dict_tables": on and v == (3, 11),
+        "split_values": on and v >= (3, 12),
         "odict_links": on,
     }
 
