@@ -952,6 +952,14 @@ record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
             goto fail;
         }
         ran = 1;
+        /* the getattr may run code that changes the instance: a values array
+         * read above may be gone after it, so the rest are looked up */
+#if LAYOUT_311
+        values = NULL;
+#endif
+#if SPLIT_READS
+        split = NULL;
+#endif
         if ((v[i] = PyObject_GetAttr(obj, name)) == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
                 goto fail;

@@ -189,10 +189,6 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
     case K_DICT:
         if (ot == &PyDict_Type && PyTuple_CheckExact(aux) && PyDict_GET_SIZE(obj) == arity &&
             PyTuple_GET_SIZE(aux) == arity) {
-            Py_ssize_t i = 0;
-            while (i < arity && PyUnicode_CheckExact(PyTuple_GET_ITEM(aux, i))) {
-                i++;
-            }
             /* read by key identity; a large dict only when it starts with
              * the spec's first key, or when big_orders has its order */
             int read = arity > 0 && arity <= SCAN_KEYS;
@@ -220,6 +216,10 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
                 }
                 memset(items, 0, arity * sizeof(PyObject *)); /* borrowed: not the tuple's */
                 Py_DECREF(values);
+            }
+            Py_ssize_t i = 0;
+            while (i < arity && PyUnicode_CheckExact(PyTuple_GET_ITEM(aux, i))) {
+                i++;
             }
             if (i < arity && stack_freeze(u->s) < 0) {
                 return -1; /* keys other than str: their __eq__ may run */
@@ -635,9 +635,21 @@ big_dict_leaves(int kind, Py_ssize_t arity, PyObject *node, PyObject *obj, PyObj
     else {
         Py_ssize_t pos = 0, j = 0;
         PyObject *k, *v;
-        while (j < arity && PyDict_Next(obj, &pos, &k, &v) && k == PyTuple_GET_ITEM(keys, j)) {
-            vals[j++] = v;
+#if DICT_READS
+        /* an OrderedDict's dict is a dict's struct: its table read in place */
+        PyObject **p;
+        Py_ssize_t step;
+        if (dict_table(obj, &p, &step)) {
+            for (; j < arity && p[0] == PyTuple_GET_ITEM(keys, j); j++, p += step) {
+                vals[j] = p[1];
+            }
         }
+        else
+#endif
+            while (j < arity && PyDict_Next(obj, &pos, &k, &v) &&
+                   k == PyTuple_GET_ITEM(keys, j)) {
+                vals[j++] = v;
+            }
         if (j < arity || odict_in_dict_order(obj) != 1) {
             return 0;
         }

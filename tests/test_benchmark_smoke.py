@@ -270,6 +270,45 @@ def test_record_cost_runs_each_case_it_counts() -> None:
             )
 
 
+def test_corpus_instructions_runs_each_op_and_reports() -> None:
+    """benchmarks/corpus_instructions.py's measured process runs both ops on a
+    tree of each kind of point (callgrind is for real runs only), and its
+    report marks a ratio under the target."""
+    pytest.importorskip("attrs")
+    ci = _c_engine_benchmark("corpus_instructions")
+    for family, size, variant in (
+        ("none", 10, ""),
+        ("state_dict", 1000, "OrderedDict"),
+        ("named", 0, "d"),
+    ):
+        for op in ci.OPS:
+            subprocess.run(
+                [
+                    sys.executable,
+                    ROOT / "benchmarks" / "corpus_instructions.py",
+                    "--op",
+                    family,
+                    str(size),
+                    variant,
+                    op,
+                    "1",
+                ],
+                cwd=ROOT,
+                check=True,
+                timeout=120,
+            )
+    pts = [("none", 10, ""), ("dataclass", 4, "")]
+    got = {
+        (ROOT, p, op): v
+        for p, vals in zip(pts, ((300.0, 100.0), (140.0, 100.0)))
+        for op, v in zip(ci.OPS, vals)
+    }
+    text = ci.report(pts, got, ROOT, None)
+    assert "| none | 10 | 300 | 100 | 3.00 |" in text
+    assert "| dataclass | 4 | 140 | 100 | 1.40 ✗ |" in text
+    assert "- dataclass: 1.40 ✗" in text
+
+
 def test_paths_bound_runs_each_case_it_counts() -> None:
     """benchmarks/paths_bound.py's measured process runs every variant on
     every tree (callgrind is for real runs only), and its report reads."""

@@ -740,6 +740,19 @@ def test_flatten_up_to_dicts_read_by_key_identity_match() -> None:
     moving.h = 2
     a, _ = same_outcome("flatten_up_to", mspec, moved)
     assert a[0] == "raise"
+    # a large OrderedDict of leaves, its table read in place: the same, another
+    # order of its own (move_to_end), a hole in its table (a key deleted and put back)
+    od = OrderedDict((f"layer{i}.weight", Leaf(i)) for i in range(40))
+    _, ospec = _speedups.flatten(od, None, None)
+    moved_od = OrderedDict(od)
+    moved_od.move_to_end("layer0.weight")
+    holed = OrderedDict(od)
+    holed["layer5.weight"] = holed.pop("layer5.weight")
+    for other in (od, OrderedDict(od), moved_od, holed):
+        a, b = same_outcome("flatten_up_to", ospec, other)
+        if a[0] == "ok":
+            check_leaves_identical(a[1], b[1])
+    assert same_outcome("flatten_up_to", ospec, moved_od)[0][0] == "raise"
     # a dict of more keys than are looked for out of order, of int keys
     for n in (40, 100):
         big = {i: (None if i % 3 else Leaf(i)) for i in range(n)}
@@ -1018,6 +1031,45 @@ def test_record_field_reads_take_the_fast_path_where_they_can() -> None:
     assert codes(_MarkedDefault, ("x",)) == (0,)  # its default's class may change
     assert codes(_OwnGetattribute, ("x", "y")) == (0, 0)
     assert codes(_Plain, ("nope",)) == (0,)
+
+
+class _Grow:
+    """A default whose lookup adds more attributes than a class's shared keys
+    hold: the instance's __dict__ stops being split while its fields are read."""
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:
+            return self
+        for i in range(40):
+            setattr(obj, f"grown{i}", i)
+        return "grown"
+
+
+@dataclasses.dataclass
+class _Grows:
+    a: Any
+    b: Any = _Grow()
+    c: Any = None
+
+
+def test_a_field_read_that_changes_the_instance_reads_the_rest_safely() -> None:
+    """Field b is read by getattr, which runs code that moves the instance's
+    values out of the array the fields before it were read from; field c is
+    read after it (an ASan build reports a read of the old array)."""
+
+    def fresh() -> _Grows:
+        g = _Grows([1], [2], [3])
+        del g.b  # getattr finds the class's _Grow
+        return g
+
+    _Grows([0])  # the names are in the class's shared keys
+    got = [outcome(eng.flatten, [fresh()], None, None) for eng in (_speedups, _pure)]
+    assert got[0][0] == got[1][0], got
+    if got[0][0] == "raise":
+        assert got[0][1:] == got[1][1:]
+    else:
+        assert got[0][1][0] == got[1][1][0]  # equal leaves: each of its own instance
+        assert got[0][1][1] == got[1][1][1]
 
 
 def test_record_field_reads_match_getattr() -> None:

@@ -1,0 +1,166 @@
+"""flatten_up_to against our own flatten, in instructions, on the corpus's trees.
+
+The corpus's flatten_up_to target (1.5 times our own flatten) is a ratio of two of
+our own calls, so callgrind's instruction counts measure it without the
+noise of timings on this machine. For each tree of ``benchmarks/corpus.py``
+(seed 0, every family and size unless ``--family`` names some), each of
+flatten and flatten_up_to runs in its own process under callgrind, counting
+only inside ``functools.reduce`` (as ``instructions.py`` does): 3 calls for
+trees of 1,000 or more units and compare.py's tree (f), 10 for the others,
+after one warm call. The leaves are 16 small stand-in objects in place of
+tensors, so torch is not imported. With ``--baseline DIR`` (a checkout of
+another commit, its extension built in place for the same Python) both are
+counted, before and after.
+
+    python benchmarks/corpus_instructions.py --baseline /tmp/base --out results/python3.12
+    python benchmarks/corpus_instructions.py --family none --family dataclass
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import functools
+import importlib
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+OPS = ("flatten", "flatten_up_to")
+
+
+def _sibling(name: str) -> Any:
+    """benchmarks/<name>.py, imported (this script's folder put on the path)."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    return importlib.import_module(name)
+
+
+class Leaf:
+    """A stand-in leaf: a type the engine classifies once per call, as a tensor."""
+
+    __slots__ = ()
+
+
+def calls_for(size: int, variant: str) -> int:
+    return 3 if size >= 1000 or variant == "f" else 10
+
+
+def op(family: str, size: int, variant: str, name: str, n: int) -> None:
+    """What one process under callgrind runs: the tree drawn, one warm call,
+    then ``n`` calls, counted."""
+    corpus = _sibling("corpus")
+    stand_ins = tuple(Leaf() for _ in range(16))
+    corpus.leaf_pool = lambda: ("stand-in", stand_ins)  # no torch in the counted processes
+    import pytree_kit as pk
+
+    assert pk.ENGINE == "c", pk.engine_info()
+    fam = {f.name: f for f in corpus.FAMILIES}[family]
+    tree = corpus.draw_one(fam, size, variant, 0).tree
+    _, spec = pk.flatten(tree)
+    call = {"flatten": lambda: pk.flatten(tree), "flatten_up_to": lambda: spec.flatten_up_to(tree)}[
+        name
+    ]
+    call()
+    functools.reduce(lambda _, __: call(), range(n), None)
+
+
+def points(families: list[str]) -> list[tuple[str, int, str]]:
+    corpus = _sibling("corpus")
+    chosen = [f for f in corpus.FAMILIES if not families or f.name in families]
+    return [(f.name, size, variant) for f, size, variant in corpus.corpus_points(chosen, False)]
+
+
+def count(checkout: Path, point: tuple[str, int, str], name: str, work: Path) -> float:
+    count_instructions = _sibling("instructions").count_instructions
+    family, size, variant = point
+    n = calls_for(size, variant)
+    out = work / f"{abs(hash((str(checkout), point, name)))}.out"
+    args = ["--op", family, str(size), variant, name, str(n)]
+    return count_instructions(__file__, args, checkout, out) / n
+
+
+def measure(where: list[Path], pts: list[tuple[str, int, str]]) -> dict:
+    with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = {
+            (w, p, name): pool.submit(count, w, p, name, Path(tmp))
+            for w in where
+            for p in pts
+            for name in OPS
+        }
+        return {key: f.result() for key, f in runs.items()}
+
+
+def report(pts: list, got: dict, now: Path, before: Optional[Path]) -> str:
+    commit = _sibling("instructions").commit
+    cols = "| family | size | flatten | flatten_up_to | flatten ÷ flatten_up_to |"
+    lines = [
+        "# flatten_up_to against our own flatten, in instructions",
+        "",
+        f"Machine: {platform.machine()}; CPython {platform.python_version()}. Made by "
+        "`python benchmarks/corpus_instructions.py`: callgrind's instructions per call on "
+        "each tree of the corpus (seed 0) with stand-in leaves, 3 calls counted for trees of "
+        "1,000 or more units and tree (f), 10 for the others. The target is 1.5; ✗ marks a "
+        f"ratio under it. Now: {commit(now)}"
+        + (f"; before: {commit(before)} (before → now in each cell)." if before else "."),
+        "",
+        cols,
+        "|---|---|---:|---:|---:|",
+    ]
+    worst: dict[str, list[float]] = {}
+    for p in pts:
+        family, size, variant = p
+        label = variant if family == "named" else f"{size:,}" + (f", {variant}" if variant else "")
+        cells, ratios = [], []
+        for w in [before, now] if before else [now]:
+            f, u = got[(w, p, "flatten")], got[(w, p, "flatten_up_to")]
+            cells.append((f, u))
+            ratios.append(f / u)
+        worst.setdefault(family, [99.0] * len(ratios))
+        worst[family] = [min(a, b) for a, b in zip(worst[family], ratios)]
+        mark = " ✗" if ratios[-1] < 1.5 else ""
+        lines.append(
+            f"| {family} | {label} | "
+            + " → ".join(f"{f:,.0f}" for f, _ in cells)
+            + " | "
+            + " → ".join(f"{u:,.0f}" for _, u in cells)
+            + " | "
+            + " → ".join(f"{r:.2f}" for r in ratios)
+            + f"{mark} |"
+        )
+    lines += ["", "Worst ratio per family" + (" (before → now)" if before else "") + ":", ""]
+    lines += [
+        f"- {fam}: " + " → ".join(f"{r:.2f}" for r in rs) + (" ✗" if rs[-1] < 1.5 else "")
+        for fam, rs in worst.items()
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Any = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", type=Path, help="a checkout built in place to compare with")
+    parser.add_argument("--family", action="append", default=[], help="these families only")
+    parser.add_argument("--out", type=Path, help="write instructions_up_to.md into this folder")
+    parser.add_argument("--op", nargs=5, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.op:
+        family, size, variant, name, n = args.op
+        op(family, int(size), variant, name, int(n))
+        return 0
+    pts = points(args.family)
+    before = args.baseline.resolve() if args.baseline else None
+    got = measure([ROOT] + ([before] if before else []), pts)
+    text = report(pts, got, ROOT, before)
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "instructions_up_to.md").write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
