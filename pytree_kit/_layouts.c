@@ -8,6 +8,8 @@
  *   type_version       a class's version tag (plans, _classify.c)
  *   field_reads,       how a record's fields are read: a slot's offset, or (3.11)
  *   field_read(_fast)  an index into its inline values (_classify.c, _up_to.c)
+ *   split_values,      (3.12, 3.13) the same index into its __dict__'s split
+ *   split_key_is       values (_classify.c's record_read)
  *   dict_table         (3.11-3.13) an exact dict's entries read in place
  *                      (_classify.c's dict paths, _up_to.c)
  *   small_long         a small int's value without a call (_specread.c)
