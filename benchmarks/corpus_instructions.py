@@ -12,8 +12,14 @@ tensors, so torch is not imported. With ``--baseline DIR`` (a checkout of
 another commit, its extension built in place for the same Python) both are
 counted, before and after.
 
+With ``--op NAME`` (unflatten, tree_map, flatten, leaves or flatten_up_to)
+and a baseline, that one operation is counted instead, before and after, and
+the report (``instructions_NAME.md``) gives each tree's counts and their
+ratio, before ÷ now.
+
     python benchmarks/corpus_instructions.py --baseline /tmp/base --out results/python3.12
     python benchmarks/corpus_instructions.py --family none --family dataclass
+    python benchmarks/corpus_instructions.py --baseline /tmp/base --op unflatten --family records
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import Any, Optional
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 OPS = ("flatten", "flatten_up_to")
+ONE_OPS = ("flatten", "unflatten", "leaves", "tree_map", "flatten_up_to")
 
 
 def _sibling(name: str) -> Any:
@@ -61,10 +68,14 @@ def op(family: str, size: int, variant: str, name: str, n: int) -> None:
     assert pk.ENGINE == "c", pk.engine_info()
     fam = {f.name: f for f in corpus.FAMILIES}[family]
     tree = corpus.draw_one(fam, size, variant, 0).tree
-    _, spec = pk.flatten(tree)
-    call = {"flatten": lambda: pk.flatten(tree), "flatten_up_to": lambda: spec.flatten_up_to(tree)}[
-        name
-    ]
+    leaves, spec = pk.flatten(tree)
+    call = {
+        "flatten": lambda: pk.flatten(tree),
+        "flatten_up_to": lambda: spec.flatten_up_to(tree),
+        "unflatten": lambda: pk.unflatten(spec, leaves),
+        "leaves": lambda: pk.leaves(tree),
+        "tree_map": lambda: pk.tree_map(id, tree),
+    }[name]
     call()
     functools.reduce(lambda _, __: call(), range(n), None)
 
@@ -80,19 +91,44 @@ def count(checkout: Path, point: tuple[str, int, str], name: str, work: Path) ->
     family, size, variant = point
     n = calls_for(size, variant)
     out = work / f"{abs(hash((str(checkout), point, name)))}.out"
-    args = ["--op", family, str(size), variant, name, str(n)]
+    args = ["--run", family, str(size), variant, name, str(n)]
     return count_instructions(__file__, args, checkout, out) / n
 
 
-def measure(where: list[Path], pts: list[tuple[str, int, str]]) -> dict:
+def measure(where: list[Path], pts: list[tuple[str, int, str]], ops: tuple = OPS) -> dict:
     with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(2) as pool:
         runs = {
             (w, p, name): pool.submit(count, w, p, name, Path(tmp))
             for w in where
             for p in pts
-            for name in OPS
+            for name in ops
         }
         return {key: f.result() for key, f in runs.items()}
+
+
+def _label(family: str, size: int, variant: str) -> str:
+    return variant if family == "named" else f"{size:,}" + (f", {variant}" if variant else "")
+
+
+def report_one(pts: list, got: dict, name: str, now: Path, before: Path) -> str:
+    """One operation's instructions per call, before and now, per tree."""
+    commit = _sibling("instructions").commit
+    lines = [
+        f"# {name}: instructions per call, before and now",
+        "",
+        f"Machine: {platform.machine()}; CPython {platform.python_version()}. Made by "
+        f"`python benchmarks/corpus_instructions.py --op {name}`: callgrind's instructions "
+        "per call on each tree of the corpus (seed 0) with stand-in leaves, 3 calls counted "
+        "for trees of 1,000 or more units and tree (f), 10 for the others. "
+        f"Now: {commit(now)}; before: {commit(before)}.",
+        "",
+        "| family | size | before | now | before ÷ now |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for p in pts:
+        b, n = got[(before, p, name)], got[(now, p, name)]
+        lines.append(f"| {p[0]} | {_label(*p)} | {b:,.0f} | {n:,.0f} | {b / n:.2f} |")
+    return "\n".join(lines) + "\n"
 
 
 def report(pts: list, got: dict, now: Path, before: Optional[Path]) -> str:
@@ -114,7 +150,7 @@ def report(pts: list, got: dict, now: Path, before: Optional[Path]) -> str:
     worst: dict[str, list[float]] = {}
     for p in pts:
         family, size, variant = p
-        label = variant if family == "named" else f"{size:,}" + (f", {variant}" if variant else "")
+        label = _label(family, size, variant)
         cells, ratios = [], []
         for w in [before, now] if before else [now]:
             f, u = got[(w, p, "flatten")], got[(w, p, "flatten_up_to")]
@@ -145,14 +181,26 @@ def main(argv: Any = None) -> int:
     parser.add_argument("--baseline", type=Path, help="a checkout built in place to compare with")
     parser.add_argument("--family", action="append", default=[], help="these families only")
     parser.add_argument("--out", type=Path, help="write instructions_up_to.md into this folder")
-    parser.add_argument("--op", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--op", choices=ONE_OPS, help="this operation alone, before and now (needs --baseline)"
+    )
+    parser.add_argument("--run", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.op:
-        family, size, variant, name, n = args.op
+    if args.run:
+        family, size, variant, name, n = args.run
         op(family, int(size), variant, name, int(n))
         return 0
     pts = points(args.family)
     before = args.baseline.resolve() if args.baseline else None
+    if args.op:
+        if before is None:
+            parser.error("--op needs --baseline")
+        text = report_one(pts, measure([ROOT, before], pts, (args.op,)), args.op, ROOT, before)
+        print(text)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / f"instructions_{args.op}.md").write_text(text, encoding="utf-8")
+        return 0
     got = measure([ROOT] + ([before] if before else []), pts)
     text = report(pts, got, ROOT, before)
     print(text)

@@ -1356,7 +1356,6 @@ dict_memo_write(DictMemo *m, PyObject *const *ks, Py_ssize_t n, const uint8_t *p
  * rebuilt by copying the template. An entry is written whole, from this
  * call's own references, and lets go of the old ones last. The entries hold
  * their keys alive. */
-#define BIG_DICT 32
 #define BIG_ORDERS 4
 
 typedef struct {

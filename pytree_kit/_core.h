@@ -70,7 +70,7 @@
  *   dict_reads         an exact dict's entries read from its table in
  *                      place (3.11-3.13; DICT_READS, dict_reads_check)
  *   dict_tables        dicts of the same keys copied from a template's
- *                      table (3.11; LAYOUT_311, dict_layout_check)
+ *                      table (3.11-3.13; DICT_READS, dict_layout_check)
  *   split_values       a record's field read from its __dict__'s split
  *                      values, at the name's index in the class's shared
  *                      keys (3.12, 3.13; SPLIT_READS, split_reads_check)
@@ -96,6 +96,11 @@
 #define LAYOUT_311 0
 #endif
 #define SPLIT_READS (PK_VALIDATED && PY_VERSION_HEX >= 0x030C0000)
+
+/* A dict of more than BIG_DICT keys has its insertion order remembered
+ * across calls (_classify.c's big_orders); up to BIG_DICT keys, an insertion
+ * order is served by a template within one call (_layouts.c's templates). */
+#define BIG_DICT 32
 
 /* ------------------------------------------------------------------------ */
 /* Kinds: in _speedups.h, in step with _kinds.py */

@@ -15,8 +15,8 @@
  *   small_long         a small int's value without a call (_specread.c)
  *   odict_in_dict_order  whether an OrderedDict's own order is its dict's,
  *                      from its linked list of keys (_classify.c)
- *   dict_of's          (3.11) dicts of the same keys copied from a template's
- *   templates          table (_unflatten.c)
+ *   template_make,     (3.11-3.13) a template dict, and dicts of its keys
+ *   dict_from_template made as copies of its table (_unflatten.c's dict_of)
  *   *_check            the import-time checks of each
  * Calls: only the C API and _core.h.
  */
@@ -455,88 +455,85 @@ small_long(PyObject *o)
  *
  * A dict of n keys costs PyDict_New and n PyDict_SetItem calls, each hashing
  * and probing; that is most of unflatten's time on trees of small dicts. On
- * CPython 3.11, when a node's keys come again in one call, a template is made
- * ({k: None} in key order, never shown to anyone), and each further dict of
- * those keys gets a copy of the template's table in one block, with its keys'
- * counts raised and the values put in its entries, in place of the empty
- * table of a new dict (as PyDict_Copy does, less the values it would copy and
- * then drop). Only keys that are exact str or int are taken (no user code runs
- * for their hash or equality), and a template whose table is not the plain
- * one expected (its keys in order, no holes) is not used. The result is
- * tracked by the GC exactly when inserting the values would have tracked it. */
+ * CPython 3.11 to 3.13 a dict of keys met before (_unflatten.c's kept
+ * templates) is made from a template, {k: None} in the dict's insertion
+ * order, never shown to anyone: a copy of the template's table in one block,
+ * with its keys' counts raised and the values put in its entries, in place of
+ * the empty table of a new dict (as PyDict_Copy does, less the values it
+ * would copy and then drop). Only keys that are exact str or int are taken (no
+ * user code runs for their hash or equality), and a template whose table is
+ * not the plain one expected (its keys in order, no holes) is not used. The
+ * result is tracked by the GC exactly when inserting the values would have
+ * tracked it. */
 
-#define TEMPLATES 8
-
-typedef struct {
-    PyObject *keys; /* borrowed: the spec holds it for the call */
-    PyObject *dict; /* strong, the template; NULL until the keys come again */
-    size_t size;    /* of the template's table, in bytes */
-    int unusable;   /* keys that no template serves */
-} Template;
-
-typedef struct {
-    unsigned int used; /* bit i: v[i] is set; nothing else needs setting up */
-    Template v[TEMPLATES];
-} Templates;
-
-static PK_NO_INLINE void
-templates_clear(Templates *t)
+#if DICT_READS
+/* The size in bytes of the table of t, a dict with a table of its own */
+static size_t
+template_size(PyObject *t)
 {
-    for (int i = 0; i < TEMPLATES; i++) {
-        if (t->used & (1u << i)) {
-            Py_CLEAR(t->v[i].dict);
-        }
-    }
-    t->used = 0;
+    DictKeys *k = (DictKeys *)((PyDictObject *)t)->ma_keys;
+    size_t step = k->dk_kind == 1 ? 2 : 3;
+    /* _PyDict_KeysSize: the header, the indices, then 2/3 of the slots as entries */
+    return sizeof(DictKeys) + ((size_t)1 << k->dk_log2_index_bytes) +
+           ((((size_t)1 << k->dk_log2_size) << 1) / 3) * step * sizeof(PyObject *);
 }
 
-#if LAYOUT_311
-/* Make e's template for keys (n of them): 0, with e->unusable set when these
- * keys cannot have one; -1 on error. */
+/* t, a dict made by inserting n distinct keys, exact str or int, and nothing
+ * else, can serve as a template: its table holds its n entries in insertion
+ * order, keys and values together */
 static int
-template_make(Template *e, PyObject *keys, Py_ssize_t n)
+template_plain(PyObject *t, Py_ssize_t n)
+{
+    PyDictObject *mp = (PyDictObject *)t;
+    DictKeys *k = (DictKeys *)mp->ma_keys;
+    return mp->ma_values == NULL && mp->ma_used == n && k->dk_nentries == n && k->dk_kind <= 1;
+}
+
+/* The template for the n keys of ins (a tuple), inserted in that order: 1
+ * with a new reference in *dict and its table's size in bytes in *size; 0
+ * when these keys cannot have one; -1 on error. */
+static int
+template_make(PyObject *ins, Py_ssize_t n, PyObject **dict, size_t *size)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *k = PyTuple_GET_ITEM(keys, i);
+        PyObject *k = PyTuple_GET_ITEM(ins, i);
         if (!(PyUnicode_CheckExact(k) || PyLong_CheckExact(k))) {
-            e->unusable = 1;
             return 0;
         }
     }
     PyObject *none = Py_None;
-    if ((e->dict = dict_in_key_order(keys, &none, n, 0)) == NULL) {
+    PyObject *t = dict_in_key_order(ins, &none, n, 0);
+    if (t == NULL) {
         return -1;
     }
-    PyDictObject *mp = (PyDictObject *)e->dict;
+    PyDictObject *mp = (PyDictObject *)t;
     DictKeys *k = (DictKeys *)mp->ma_keys;
-    e->unusable = 1;
     /* a key given twice, a split or holed table, another kind of table */
-    if (mp->ma_values != NULL || mp->ma_used != n || k->dk_nentries != n || k->dk_kind > 1 ||
-        k->dk_refcnt != 1 || PyObject_GC_IsTracked(e->dict)) {
-        return 0;
-    }
+    int ok = mp->ma_values == NULL && mp->ma_used == n && k->dk_nentries == n &&
+             k->dk_kind <= 1 && k->dk_refcnt == 1 && !PyObject_GC_IsTracked(t);
     Py_ssize_t step = k->dk_kind == 1 ? 2 : 3;
     PyObject **p = (PyObject **)DICT_ENTRIES(k) + (step - 2);
-    for (Py_ssize_t i = 0; i < n; i++, p += step) {
-        if (p[0] != PyTuple_GET_ITEM(keys, i) || p[1] != Py_None) {
-            return 0;
-        }
+    for (Py_ssize_t i = 0; ok && i < n; i++, p += step) {
+        ok = p[0] == PyTuple_GET_ITEM(ins, i) && p[1] == Py_None;
     }
-    /* _PyDict_KeysSize: the header, the indices, then 2/3 of the slots as entries */
-    e->size = sizeof(DictKeys) + ((size_t)1 << k->dk_log2_index_bytes) +
-              ((((size_t)1 << k->dk_log2_size) << 1) / 3) * (size_t)step * sizeof(PyObject *);
-    e->unusable = 0;
-    return 0;
+    if (!ok) {
+        Py_DECREF(t);
+        return 0;
+    }
+    *size = template_size(t);
+    *dict = t;
+    return 1;
 }
 
-/* A new dict with the template's table and vals[i * step] as the value of its
- * i-th key: in *out, 1, the references in vals now the dict's; 0 when a new
- * dict is not laid out as expected (nothing made); -1 on error. */
+/* A new dict with the table of tmpl (a template of n keys, its table size
+ * bytes, held by the caller) and, as the value of its i-th key, vals[j *
+ * step], j = at[i] (or i where at is NULL): in *out, 1, the references in
+ * vals now the dict's; 0 when a new dict is not laid out as expected
+ * (nothing made); -1 on error. */
 static int
-dict_from_template(Template *e, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step,
-                   PyObject **out)
+dict_from_template(PyObject *tmpl, size_t size, const Py_ssize_t *at, PyObject *const *vals,
+                   Py_ssize_t n, Py_ssize_t step, PyObject **out)
 {
-    DictKeys *tk = (DictKeys *)((PyDictObject *)e->dict)->ma_keys;
     PyObject *d = PyDict_New();
     if (d == NULL) {
         return -1;
@@ -548,20 +545,22 @@ dict_from_template(Template *e, PyObject *const *vals, Py_ssize_t n, Py_ssize_t 
         Py_DECREF(d);
         return 0;
     }
-    DictKeys *k = PyObject_Malloc(e->size);
+    DictKeys *k = PyObject_Malloc(size);
     if (k == NULL) {
         Py_DECREF(d);
         PyErr_NoMemory();
         return -1;
     }
-    memcpy(k, tk, e->size);
+    /* (read after the allocations: the caller's reference keeps it as it is) */
+    DictKeys *tk = (DictKeys *)((PyDictObject *)tmpl)->ma_keys;
+    memcpy(k, tk, size);
     k->dk_refcnt = 1;
     k->dk_version = 0;
     Py_ssize_t es = tk->dk_kind == 1 ? 2 : 3; /* pointers per entry */
     PyObject **p = (PyObject **)DICT_ENTRIES(k) + (es - 2);
     int track = 0;
     for (Py_ssize_t i = 0; i < n; i++, p += es) {
-        PyObject *v = vals[i * step];
+        PyObject *v = vals[(at != NULL ? at[i] : i) * step];
         Py_INCREF(p[0]); /* the key */
         p[1] = v; /* in place of the template's None, whose count was not raised */
         /* as dict insertion decides it (MAINTAIN_TRACKING) */
@@ -570,8 +569,11 @@ dict_from_template(Template *e, PyObject *const *vals, Py_ssize_t n, Py_ssize_t 
                           (!PyTuple_CheckExact(v) || PyObject_GC_IsTracked(v)));
     }
     /* the new dict's empty table is the shared one, never freed: give its
-     * reference back as dictkeys_decref would */
+     * reference back as dictkeys_decref would (from 3.12 it is immortal, and
+     * PyDict_New took none) */
+#if PY_VERSION_HEX < 0x030C0000
     empty->dk_refcnt--;
+#endif
     mp->ma_keys = (PyDictKeysObject *)k;
     mp->ma_used = n;
     if (track) {
@@ -717,7 +719,10 @@ done:
     Py_XDECREF(cls);
 }
 
-/* Sets dict_layout_ok (3.11) when dict_reads_ok is set (dict_reads_check
+#endif
+
+#if DICT_READS
+/* Sets dict_layout_ok (3.11-3.13) when dict_reads_ok is set (dict_reads_check
  * checked the reads of a table) and dicts copied from a template and given
  * their values in place (dict_from_template) are what inserting gives: for
  * str keys and int keys, values found by lookup, iteration order, size,
@@ -740,19 +745,18 @@ dict_layout_check(void)
         Py_ssize_t key_count = keys ? Py_REFCNT(PyTuple_GET_ITEM(keys, 0)) : 0;
         PyObject *tmpl = NULL, *d = NULL, *want = NULL, *extra = NULL;
         Py_INCREF(Py_None);
-        Template e = {keys, NULL, 0, 0};
-        ok = keys && vals[0] && vals[1] && template_make(&e, keys, 3) == 0 && !e.unusable &&
+        size_t size = 0;
+        ok = keys && vals[0] && vals[1] && template_make(keys, 3, &tmpl, &size) == 1 &&
              (want = dict_in_key_order(keys, vals, 3, 1));
         if (ok) {
             for (int i = 0; i < 3; i++) { /* the references the copy takes over */
                 Py_INCREF(vals[i]);
             }
-            ok = dict_from_template(&e, vals, 3, 1, &d) == 1;
+            ok = dict_from_template(tmpl, size, NULL, vals, 3, 1, &d) == 1;
             for (int i = 0; !ok && i < 3; i++) {
                 Py_DECREF(vals[i]);
             }
         }
-        tmpl = e.dict;
         PyObject **p = NULL;
         Py_ssize_t step = 0;
         if (ok) {

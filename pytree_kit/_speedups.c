@@ -274,6 +274,8 @@ PyInit__speedups(void)
 #endif
 #if LAYOUT_311
     values_reads_check();
+#endif
+#if DICT_READS
     dict_layout_check(); /* after dict_reads_check: it needs the reads */
 #endif
 #if SPLIT_READS
@@ -287,7 +289,7 @@ PyInit__speedups(void)
         "int_digits", PyBool_FromLong(INT_DIGITS && int_digits_ok), "instance_values",
         PyBool_FromLong(LAYOUT_311 && values_reads_ok), "dict_reads",
         PyBool_FromLong(DICT_READS && dict_reads_ok), "dict_tables",
-        PyBool_FromLong(LAYOUT_311 && dict_layout_ok), "split_values",
+        PyBool_FromLong(DICT_READS && dict_layout_ok), "split_values",
         PyBool_FromLong(SPLIT_READS && split_reads_ok), "odict_links",
         PyBool_FromLong(ODICT_LINKS && odict_links_ok));
     int added = fast == NULL ? -1 : PyModule_AddObjectRef(m, "FAST_PATHS", fast);
@@ -299,7 +301,7 @@ PyInit__speedups(void)
 #endif
     if (added < 0 ||
         PyModule_AddIntConstant(m, "VALUES_READS", LAYOUT_311 && values_reads_ok) < 0 ||
-        PyModule_AddIntConstant(m, "DICT_TABLES", LAYOUT_311 && dict_layout_ok) < 0 ||
+        PyModule_AddIntConstant(m, "DICT_TABLES", DICT_READS && dict_layout_ok) < 0 ||
         PyModule_AddIntConstant(m, "VALIDATED_PYTHON", PK_VALIDATED_PYTHON) < 0 ||
         PyModule_AddIntConstant(m, "NO_FAST_PATHS", no_fast_paths) < 0) {
         goto fail;

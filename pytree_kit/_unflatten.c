@@ -3,6 +3,8 @@
  * Part of the engine's one compilation unit (see _core.h).
  *   sp_unflatten   reads the nodes backwards with a value stack, building
  *                  each node from its children (tuples and lists in place)
+ *   dict_of        a dict node whose keys and order were met before, in this
+ *                  call or another: a copy of a kept template (_layouts.c)
  *   build          one node of any other kind: dicts (dict_of, ordered_dict,
  *                  big_dict's copies of a remembered order's template),
  *                  namedtuples, records (new_instance), custom and rule nodes
@@ -102,52 +104,170 @@ view_places(PyObject *t, PyObject *aux, Py_ssize_t arity, Py_ssize_t *at)
     return m;
 }
 
-/* dict(zip(keys, vals[0], vals[step], ...)) inserted in key order, from a
- * template when these keys were met before in this call: a new reference, the
- * references in vals now the dict's; or NULL on error, vals untouched. */
-static PK_NO_INLINE PyObject *
-dict_of(Templates *t, PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step)
+/* Templates kept across calls
+ *
+ * A dict node's keys (a tuple, exact str or int keys, up to BIG_DICT of them
+ * with an insertion order of their own, any number in key order) and its
+ * insertion order are noted in a slot of kept[] the first time they are met;
+ * the second time, in this call or a later one, the slot gets a template in
+ * that order (_layouts.c's template_make), and each further dict of those
+ * keys in that order is a copy of it (dict_from_template). flatten gives the
+ * same key tuple to dicts of the same key objects, call after call
+ * (_classify.c's dict_memo), so a tree flattened or unflattened again finds
+ * its templates. A slot holds its keys, order and template alive (one entry
+ * per slot, the last noted): at most KEPT of each. Keys of any other type are
+ * never noted, so no user object is kept alive here, and nothing dropped from
+ * a slot runs user code. An allocation may collect garbage, whose finalizers
+ * may unflatten and rewrite any slot: a template is used through a reference
+ * of the caller's own, and stored only if its slot still notes its keys. */
+#if DICT_READS
+#define KEPT_BITS 10
+#define KEPT (1 << KEPT_BITS)
+
+typedef struct {
+    PyObject *keys;  /* strong or NULL: the node's keys, a tuple */
+    PyObject *order; /* strong or NULL: the insertion order, a tuple; NULL: key order */
+    PyObject *dict;  /* strong or NULL: the template, made the second time */
+    size_t size;     /* of the template's table, in bytes */
+    int unusable;    /* keys that no template serves */
+    uint8_t at[BIG_DICT]; /* with an order: the place of its i-th key among keys */
+} Kept;
+
+static Kept kept[KEPT];
+
+/* a and b are the same insertion order: both key order (NULL), or tuples of
+ * the same objects */
+static inline int
+same_order(PyObject *a, PyObject *b)
 {
-    PyObject *d;
-#if LAYOUT_311
-    if (dict_layout_ok && n > 0) {
-        size_t slot = ((size_t)keys >> 4) % TEMPLATES;
-        Template *e = &t->v[slot];
-        if (!(t->used & (1u << slot))) {
-            t->used |= 1u << slot;
-            e->keys = keys;
-            e->dict = NULL;
-            e->unusable = 0;
-            goto insert;
+    return a == b || (a != NULL && b != NULL && same_items(a, b));
+}
+
+/* e notes these keys in this order */
+static inline int
+kept_is(const Kept *e, PyObject *keys, PyObject *order)
+{
+    return e->keys != NULL && same_items(e->keys, keys) && same_order(e->order, order);
+}
+
+/* The slot of keys (n > 0 of them) in this order, by the key objects, so
+ * that equal tuples of the same keys (a spec read from JSON or a pickle has
+ * its own per node) share one */
+static inline Kept *
+kept_slot(PyObject *keys, PyObject *order, Py_ssize_t n)
+{
+    PyObject **k = ((PyTupleObject *)keys)->ob_item;
+    size_t h = ptr_hash(k[0]) ^ (ptr_hash(k[n - 1]) >> 7) ^ ((size_t)n << 3);
+    if (order != NULL) {
+        h ^= ptr_hash(PyTuple_GET_ITEM(order, 0)) >> 13;
+    }
+    return &kept[(h * (size_t)0x9E3779B97F4A7C15ULL) >> (8 * sizeof(size_t) - KEPT_BITS)];
+}
+
+/* Note keys (exact str or int, else nothing is noted) and order in e, in
+ * place of what it held, which is let go of last. */
+static void
+kept_note(Kept *e, PyObject *keys, PyObject *order, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PyTuple_GET_ITEM(keys, i);
+        if (!(PyUnicode_CheckExact(k) || PyLong_CheckExact(k))) {
+            return;
         }
-        if (!same_items(e->keys, keys)) {
-            Py_CLEAR(e->dict);
-            e->keys = keys;
-            e->unusable = 0;
+    }
+    Kept old = *e;
+    e->keys = Py_NewRef(keys);
+    e->order = Py_XNewRef(order);
+    e->dict = NULL;
+    e->unusable = 0;
+    Py_XDECREF(old.keys);
+    Py_XDECREF(old.order);
+    Py_XDECREF(old.dict);
+}
+
+#endif
+
+/* dict(zip(keys, vals[0], vals[step], ...)) inserted in key order (order
+ * NULL) or in order (a tuple: a permutation of keys, up to BIG_DICT of
+ * them), from a kept template when these keys were met before in this order:
+ * 1 with a new reference in *out, the references in vals now the dict's; -1
+ * on error, vals untouched. Without a template, a dict in key order is made
+ * here by insertion (1); one with an order is left to build's ordered_dict
+ * (0, nothing made). */
+static PK_NO_INLINE int
+dict_of(PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step,
+        PyObject **out)
+{
+#if DICT_READS
+    if (dict_layout_ok && n > 0) {
+        Kept *e = kept_slot(keys, order, n);
+        if (!kept_is(e, keys, order)) {
+            kept_note(e, keys, order, n);
         }
         else if (!e->unusable) {
-            if (e->dict == NULL && template_make(e, keys, n) < 0) {
-                return NULL;
-            }
-            if (!e->unusable) {
-                int r = dict_from_template(e, vals, n, step, &d);
-                if (r != 0) {
-                    return r < 0 ? NULL : d;
+            PyObject *t = Py_XNewRef(e->dict);
+            size_t size = e->size;
+            Py_ssize_t at[BIG_DICT];
+            if (t == NULL) {
+                if (order != NULL) {
+                    /* each key of the order's place among the keys: all of
+                     * them found (a key given twice template_make finds) */
+                    if (key_places(((PyTupleObject *)keys)->ob_item,
+                                   ((PyTupleObject *)order)->ob_item, n, at) < 0) {
+                        return -1;
+                    }
+                    for (Py_ssize_t i = 0; i < n; i++) {
+                        if (at[i] < 0) {
+                            e->unusable = 1;
+                            goto insert;
+                        }
+                    }
                 }
-                e->unusable = 1;
+                int made = template_make(order != NULL ? order : keys, n, &t, &size);
+                if (made < 0) {
+                    return -1;
+                }
+                /* (the slot as it is now: see above) */
+                if (made == 0) {
+                    if (kept_is(e, keys, order)) {
+                        e->unusable = 1;
+                    }
+                    goto insert;
+                }
+                if (kept_is(e, keys, order) && e->dict == NULL) {
+                    e->dict = Py_NewRef(t);
+                    e->size = size;
+                    for (Py_ssize_t i = 0; order != NULL && i < n; i++) {
+                        e->at[i] = (uint8_t)at[i];
+                    }
+                }
+            }
+            else {
+                for (Py_ssize_t i = 0; order != NULL && i < n; i++) {
+                    at[i] = e->at[i];
+                }
+            }
+            int r = dict_from_template(t, size, order != NULL ? at : NULL, vals, n, step, out);
+            Py_DECREF(t);
+            if (r != 0) {
+                return r;
             }
         }
     }
 insert:
-#else
-    (void)t;
 #endif
-    if ((d = dict_in_key_order(keys, vals, n, step)) != NULL) {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            Py_DECREF(vals[i * step]);
-        }
+    if (order != NULL) {
+        return 0;
     }
-    return d;
+    PyObject *d = dict_in_key_order(keys, vals, n, step);
+    if (d == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_DECREF(vals[i * step]);
+    }
+    *out = d;
+    return 1;
 }
 
 /* The dict of a dict node with an insertion order, built in that order at
@@ -259,6 +379,19 @@ big_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order)
         }
     }
     const Py_ssize_t *at = (const Py_ssize_t *)PyBytes_AS_STRING(at_obj);
+#if DICT_READS
+    /* a copy of the template's table with the values written in (its keys
+     * are exact str or int: big_orders keeps no others) */
+    if (dict_layout_ok && template_plain(t, arity) && !PyObject_GC_IsTracked(t)) {
+        int made = dict_from_template(t, template_size(t), at, ch, arity, 1, &r);
+        if (made != 0) {
+            for (Py_ssize_t i = 0; made > 0 && i < arity; i++) {
+                Py_INCREF(ch[i]); /* the copy took the references: ch keeps its own */
+            }
+            goto done;
+        }
+    }
+#endif
     r = PyDict_Copy(t);
     for (Py_ssize_t i = 0; r != NULL && i < arity; i++) {
         if (PyDict_SetItem(r, PyTuple_GET_ITEM(order, i), ch[at[i]]) < 0) {
@@ -573,8 +706,6 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         /* the value stack and the children of one node: at most nn + 1 each */
         PyObject *inline_buf[2 * UNFLATTEN_INLINE];
         PyObject **st = inline_buf, **ch = inline_buf + UNFLATTEN_INLINE;
-        Templates templates;
-        templates.used = 0;
         if (nn + 1 > UNFLATTEN_INLINE) {
             st = PyMem_Malloc(2 * (nn + 1) * sizeof(PyObject *));
             if (st == NULL) {
@@ -645,24 +776,26 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
             PyObject *v;
             PyObject *aux = PyTuple_GET_ITEM(node, 3);
-            if (kind == K_DICT && order == NULL && PyTuple_CheckExact(aux) &&
-                PyTuple_GET_SIZE(aux) == arity) {
-                /* build()'s dict in key order, read straight off the stack,
-                 * whose references move into it */
-                if ((v = dict_of(&templates, aux, &st[sp - 1], arity, -1)) == NULL) {
+            if (kind == K_DICT && PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == arity &&
+                (order == NULL || (arity <= BIG_DICT && PyTuple_CheckExact(order) &&
+                                   PyTuple_GET_SIZE(order) == arity))) {
+                /* build()'s dict, read straight off the stack, whose
+                 * references move into it, when dict_of makes it */
+                int r = dict_of(aux, order, &st[sp - 1], arity, -1, &v);
+                if (r < 0) {
                     goto fail;
                 }
-                sp -= arity;
-                st[sp++] = v;
-                continue;
+                if (r > 0) {
+                    sp -= arity;
+                    st[sp++] = v;
+                    continue;
+                }
             }
-            else {
-                for (Py_ssize_t i = 0; i < arity; i++) {
-                    ch[i] = st[sp - 1 - i];
-                }
-                if ((v = build(kind, node, ch, arity, order)) == NULL) {
-                    goto fail;
-                }
+            for (Py_ssize_t i = 0; i < arity; i++) {
+                ch[i] = st[sp - 1 - i];
+            }
+            if ((v = build(kind, node, ch, arity, order)) == NULL) {
+                goto fail;
             }
             for (Py_ssize_t i = 0; i < arity; i++) {
                 Py_DECREF(st[--sp]);
@@ -678,9 +811,6 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     fail:
         while (sp > 0) {
             Py_DECREF(st[--sp]);
-        }
-        if (templates.used) {
-            templates_clear(&templates);
         }
         if (st != inline_buf) {
             PyMem_Free(st);

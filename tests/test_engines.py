@@ -1332,7 +1332,7 @@ def _same_dicts(a: Any, b: Any) -> None:
 
 def test_dicts_copied_from_templates_match() -> None:
     """Repeated keys of every kind; values tracked, untracked and untracked tuples."""
-    if sys.version_info[:2] == (3, 11) and not _speedups.NO_FAST_PATHS:
+    if sys.version_info[:2] >= (3, 11) and not _speedups.NO_FAST_PATHS:
         assert _speedups.DICT_TABLES
     pair = _untracked_pair()
     leaf = Leaf(0)
@@ -1348,6 +1348,14 @@ def test_dicts_copied_from_templates_match() -> None:
         [{"a": 1, "b": 2}, {"c": 3}] * 12,  # more key sets than template slots, alternating
         [{f"s{i}": i} for i in range(30)] * 2,  # 30 key sets, each twice
         {"child": {"child": {"child": {"v": 1}, "v": 2}, "v": 3}, "v": 4},
+        # insertion orders other than key order
+        [{"b": i, "a": [i], "c": str(i)} for i in range(5)],
+        [{"b": 1, "a": 2}, {"a": 1, "b": 2}] * 6,  # the same keys, two orders in turn
+        [{3: "x", 1: leaf, -2: None} for _ in range(4)],  # int keys
+        [{"b": 1, 1: 2, "a": (leaf,)} for _ in range(3)],  # mixed keys: a general table
+        [{f"k{j}": j for j in reversed(range(32))} for _ in range(3)],  # the most a template takes
+        [{f"k{j}": j for j in reversed(range(33))} for _ in range(3)],  # one more
+        [{"z": {"y": i, "x": i}, "a": i} for i in range(4)],  # nested, each level its own
     ]
     for tree, leaf_kind in itertools.product(trees, ("own", "pair", "mixed")):
         leaves, spec_c = _speedups.flatten(tree, None, None)
@@ -1375,6 +1383,139 @@ def test_dicts_copied_from_templates_match() -> None:
                 del d["added"]
             assert again == want
             _same_dicts(want, _speedups.unflatten(spec, leaves))
+
+
+def _config_like(seed: int, n: int) -> dict:
+    """n dicts each of its own keys and insertion order (none sorted), nested."""
+    out: dict = {}
+    for i in range(n):
+        keys = [f"c{seed}_{i}_{j}" for j in range(2 + i % 5)][::-1]
+        out[f"s{seed}_{i}"] = {k: ([j] if j % 2 else j) for j, k in enumerate(keys)}
+    return out
+
+
+def test_kept_templates_serve_later_calls_match() -> None:
+    """Dicts whose keys come once per tree get their templates in later calls
+    (kept across calls, CPython 3.11 to 3.13): each call's result is what the
+    pure engine gives, each dict its own, from the same spec and from a new
+    flatten each time."""
+    tree = _config_like(0, 40)
+    leaves, spec = _speedups.flatten(tree, None, None)
+    want = _pure.unflatten(spec, leaves)
+    results = []
+    for _ in range(4):
+        got = _speedups.unflatten(spec, leaves)
+        assert got == want and list(got) == list(want)
+        _same_dicts(want, got)
+        again_leaves, again_spec = _speedups.flatten(tree, None, None)
+        check_specs_equal(again_spec, spec)
+        mapped = _speedups.unflatten(again_spec, again_leaves)
+        _same_dicts(tree, mapped)
+        results += [got, mapped]
+    for d in _dicts(results[0]):
+        d["added"] = 1
+    for r in results[1:]:
+        assert r == want
+        _same_dicts(want, r)
+
+
+def test_kept_templates_keep_no_key_of_a_user_type() -> None:
+    """A key that is not an exact str or int is never kept: once the tree, its
+    spec and the results are gone, the key's count is what it was."""
+    key = _Str("user")
+    base = sys.getrefcount(key)
+    tree = [{key: i, "t": [i]} for i in range(3)]
+    leaves, spec = _speedups.flatten(tree, None, None)
+    for _ in range(3):
+        assert _speedups.unflatten(spec, leaves) == tree
+    del tree, leaves, spec
+    gc.collect()
+    assert sys.getrefcount(key) == base
+
+
+def test_kept_templates_are_bounded() -> None:
+    """Templates are kept for a bounded number of key sets: rounds of new key
+    sets, each unflattened twice, stop growing the memory held after the first
+    rounds have filled every slot."""
+    import tracemalloc
+
+    def one_round(r: int) -> None:
+        tree = [{f"r{r}_{i}_a": i, f"r{r}_{i}_b": i} for i in range(1500)]
+        leaves, spec = _speedups.flatten(tree, None, None)
+        _speedups.unflatten(spec, leaves)
+        _speedups.unflatten(spec, leaves)
+
+    tracemalloc.start()  # (before the slots fill: what they let go of is then traced too)
+    try:
+        for r in range(3):  # past the slots' count
+            one_round(r)
+        gc.collect()
+        start = tracemalloc.get_traced_memory()[0]
+        for r in range(3, 9):
+            one_round(r)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    # 6 rounds of 1,500 new key sets: unbounded keeping would hold over 1 MB
+    assert grown < 64 * 1024, grown
+
+
+def test_kept_templates_rewritten_during_a_call_match() -> None:
+    """A collection in the middle of unflatten (on CPython 3.11 an allocation
+    may start one; the dict free list is kept empty so that making a dict
+    allocates) whose callback unflattens 3,000 other key sets, more than there
+    are slots, twice: the slots the call is using are noted again and given
+    other templates under it; every result still matches."""
+    forward = [{f"g{i}": i} for i in range(3000)]
+    backward = forward[::-1]
+    # each collection ends with the key sets backward and the next begins
+    # forward: a slot's last key set in one is its first in the next, so a
+    # template wrongly stored in its slot in between would be used
+    churn = [(t, _speedups.flatten(t, None, None)) for t in (forward, backward)]
+    busy: list = []
+    wrong: list = []
+
+    def collect(phase: str, info: dict) -> None:
+        if phase != "start" or busy or not inside:
+            return
+        busy.append(1)
+        try:
+            for t, (leaves, spec) in churn:
+                if _speedups.unflatten(spec, leaves) != t:
+                    wrong.append(1)
+            held.append([{} for _ in range(100)])  # the free list emptied again
+        finally:
+            busy.pop()
+
+    trees = [
+        [{"b": i, "a": [i], "c": str(i)} for i in range(6)],
+        [{"k1": i, "k0": (i,)} for i in range(6)] + [{"k0": 1, "k1": 2}] * 3,
+        _config_like(1, 12),
+    ]
+    specs = [_speedups.flatten(t, None, None) for t in trees]
+    held: list = []
+    inside: list = []  # collections in the calls under test only
+    old = gc.get_threshold()
+    gc.callbacks.append(collect)
+    gc.set_threshold(1)
+    try:
+        for _ in range(40):
+            for t, (leaves, spec) in zip(trees, specs):
+                held.append([{} for _ in range(100)])
+                inside.append(1)
+                got = _speedups.unflatten(spec, leaves)
+                inside.pop()
+                # (GC tracking is not compared: collections untrack dicts as they go)
+                assert got == t
+                assert [list(d) for d in _dicts(got)] == [list(d) for d in _dicts(t)]
+                assert [sys.getsizeof(d) for d in _dicts(got)] == [
+                    sys.getsizeof(d) for d in _dicts(t)
+                ]
+    finally:
+        gc.set_threshold(*old)
+        gc.callbacks.remove(collect)
+    assert not wrong
 
 
 def _holed(d: dict, drop: Any) -> dict:
@@ -1537,6 +1678,8 @@ def test_dict_copies_keep_refcounts() -> None:
     vals = [Leaf(i) for i in range(3)]
     tree = [dict(zip(keys, vals)) for _ in range(50)]
     leaves, spec = _speedups.flatten(tree, None, None)
+    # a warm call: the template kept for these keys holds a reference to each
+    _speedups.unflatten(spec, leaves)
     before = [sys.getrefcount(x) for x in keys + vals]
     for _ in range(100):
         out = _speedups.unflatten(spec, leaves)
