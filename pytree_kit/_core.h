@@ -68,9 +68,9 @@
  *   instance_values    a record's fields read from its inline values (3.11;
  *                      LAYOUT_311, values_reads_check)
  *   dict_reads         an exact dict's entries read from its table in
- *                      place (3.11-3.13; DICT_READS, dict_reads_check)
+ *                      place (3.10-3.13; DICT_READS, dict_reads_check)
  *   dict_tables        dicts of the same keys copied from a template's
- *                      table (3.11-3.13; DICT_READS, dict_layout_check)
+ *                      table (3.10-3.13; DICT_READS, dict_layout_check)
  *   split_values       a record's field read from its __dict__'s split
  *                      values, at the name's index in the class's shared
  *                      keys (3.12, 3.13; SPLIT_READS, split_reads_check)
@@ -89,7 +89,7 @@
 #define VERSION_TAGS PK_VALIDATED
 #define INT_DIGITS (PK_VALIDATED && PY_VERSION_HEX < 0x030C0000)
 #define ODICT_LINKS PK_VALIDATED
-#define DICT_READS (PK_VALIDATED && PY_VERSION_HEX >= 0x030B0000)
+#define DICT_READS PK_VALIDATED
 #if PK_VALIDATED && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
 #define LAYOUT_311 1
 #else

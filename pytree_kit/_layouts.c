@@ -10,12 +10,12 @@
  *   field_read(_fast)  an index into its inline values (_classify.c, _up_to.c)
  *   split_values,      (3.12, 3.13) the same index into its __dict__'s split
  *   split_key_is       values (_classify.c's record_read)
- *   dict_table         (3.11-3.13) an exact dict's entries read in place
+ *   dict_table         (3.10-3.13) an exact dict's entries read in place
  *                      (_classify.c's dict paths, _up_to.c)
  *   small_long         a small int's value without a call (_specread.c)
  *   odict_in_dict_order  whether an OrderedDict's own order is its dict's,
  *                      from its linked list of keys (_classify.c)
- *   template_make,     (3.11-3.13) a template dict, and dicts of its keys
+ *   template_make,     (3.10-3.13) a template dict, and dicts of its keys
  *   dict_from_template made as copies of its table (_unflatten.c's dict_of)
  *   *_check            the import-time checks of each
  * Calls: only the C API and _core.h.
@@ -71,6 +71,7 @@ type_version(PyTypeObject *t)
 static int values_reads_ok, dict_reads_ok, dict_layout_ok, split_reads_ok;
 
 #if DICT_READS
+#if PY_VERSION_HEX >= 0x030B0000
 /* A dict's table as CPython 3.11, 3.12 and 3.13 lay it out in GIL builds
  * (Include/internal/pycore_dict.h, the same fields in all three; 3.13 adds a
  * mutex only where the GIL is disabled): ma_keys is this struct, with
@@ -90,6 +91,31 @@ typedef struct {
     Py_ssize_t dk_nentries;
     char dk_indices[];
 } DictKeys;
+#define DICT_INDEX_BYTES(k) ((size_t)1 << (k)->dk_log2_index_bytes)
+#define DICT_SLOTS(k) ((size_t)1 << (k)->dk_log2_size)
+#define DICT_COMBINED(k) ((k)->dk_kind <= 1)
+#define DICT_STEP(k) ((k)->dk_kind == 1 ? 2 : 3)
+#else
+/* A dict's table as CPython 3.10 lays it out (Objects/dict-common.h):
+ * ma_keys is this struct, with dk_nentries (hash, key, value) entries after
+ * dk_size indices of 1, 2, 4 or 8 bytes each (by dk_size); a split table has
+ * its values apart, in ma_values, and so does an empty dict (a shared empty
+ * array). Checked on import the same way. */
+typedef struct {
+    Py_ssize_t dk_refcnt;
+    Py_ssize_t dk_size;
+    void *dk_lookup;
+    Py_ssize_t dk_usable;
+    Py_ssize_t dk_nentries;
+    char dk_indices[];
+} DictKeys;
+#define DICT_INDEX_BYTES(k)                                                                \
+    ((size_t)(k)->dk_size * ((k)->dk_size <= 0xff ? 1 : (k)->dk_size <= 0xffff ? 2        \
+                             : (k)->dk_size <= 0xffffffff ? 4 : 8))
+#define DICT_SLOTS(k) ((size_t)(k)->dk_size)
+#define DICT_COMBINED(k) 1
+#define DICT_STEP(k) 3
+#endif
 
 typedef struct {
     PyObject *me_key, *me_value;
@@ -98,7 +124,7 @@ typedef struct {
     Py_hash_t me_hash;
     PyObject *me_key, *me_value;
 } DictEntry; /* entries of other tables */
-#define DICT_ENTRIES(k) ((void *)((k)->dk_indices + ((size_t)1 << (k)->dk_log2_index_bytes)))
+#define DICT_ENTRIES(k) ((void *)((k)->dk_indices + DICT_INDEX_BYTES(k)))
 
 /* An exact dict's table read directly, when it has no holes (every entry in
  * use, so entry i is the i-th item): 1 with *first pointing at the first
@@ -111,18 +137,13 @@ dict_table(PyObject *d, PyObject ***first, Py_ssize_t *step)
     DictKeys *k = (DictKeys *)mp->ma_keys;
     /* (an empty dict's shared empty table has no aligned entries to point at) */
     if (!dict_reads_ok || mp->ma_values != NULL || k->dk_nentries != mp->ma_used ||
-        mp->ma_used == 0 || k->dk_kind > 1) {
+        mp->ma_used == 0 || !DICT_COMBINED(k)) {
         return 0;
     }
     PyObject **entries = (PyObject **)DICT_ENTRIES(k);
-    if (k->dk_kind == 1) { /* str keys: (key, value) */
-        *first = entries;
-        *step = 2;
-    }
-    else { /* (hash, key, value) */
-        *first = entries + 1;
-        *step = 3;
-    }
+    *step = DICT_STEP(k);
+    /* str keys (3.11 on): (key, value); else (hash, key, value) */
+    *first = *step == 2 ? entries : entries + 1;
     return 1;
 }
 
@@ -171,8 +192,10 @@ dict_reads_check(void)
             PyTuple_SET_ITEM(s40, j, key);
         }
     }
-    ok = ok && dict_reads_agree(s3, 2) && dict_reads_agree(i3, 3) &&
-         dict_reads_agree(s40, 2) && !dict_table(e, &p, &step);
+    /* str keys' entries are (key, value) from 3.11 on */
+    const Py_ssize_t str_step = PY_VERSION_HEX >= 0x030B0000 ? 2 : 3;
+    ok = ok && dict_reads_agree(s3, str_step) && dict_reads_agree(i3, 3) &&
+         dict_reads_agree(s40, str_step) && !dict_table(e, &p, &step);
     Py_XDECREF(s3);
     Py_XDECREF(i3);
     Py_XDECREF(s40);
@@ -455,7 +478,7 @@ small_long(PyObject *o)
  *
  * A dict of n keys costs PyDict_New and n PyDict_SetItem calls, each hashing
  * and probing; that is most of unflatten's time on trees of small dicts. On
- * CPython 3.11 to 3.13 a dict of keys met before (_unflatten.c's kept
+ * CPython 3.10 to 3.13 a dict of keys met before (_unflatten.c's kept
  * templates) is made from a template, {k: None} in the dict's insertion
  * order, never shown to anyone: a copy of the template's table in one block,
  * with its keys' counts raised and the values put in its entries, in place of
@@ -472,10 +495,9 @@ static size_t
 template_size(PyObject *t)
 {
     DictKeys *k = (DictKeys *)((PyDictObject *)t)->ma_keys;
-    size_t step = k->dk_kind == 1 ? 2 : 3;
     /* _PyDict_KeysSize: the header, the indices, then 2/3 of the slots as entries */
-    return sizeof(DictKeys) + ((size_t)1 << k->dk_log2_index_bytes) +
-           ((((size_t)1 << k->dk_log2_size) << 1) / 3) * step * sizeof(PyObject *);
+    return sizeof(DictKeys) + DICT_INDEX_BYTES(k) +
+           ((DICT_SLOTS(k) << 1) / 3) * (size_t)DICT_STEP(k) * sizeof(PyObject *);
 }
 
 /* t, a dict made by inserting n distinct keys, exact str or int, and nothing
@@ -486,7 +508,7 @@ template_plain(PyObject *t, Py_ssize_t n)
 {
     PyDictObject *mp = (PyDictObject *)t;
     DictKeys *k = (DictKeys *)mp->ma_keys;
-    return mp->ma_values == NULL && mp->ma_used == n && k->dk_nentries == n && k->dk_kind <= 1;
+    return mp->ma_values == NULL && mp->ma_used == n && k->dk_nentries == n && DICT_COMBINED(k);
 }
 
 /* The template for the n keys of ins (a tuple), inserted in that order: 1
@@ -510,8 +532,8 @@ template_make(PyObject *ins, Py_ssize_t n, PyObject **dict, size_t *size)
     DictKeys *k = (DictKeys *)mp->ma_keys;
     /* a key given twice, a split or holed table, another kind of table */
     int ok = mp->ma_values == NULL && mp->ma_used == n && k->dk_nentries == n &&
-             k->dk_kind <= 1 && k->dk_refcnt == 1 && !PyObject_GC_IsTracked(t);
-    Py_ssize_t step = k->dk_kind == 1 ? 2 : 3;
+             DICT_COMBINED(k) && k->dk_refcnt == 1 && !PyObject_GC_IsTracked(t);
+    Py_ssize_t step = DICT_STEP(k);
     PyObject **p = (PyObject **)DICT_ENTRIES(k) + (step - 2);
     for (Py_ssize_t i = 0; ok && i < n; i++, p += step) {
         ok = p[0] == PyTuple_GET_ITEM(ins, i) && p[1] == Py_None;
@@ -540,8 +562,9 @@ dict_from_template(PyObject *tmpl, size_t size, const Py_ssize_t *at, PyObject *
     }
     PyDictObject *mp = (PyDictObject *)d;
     DictKeys *empty = (DictKeys *)mp->ma_keys; /* untracked: checked on import */
-    if (mp->ma_used != 0 || mp->ma_values != NULL || empty->dk_nentries != 0 ||
-        empty->dk_refcnt < 2) {
+    /* (on 3.10 a new dict's values are a shared empty array, never freed) */
+    if (mp->ma_used != 0 || (PY_VERSION_HEX >= 0x030B0000 && mp->ma_values != NULL) ||
+        empty->dk_nentries != 0 || empty->dk_refcnt < 2) {
         Py_DECREF(d);
         return 0;
     }
@@ -555,8 +578,10 @@ dict_from_template(PyObject *tmpl, size_t size, const Py_ssize_t *at, PyObject *
     DictKeys *tk = (DictKeys *)((PyDictObject *)tmpl)->ma_keys;
     memcpy(k, tk, size);
     k->dk_refcnt = 1;
+#if PY_VERSION_HEX >= 0x030B0000
     k->dk_version = 0;
-    Py_ssize_t es = tk->dk_kind == 1 ? 2 : 3; /* pointers per entry */
+#endif
+    Py_ssize_t es = DICT_STEP(tk); /* pointers per entry */
     PyObject **p = (PyObject **)DICT_ENTRIES(k) + (es - 2);
     int track = 0;
     for (Py_ssize_t i = 0; i < n; i++, p += es) {
@@ -575,6 +600,7 @@ dict_from_template(PyObject *tmpl, size_t size, const Py_ssize_t *at, PyObject *
     empty->dk_refcnt--;
 #endif
     mp->ma_keys = (PyDictKeysObject *)k;
+    mp->ma_values = NULL; /* (3.10: in place of the shared empty array) */
     mp->ma_used = n;
     if (track) {
         PyObject_GC_Track(d);
@@ -722,7 +748,7 @@ done:
 #endif
 
 #if DICT_READS
-/* Sets dict_layout_ok (3.11-3.13) when dict_reads_ok is set (dict_reads_check
+/* Sets dict_layout_ok (3.10-3.13) when dict_reads_ok is set (dict_reads_check
  * checked the reads of a table) and dicts copied from a template and given
  * their values in place (dict_from_template) are what inserting gives: for
  * str keys and int keys, values found by lookup, iteration order, size,

@@ -1332,7 +1332,7 @@ def _same_dicts(a: Any, b: Any) -> None:
 
 def test_dicts_copied_from_templates_match() -> None:
     """Repeated keys of every kind; values tracked, untracked and untracked tuples."""
-    if sys.version_info[:2] >= (3, 11) and not _speedups.NO_FAST_PATHS:
+    if _speedups.VALIDATED_PYTHON and not _speedups.NO_FAST_PATHS:
         assert _speedups.DICT_TABLES
     pair = _untracked_pair()
     leaf = Leaf(0)

@@ -37,8 +37,8 @@ def expected_fast_paths() -> dict[str, bool]:
         "type_version_tags": on,
         "int_digits": on and v <= (3, 11),  # 3.12 on: PyUnstable_Long_CompactValue
         "instance_values": on and v == (3, 11),
-        "dict_reads": on and v >= (3, 11),
-        "dict_tables": on and v >= (3, 11),
+        "dict_reads": on,
+        "dict_tables": on,
         "split_values": on and v >= (3, 12),
         "odict_links": on,
     }
