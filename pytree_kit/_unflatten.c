@@ -114,26 +114,31 @@ view_places(PyObject *t, PyObject *aux, Py_ssize_t arity, Py_ssize_t *at)
  * keys in that order is a copy of it (dict_from_template). flatten gives the
  * same key tuple to dicts of the same key objects, call after call
  * (_classify.c's dict_memo), so a tree flattened or unflattened again finds
- * its templates. A slot holds its keys, order and template alive (one entry
- * per slot, the last noted): at most KEPT of each. Keys of any other type are
+ * its templates. Entries are kept in KEPT_SETS sets of KEPT_WAYS, a set
+ * chosen by the key objects; a new key set takes the entry of its set used
+ * least recently. An entry holds its keys, order and template alive: at most
+ * KEPT_SETS * KEPT_WAYS of each. Keys of any other type are
  * never noted, so no user object is kept alive here, and nothing dropped from
  * a slot runs user code. An allocation may collect garbage, whose finalizers
- * may unflatten and rewrite any slot: a template is used through a reference
- * of the caller's own, and stored only if its slot still notes its keys. */
+ * may unflatten and rewrite any entry: a template is used through a reference
+ * of the caller's own, and stored only in an entry that still notes its keys. */
 #if DICT_READS
-#define KEPT_BITS 10
-#define KEPT (1 << KEPT_BITS)
+#define KEPT_SET_BITS 9
+#define KEPT_SETS (1 << KEPT_SET_BITS)
+#define KEPT_WAYS 4
 
 typedef struct {
     PyObject *keys;  /* strong or NULL: the node's keys, a tuple */
     PyObject *order; /* strong or NULL: the insertion order, a tuple; NULL: key order */
     PyObject *dict;  /* strong or NULL: the template, made the second time */
     size_t size;     /* of the template's table, in bytes */
+    uint32_t used;   /* kept_clock when last noted or used */
     int unusable;    /* keys that no template serves */
     uint8_t at[BIG_DICT]; /* with an order: the place of its i-th key among keys */
 } Kept;
 
-static Kept kept[KEPT];
+static Kept kept[KEPT_SETS * KEPT_WAYS];
+static uint32_t kept_clock;
 
 /* a and b are the same insertion order: both key order (NULL), or tuples of
  * the same objects */
@@ -150,18 +155,48 @@ kept_is(const Kept *e, PyObject *keys, PyObject *order)
     return e->keys != NULL && same_items(e->keys, keys) && same_order(e->order, order);
 }
 
-/* The slot of keys (n > 0 of them) in this order, by the key objects, so
- * that equal tuples of the same keys (a spec read from JSON or a pickle has
- * its own per node) share one */
+/* The first entry of the set of keys (n > 0 of them) in this order, chosen
+ * by the key objects, so that equal tuples of the same keys (a spec read
+ * from JSON or a pickle has its own per node) share one */
 static inline Kept *
-kept_slot(PyObject *keys, PyObject *order, Py_ssize_t n)
+kept_set(PyObject *keys, PyObject *order, Py_ssize_t n)
 {
     PyObject **k = ((PyTupleObject *)keys)->ob_item;
     size_t h = ptr_hash(k[0]) ^ (ptr_hash(k[n - 1]) >> 7) ^ ((size_t)n << 3);
     if (order != NULL) {
         h ^= ptr_hash(PyTuple_GET_ITEM(order, 0)) >> 13;
     }
-    return &kept[(h * (size_t)0x9E3779B97F4A7C15ULL) >> (8 * sizeof(size_t) - KEPT_BITS)];
+    h = (h * (size_t)0x9E3779B97F4A7C15ULL) >> (8 * sizeof(size_t) - KEPT_SET_BITS);
+    return &kept[h * KEPT_WAYS];
+}
+
+/* The entry of set that notes these keys in this order, or NULL */
+static inline Kept *
+kept_find(Kept *set, PyObject *keys, PyObject *order)
+{
+    for (int i = 0; i < KEPT_WAYS; i++) {
+        if (kept_is(&set[i], keys, order)) {
+            return &set[i];
+        }
+    }
+    return NULL;
+}
+
+/* The entry of set a new key set takes: an empty one, else the one used
+ * least recently */
+static Kept *
+kept_victim(Kept *set)
+{
+    Kept *v = &set[0];
+    for (int i = 0; i < KEPT_WAYS; i++) {
+        if (set[i].keys == NULL) {
+            return &set[i];
+        }
+        if ((int32_t)(set[i].used - v->used) < 0) {
+            v = &set[i];
+        }
+    }
+    return v;
 }
 
 /* Note keys (exact str or int, else nothing is noted) and order in e, in
@@ -180,6 +215,7 @@ kept_note(Kept *e, PyObject *keys, PyObject *order, Py_ssize_t n)
     e->order = Py_XNewRef(order);
     e->dict = NULL;
     e->unusable = 0;
+    e->used = ++kept_clock;
     Py_XDECREF(old.keys);
     Py_XDECREF(old.order);
     Py_XDECREF(old.dict);
@@ -200,11 +236,12 @@ dict_of(PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n, Py
 {
 #if DICT_READS
     if (dict_layout_ok && n > 0) {
-        Kept *e = kept_slot(keys, order, n);
-        if (!kept_is(e, keys, order)) {
-            kept_note(e, keys, order, n);
+        Kept *set = kept_set(keys, order, n), *e = kept_find(set, keys, order);
+        if (e == NULL) {
+            kept_note(kept_victim(set), keys, order, n);
         }
         else if (!e->unusable) {
+            e->used = ++kept_clock;
             PyObject *t = Py_XNewRef(e->dict);
             size_t size = e->size;
             Py_ssize_t at[BIG_DICT];
@@ -227,14 +264,15 @@ dict_of(PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n, Py
                 if (made < 0) {
                     return -1;
                 }
-                /* (the slot as it is now: see above) */
+                /* (the set as it is now: see above) */
+                e = kept_find(set, keys, order);
                 if (made == 0) {
-                    if (kept_is(e, keys, order)) {
+                    if (e != NULL) {
                         e->unusable = 1;
                     }
                     goto insert;
                 }
-                if (kept_is(e, keys, order) && e->dict == NULL) {
+                if (e != NULL && e->dict == NULL) {
                     e->dict = Py_NewRef(t);
                     e->size = size;
                     for (Py_ssize_t i = 0; order != NULL && i < n; i++) {
