@@ -1293,52 +1293,109 @@ key_lt(PyObject *a, PyObject *b, int str)
     return PyObject_RichCompareBool(a, b, Py_LT);
 }
 
-/* The key orders of the last small dicts met, across calls, by a hash of
- * the first key's address: a dict with the same key objects in the same
- * insertion order (exact str or int, so their order never changes) takes its
- * key order, and its node once one was made, from here instead of sorting
- * again. perm[i] is the sorted position of the i-th key in insertion order.
- * Only classify_small_dict reads or writes an entry; it writes a whole entry
- * at once from its own copies, with no allocation (so no GC, no finalizer,
- * no reentrant call) in between, and lets go of the old references last.
- * The entries hold their keys alive: at most DICT_MEMO * SMALL_DICT. */
-#define DICT_MEMO 8
+/* The key orders of small dicts met, across calls
+ *
+ * A dict with the same key objects in the same insertion order (exact str or
+ * int, so their order never changes) as one met before takes its key order,
+ * its keys tuple, its node and its insertion-order tuple from here instead of
+ * sorting and allocating again: a config, a chain or a batch of records is
+ * the same key objects call after call. Entries are kept in DICT_MEMO_SETS
+ * sets of DICT_MEMO_WAYS, a set chosen by the first and last key inserted
+ * and the count; a new key order takes the entry of its set used least
+ * recently (8 entries, one per slot, kept few of a config's hundreds of
+ * key sets). perm[i] is the sorted position of the i-th key in insertion
+ * order. Only classify_small_dict reads or writes an entry: after its last
+ * allocation (an allocation may collect garbage, whose finalizers may
+ * flatten and rewrite any entry), from references of its own, letting go of
+ * the old ones last (strs, ints and tuples of them: no user code runs). The
+ * entries hold their keys, nodes and orders alive: at most DICT_MEMO_SETS *
+ * DICT_MEMO_WAYS of each, of at most SMALL_DICT keys. */
+#define DICT_MEMO_SET_BITS 8
+#define DICT_MEMO_SETS (1 << DICT_MEMO_SET_BITS)
+#define DICT_MEMO_WAYS 4
 /* misses in a row in one call after which it stops writing entries: a tree of
- * dicts made with fresh key objects never hits, and would pay for nothing */
-#define DICT_MEMO_MISSES 8
+ * dicts made with fresh key objects never hits, and would only push out the
+ * entries that serve */
+#define DICT_MEMO_MISSES 64
 typedef struct {
-    Py_ssize_t n;                /* -1 when unused */
-    PyObject *keys[SMALL_DICT];  /* strong: in key order */
+    PyObject *keys;  /* strong or NULL (unused): the keys in key order, a tuple */
+    PyObject *node;  /* strong or NULL: (K_DICT, None, n, keys) once made */
+    PyObject *order; /* strong or NULL: the keys in insertion order, once made
+                      * (only where it differs from key order) */
+    uint32_t used;   /* dict_memo_clock when last written or used */
+    int permuted;    /* the insertion order is not key order */
     uint8_t perm[SMALL_DICT];
-    int permuted;
-    PyObject *node; /* strong or NULL: (K_DICT, None, n, keys) once made */
 } DictMemo;
-static DictMemo dict_memo[DICT_MEMO] = {
-    {.n = -1}, {.n = -1}, {.n = -1}, {.n = -1}, {.n = -1}, {.n = -1}, {.n = -1}, {.n = -1},
-};
+static DictMemo dict_memo[DICT_MEMO_SETS * DICT_MEMO_WAYS];
+static uint32_t dict_memo_clock;
 
-static void
-dict_memo_write(DictMemo *m, PyObject *const *ks, Py_ssize_t n, const uint8_t *perm,
-                int permuted, PyObject *node)
+/* The first entry of the set of a dict whose keys in insertion order are ins */
+static inline DictMemo *
+dict_memo_set(PyObject *const *ins, Py_ssize_t n)
 {
-    PyObject *old[SMALL_DICT], *old_node = m->node;
-    Py_ssize_t old_n = m->n;
-    for (Py_ssize_t i = 0; i < old_n; i++) {
-        old[i] = m->keys[i];
+    size_t h = (size_t)n << 3;
+    if (n > 0) {
+        h ^= ptr_hash(ins[0]) ^ (ptr_hash(ins[n - 1]) >> 7);
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        m->keys[i] = Py_NewRef(ks[i]);
-        m->perm[i] = perm[i];
+    h = (h * (size_t)0x9E3779B97F4A7C15ULL) >> (8 * sizeof(size_t) - DICT_MEMO_SET_BITS);
+    return &dict_memo[h * DICT_MEMO_WAYS];
+}
+
+/* The entry of set whose keys are ins, in that insertion order, or NULL */
+static inline DictMemo *
+dict_memo_find(DictMemo *set, PyObject *const *ins, Py_ssize_t n)
+{
+    for (int w = 0; w < DICT_MEMO_WAYS; w++) {
+        DictMemo *m = &set[w];
+        if (m->keys == NULL || PyTuple_GET_SIZE(m->keys) != n) {
+            continue;
+        }
+        PyObject *const *k = ((PyTupleObject *)m->keys)->ob_item;
+        Py_ssize_t i = 0;
+        while (i < n && k[m->perm[i]] == ins[i]) {
+            i++;
+        }
+        if (i == n) {
+            return m;
+        }
     }
-    m->n = n;
-    m->permuted = permuted;
+    return NULL;
+}
+
+/* The entry of set a new key order takes: an empty one, else the one used
+ * least recently */
+static DictMemo *
+dict_memo_victim(DictMemo *set)
+{
+    DictMemo *v = &set[0];
+    for (int w = 0; w < DICT_MEMO_WAYS; w++) {
+        if (set[w].keys == NULL) {
+            return &set[w];
+        }
+        if ((int32_t)(set[w].used - v->used) < 0) {
+            v = &set[w];
+        }
+    }
+    return v;
+}
+
+/* Write keys (sorted), perm, node and order (either NULL) into m, in place
+ * of what it held, which is let go of last. */
+static void
+dict_memo_write(DictMemo *m, PyObject *keys, const uint8_t *perm, int permuted, PyObject *node,
+                PyObject *order)
+{
+    DictMemo old = *m;
+    Py_ssize_t n = PyTuple_GET_SIZE(keys);
+    m->keys = Py_NewRef(keys);
     m->node = Py_XNewRef(node);
-    /* only now: a key or node freed here runs no user code, but keep the
-     * entry whole whatever happens */
-    for (Py_ssize_t i = 0; i < old_n; i++) {
-        Py_DECREF(old[i]);
-    }
-    Py_XDECREF(old_node);
+    m->order = Py_XNewRef(order);
+    m->permuted = permuted;
+    m->used = ++dict_memo_clock;
+    memcpy(m->perm, perm, (size_t)n);
+    Py_XDECREF(old.keys);
+    Py_XDECREF(old.node);
+    Py_XDECREF(old.order);
 }
 
 /* Large dicts' key orders, remembered across calls
@@ -1671,17 +1728,12 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
     if (!(str || num) || i != n) {
         return 0;
     }
-    PyObject *tkeys = NULL, *values = NULL, *order = NULL, *memo_node = NULL;
-    int permuted = 0, hit = 0, remember = 0;
+    PyObject *tkeys = NULL, *values = NULL, *order = NULL;
+    int permuted = 0, remember = 0;
     uint8_t perm[SMALL_DICT];
-    DictMemo *m = &dict_memo[n ? (((size_t)ins[0] >> 4) ^ (size_t)n) % DICT_MEMO : 0];
+    DictMemo *set = dict_memo_set(ins, n), *m = dict_memo_find(set, ins, n);
     f->node = NULL;
-    if (m->n == n) {
-        for (i = 0; i < n && m->keys[m->perm[i]] == ins[i]; i++) {
-        }
-        hit = i == n;
-    }
-    if (hit) {
+    if (m != NULL) {
         /* the memo's keys, in the memo's insertion order: its order serves
          * (ks and vs are in key order already when the keys were inserted so) */
         permuted = m->permuted;
@@ -1691,9 +1743,11 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
                 vs[m->perm[i]] = vi[i];
             }
         }
-        memo_node = m->node;
-        if (memo_node == NULL) { /* a node made below is written back with it */
-            memcpy(perm, m->perm, (size_t)n);
+        m->used = ++dict_memo_clock;
+        tkeys = Py_NewRef(m->keys);
+        if (c->mode != WALK_LEAVES) {
+            f->node = Py_XNewRef(m->node);
+            order = Py_XNewRef(m->order);
         }
         c->dict_misses = 0;
     }
@@ -1727,18 +1781,6 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
                 perm[at[i]] = (uint8_t)i;
             }
         }
-        if (m->n == n && m->node != NULL) {
-            /* the memo's keys in another insertion order: its node serves */
-            for (i = 0; i < n && m->keys[i] == ks[i]; i++) {
-            }
-            if (i == n) {
-                memo_node = m->node;
-            }
-        }
-    }
-    if (memo_node != NULL) {
-        tkeys = Py_NewRef(PyTuple_GET_ITEM(memo_node, 3));
-        f->node = Py_NewRef(memo_node);
     }
     f->direct_n = 0;
     if (c->is_leaf == NULL && c->mode != WALK_PATHS && n > 0) {
@@ -1753,13 +1795,15 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
             f->direct_n = n;
         }
     }
-    /* leaves only, and no child to visit: no names are needed */
-    int no_names = tkeys == NULL && f->direct_n && c->mode == WALK_LEAVES;
-    if (no_names) {
-        tkeys = Py_NewRef(empty_tuple);
-    }
-    if (tkeys == NULL && (tkeys = seq_of(0, ks, n)) == NULL) {
-        goto fail;
+    if (tkeys == NULL) {
+        /* leaves only, no child to visit and nothing to remember: no names
+         * are needed */
+        if (!remember && f->direct_n && c->mode == WALK_LEAVES) {
+            tkeys = Py_NewRef(empty_tuple);
+        }
+        else if ((tkeys = seq_of(0, ks, n)) == NULL) {
+            goto fail;
+        }
     }
     if (f->direct_n) {
         Py_INCREF(empty_tuple);
@@ -1768,26 +1812,34 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
     else if ((values = seq_of(0, vs, n)) == NULL) {
         goto fail;
     }
-    if (c->mode != WALK_LEAVES) {
-        if (permuted && (order = seq_of(0, ins, n)) == NULL) {
+    int made_order = 0, made_node = 0;
+    if (c->mode != WALK_LEAVES && permuted && order == NULL) {
+        if ((order = seq_of(0, ins, n)) == NULL) {
             goto fail;
         }
+        made_order = 1;
     }
-    int made = 0;
-    if (f->node == NULL && !no_names) {
+    if (f->node == NULL && c->mode != WALK_LEAVES) {
         /* made in every mode that names the keys: the memo keeps it */
         f->node = make_node(K_DICT, Py_None, n, tkeys);
         if (f->node == NULL) {
             goto fail;
         }
-        made = 1;
+        made_node = 1;
     }
-    if (remember || (made && hit)) {
-        /* after the last allocation, from this call's own copies */
-        dict_memo_write(m, ks, n, perm, permuted, f->node);
+    /* after the last allocation: the set as it is now (see above) */
+    if (remember) {
+        m = dict_memo_find(set, ins, n);
+        dict_memo_write(m != NULL ? m : dict_memo_victim(set), tkeys, perm, permuted, f->node,
+                        order);
     }
-    if (c->mode == WALK_LEAVES) {
-        Py_CLEAR(f->node);
+    else if ((made_order || made_node) && (m = dict_memo_find(set, ins, n)) != NULL) {
+        if (made_node && m->node == NULL) {
+            m->node = Py_NewRef(f->node);
+        }
+        if (made_order && m->order == NULL) {
+            m->order = Py_NewRef(order);
+        }
     }
     f->order = order;
     f->order_known = 1;

@@ -144,6 +144,22 @@ ptr_hash(const void *p)
     return ((size_t)p >> 4) * (size_t)0x9E3779B97F4A7C15ULL;
 }
 
+/* A spec's (position, order) pair; steals order, even on error. */
+static inline PyObject *
+order_pair(Py_ssize_t position, PyObject *order)
+{
+    PyObject *pair = PyTuple_New(2), *at = PyLong_FromSsize_t(position);
+    if (pair == NULL || at == NULL) {
+        Py_XDECREF(pair);
+        Py_XDECREF(at);
+        Py_DECREF(order);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, at);
+    PyTuple_SET_ITEM(pair, 1, order);
+    return pair;
+}
+
 static int
 raise_returned(PyObject *exc)
 {
@@ -306,8 +322,11 @@ typedef struct {
     void **set;
     Py_ssize_t set_cap, set_n;
     /* counts of the frames' objects by a hash of their address: a cheap
-     * "certainly not on the stack" once the stack is more than a few deep */
-    uint32_t *counts;
+     * "certainly not on the stack" once the stack is more than a few deep;
+     * counts_mask + 1 of them, more once the stack is deeper; a count that
+     * reaches COUNT_STUCK stays there (_stack.c) */
+    uint8_t *counts;
+    size_t counts_mask;
     Py_ssize_t nlive; /* frames whose children are the caller's list itself */
     PyObject *view; /* strong or NULL: a StackView of this stack */
     Frame inline_v[STACK_INLINE];

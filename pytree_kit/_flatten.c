@@ -242,7 +242,7 @@ walk_run(Walk *w, const int lazy)
                             Py_DECREF(order);
                             goto found_error;
                         }
-                        PyObject *pair = Py_BuildValue("(nN)", nodes->n, order);
+                        PyObject *pair = order_pair(nodes->n, order);
                         if (pair == NULL || PyList_Append(w->orders, pair) < 0) {
                             Py_XDECREF(pair);
                             goto found_error;

@@ -15,6 +15,7 @@ import gc
 import itertools
 import os
 import pickle
+import random
 import sys
 from collections import OrderedDict, defaultdict, deque, namedtuple
 from typing import Any, ClassVar
@@ -1449,6 +1450,8 @@ def test_kept_templates_are_bounded() -> None:
     try:
         for r in range(3):  # past the slots' count
             one_round(r)
+        for i in range(8_000):  # flatten's memo of key orders, filled too
+            _speedups.flatten({f"w{i}_a": 0, f"w{i}_b": 1}, None, None)
         gc.collect()
         start = tracemalloc.get_traced_memory()[0]
         for r in range(3, 9):
@@ -1878,10 +1881,68 @@ def test_dict_key_order_memo_holds_a_bounded_number_of_references() -> None:
     for i in range(1000):
         _speedups.flatten({key: i, "other": i}, None, None)
         _speedups.leaves([{key: i}, {"b": 1, key: 2}], None, None)
-    assert sys.getrefcount(key) <= before + 8  # a memo of 8 nodes, at most
-    for i in range(200):  # other dicts of every size push it out of every slot
-        _speedups.leaves({f"k{j}-{i}": j for j in range(i % 9)}, None, None)
-    assert sys.getrefcount(key) <= before + 8
+    # three key orders hold it: one keys tuple each (the node shares it; no
+    # insertion-order tuple, since each order here is key order)
+    assert sys.getrefcount(key) <= before + 3
+    # other key orders, each met once, push it out of its sets: the memo holds
+    # what it met last, not all it ever met
+    for i in range(20_000):
+        _speedups.leaves({f"k{i}": 0, f"j{i}": 1}, None, None)
+    assert sys.getrefcount(key) == before
+
+
+def test_dict_key_order_memo_is_bounded_in_memory() -> None:
+    """However many key orders are met, the memo holds at most its entries."""
+    import tracemalloc
+
+    def flood(tag: str) -> None:
+        for i in range(6_000):
+            keys = ["".join([tag, str(i), "-", str(j)]) for j in range(4)]
+            _speedups.flatten(dict.fromkeys(keys[::-1], 0), None, None)
+
+    tracemalloc.start()
+    try:
+        flood("a")  # fills the memo
+        gc.collect()
+        start = tracemalloc.get_traced_memory()[0]
+        flood("b")  # replaces its entries: no growth
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024, grown
+
+
+def test_dict_key_order_memo_with_many_key_orders_matches() -> None:
+    """Thousands of small dicts of keys from one pool, in many insertion
+    orders, in one tree: entries are found, missed, replaced and found again
+    within a call and across calls, and every spec stays the pure engine's."""
+    rng = random.Random(5)
+    pool = [f"key{i}" for i in range(14)] + ["é", "\U0001f600"]
+    ints = [3, -1, 10**30, 7, 0, 12]
+    tree = []
+    for _ in range(3_000):
+        keys = rng.sample(pool, rng.randint(1, 6)) if rng.random() < 0.8 else rng.sample(ints, 3)
+        d = {k: rng.choice([1, [2], {"x": 3}]) for k in keys}
+        tree.append(d)
+    for _ in range(3):
+        check_engines_agree(tree)
+        check_engines_agree(tree[::-1])
+
+
+def test_dict_key_order_memo_tells_apart_dicts_that_differ_in_one_key() -> None:
+    """Dicts alike but for one key, in the first, a middle or the last place,
+    each flattened in a call of its own (so each is remembered): thousands
+    share a memo set, and none is taken for another."""
+    variants = []
+    for i in range(2_000):
+        k = f"v{i:04d}"
+        variants += [{"p": 0, "q": 1, k: 2}, {"p": 0, k: 1, "q": 2}, {k: 0, "p": 1, "q": 2}]
+    for _ in range(2):
+        for d in variants:
+            (l1, s1), (l2, s2) = _pure.flatten(d, None, None), _speedups.flatten(d, None, None)
+            assert l1 == l2 and s1._nodes == s2._nodes and s1._orders == s2._orders, d
+            assert _speedups.leaves(d, None, None) == l1
 
 
 def test_dict_key_order_memo_entry_gains_its_node_later() -> None:

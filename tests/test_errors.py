@@ -95,6 +95,36 @@ def test_deeper_cycle_names_both_places():
         pk.tree_map(lambda x: x, outer)
 
 
+@pytest.mark.parametrize("depth", [3, 8, 9, 63, 64, 65, 120, 255, 256, 257, 700])
+def test_a_cycle_is_found_at_every_depth_and_every_ancestor(depth):
+    """The C engine answers "is this container on the stack" with a scan, then
+    counts by address (more of them from depth 64), then a set (from 256): a
+    cycle closing onto any ancestor is found at each of those depths, and
+    containers that are not ancestors are never taken for one."""
+    levels: list = []
+    t: Any = [0]
+    for i in range(depth):
+        t = [t, i] if i % 2 else {"child": t, "k": i}
+        levels.append(t)
+    root = levels[-1]
+    bottom = levels[0]  # a dict: {"child": [0], "k": 0}
+
+    def path_to(j: int) -> str:
+        return "tree" + "".join(
+            "['child']" if i % 2 == 0 else "[0]" for i in range(depth - 1, j, -1)
+        )
+
+    for target in sorted({0, 1, depth // 2, depth - 2, depth - 1} & set(range(depth))):
+        bottom["back"] = levels[target]
+        # found where it first closes, not a lap later
+        msg = f"{path_to(0)}['back']: cycle: this container is the one at {path_to(target)}, "
+        for fn in (pk.flatten, pk.leaves):
+            with pytest.raises(ValueError, match=re.escape(msg) + "which holds itself$"):
+                fn(root)
+    del bottom["back"]
+    assert len(pk.leaves(root)) == depth + 1  # and no false cycle
+
+
 def test_cycle_through_the_protocol_is_detected():
     class Loop:
         def __tree_flatten__(self):
