@@ -102,6 +102,27 @@
  * order is served by a template within one call (_layouts.c's templates). */
 #define BIG_DICT 32
 
+/* Containers one unflatten call makes, to be tracked by the collector when
+ * the call ends: one strong reference each, room for one per node. Used on
+ * 3.10 and 3.11 only (DEFER_TRACKING), where an allocation that takes the
+ * youngest generation over its threshold collects it at once: every
+ * collection during the call walks every tracked container made so far, and
+ * moves them to older generations, which are then walked again (on 10,000
+ * records, a third of unflatten's instructions). From 3.12 on a collection
+ * waits for the interpreter's next check, after the call. An untracked
+ * container is only ever taken as reachable, so deferring is safe. */
+typedef struct {
+    PyObject **items;
+    Py_ssize_t n;
+} Untracked;
+#define DEFER_TRACKING (PY_VERSION_HEX < 0x030C0000)
+
+static inline void
+untracked_add(Untracked *u, PyObject *o)
+{
+    u->items[u->n++] = Py_NewRef(o);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Kinds: in _speedups.h, in step with _kinds.py */
 

@@ -551,10 +551,11 @@ template_make(PyObject *ins, Py_ssize_t n, PyObject **dict, size_t *size)
  * bytes, held by the caller) and, as the value of its i-th key, vals[j *
  * step], j = at[i] (or i where at is NULL): in *out, 1, the references in
  * vals now the dict's; 0 when a new dict is not laid out as expected
- * (nothing made); -1 on error. */
+ * (nothing made); -1 on error. A dict the collector must track is tracked
+ * now, or noted in later (when not NULL) for its caller to track. */
 static int
 dict_from_template(PyObject *tmpl, size_t size, const Py_ssize_t *at, PyObject *const *vals,
-                   Py_ssize_t n, Py_ssize_t step, PyObject **out)
+                   Py_ssize_t n, Py_ssize_t step, PyObject **out, Untracked *later)
 {
     PyObject *d = PyDict_New();
     if (d == NULL) {
@@ -603,7 +604,12 @@ dict_from_template(PyObject *tmpl, size_t size, const Py_ssize_t *at, PyObject *
     mp->ma_values = NULL; /* (3.10: in place of the shared empty array) */
     mp->ma_used = n;
     if (track) {
-        PyObject_GC_Track(d);
+        if (later != NULL) {
+            untracked_add(later, d);
+        }
+        else {
+            PyObject_GC_Track(d);
+        }
     }
     *out = d;
     return 1;
@@ -778,7 +784,7 @@ dict_layout_check(void)
             for (int i = 0; i < 3; i++) { /* the references the copy takes over */
                 Py_INCREF(vals[i]);
             }
-            ok = dict_from_template(tmpl, size, NULL, vals, 3, 1, &d) == 1;
+            ok = dict_from_template(tmpl, size, NULL, vals, 3, 1, &d, NULL) == 1;
             for (int i = 0; !ok && i < 3; i++) {
                 Py_DECREF(vals[i]);
             }

@@ -232,7 +232,7 @@ kept_note(Kept *e, PyObject *keys, PyObject *order, Py_ssize_t n)
  * (0, nothing made). */
 static PK_NO_INLINE int
 dict_of(PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step,
-        PyObject **out)
+        PyObject **out, Untracked *later)
 {
 #if DICT_READS
     if (dict_layout_ok && n > 0) {
@@ -285,7 +285,7 @@ dict_of(PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n, Py
                     at[i] = e->at[i];
                 }
             }
-            int r = dict_from_template(t, size, order != NULL ? at : NULL, vals, n, step, out);
+            int r = dict_from_template(t, size, order != NULL ? at : NULL, vals, n, step, out, later);
             Py_DECREF(t);
             if (r != 0) {
                 return r;
@@ -382,7 +382,7 @@ done:
  * big_orders does not have the order (ordered_dict builds it, and notes it);
  * NULL on error. */
 static PyObject *
-big_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order)
+big_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order, Untracked *later)
 {
     int found = -1;
     for (int i = 0; i < BIG_ORDERS; i++) {
@@ -421,7 +421,7 @@ big_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order)
     /* a copy of the template's table with the values written in (its keys
      * are exact str or int: big_orders keeps no others) */
     if (dict_layout_ok && template_plain(t, arity) && !PyObject_GC_IsTracked(t)) {
-        int made = dict_from_template(t, template_size(t), at, ch, arity, 1, &r);
+        int made = dict_from_template(t, template_size(t), at, ch, arity, 1, &r, later);
         if (made != 0) {
             for (Py_ssize_t i = 0; made > 0 && i < arity; i++) {
                 Py_INCREF(ch[i]); /* the copy took the references: ch keeps its own */
@@ -445,7 +445,8 @@ done:
 
 /* Build one node from children ch[0..arity) (in leaf order). New reference. */
 static PyObject *
-build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order)
+build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order,
+      Untracked *later)
 {
     PyObject *t = PyTuple_GET_ITEM(node, 1);
     PyObject *aux = PyTuple_GET_ITEM(node, 3);
@@ -461,7 +462,7 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
             PyObject *r;
             if (order != NULL && arity > BIG_DICT && PyTuple_CheckExact(order) &&
                 PyTuple_GET_SIZE(order) == arity) {
-                r = big_dict(aux, ch, arity, order);
+                r = big_dict(aux, ch, arity, order, later);
                 if (r != Py_None) {
                     return r;
                 }
@@ -673,6 +674,15 @@ read_leaves(PyObject *leaves, Py_ssize_t n)
 /* specs of fewer nodes keep unflatten's value stack on the C stack (2 KiB) */
 #define UNFLATTEN_INLINE 128
 
+/* From this many containers (nodes that are not leaves), unflatten tracks the
+ * containers it makes when it ends (where DEFER_TRACKING: _core.h). A smaller
+ * tree sets off at most one collection of the youngest generation (700
+ * allocations by default). */
+#define DEFER_FROM 512
+#if DEFER_FROM <= UNFLATTEN_INLINE
+#error "the deferred containers are kept on the heap stack's third part"
+#endif
+
 static PyObject *
 sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -741,16 +751,24 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     {
         Py_ssize_t nn = PyTuple_GET_SIZE(nodes);
-        /* the value stack and the children of one node: at most nn + 1 each */
+        /* the value stack and the children of one node: at most nn + 1
+         * each; and, for a large tree on 3.10 and 3.11, the containers made
+         * untracked (see Untracked in _core.h) */
         PyObject *inline_buf[2 * UNFLATTEN_INLINE];
         PyObject **st = inline_buf, **ch = inline_buf + UNFLATTEN_INLINE;
+        Untracked deferred = {NULL, 0}, *later = NULL;
+        int defer = DEFER_TRACKING && nn - n >= DEFER_FROM;
         if (nn + 1 > UNFLATTEN_INLINE) {
-            st = PyMem_Malloc(2 * (nn + 1) * sizeof(PyObject *));
+            st = PyMem_Malloc((2 + defer) * (nn + 1) * sizeof(PyObject *));
             if (st == NULL) {
                 PyErr_NoMemory();
                 goto out;
             }
             ch = st + nn + 1;
+            if (defer) {
+                deferred.items = ch + nn + 1;
+                later = &deferred;
+            }
         }
         Py_ssize_t sp = 0, li = n;
         for (Py_ssize_t idx = nn - 1; idx >= 0; idx--) {
@@ -784,6 +802,13 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 PyObject *v = kind == K_TUPLE ? PyTuple_New(arity) : list_to_fill(arity);
                 if (v == NULL) {
                     goto fail;
+                }
+                if (later != NULL && kind == K_LIST) {
+                    /* (made tracked by PyList_New. Tuples are left so: a dict
+                     * that takes an untracked tuple as a value stays untracked,
+                     * as it would for a tuple of atoms) */
+                    PyObject_GC_UnTrack(v);
+                    untracked_add(later, v);
                 }
                 PyObject **items = kind == K_TUPLE ? ((PyTupleObject *)v)->ob_item
                                                    : ((PyListObject *)v)->ob_item;
@@ -819,7 +844,7 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                                    PyTuple_GET_SIZE(order) == arity))) {
                 /* build()'s dict, read straight off the stack, whose
                  * references move into it, when dict_of makes it */
-                int r = dict_of(aux, order, &st[sp - 1], arity, -1, &v);
+                int r = dict_of(aux, order, &st[sp - 1], arity, -1, &v, later);
                 if (r < 0) {
                     goto fail;
                 }
@@ -832,7 +857,7 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             for (Py_ssize_t i = 0; i < arity; i++) {
                 ch[i] = st[sp - 1 - i];
             }
-            if ((v = build(kind, node, ch, arity, order)) == NULL) {
+            if ((v = build(kind, node, ch, arity, order, later)) == NULL) {
                 goto fail;
             }
             for (Py_ssize_t i = 0; i < arity; i++) {
@@ -849,6 +874,14 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     fail:
         while (sp > 0) {
             Py_DECREF(st[--sp]);
+        }
+        /* (a callback may have tracked one: inserting into a dict can) */
+        for (Py_ssize_t i = 0; i < deferred.n; i++) {
+            PyObject *o = deferred.items[i];
+            if (!PyObject_GC_IsTracked(o)) {
+                PyObject_GC_Track(o);
+            }
+            Py_DECREF(o);
         }
         if (st != inline_buf) {
             PyMem_Free(st);

@@ -1395,6 +1395,123 @@ def _config_like(seed: int, n: int) -> dict:
     return out
 
 
+# --------------------------------------------------------------------------
+# unflatten makes a large tree's containers untracked by the collector and
+# tracks them when it ends (CPython 3.10 and 3.11; at once elsewhere): each
+# must end as tracked as the pure engine's, and callbacks that see them
+# untracked must not break that.
+
+
+def _containers(tree: Any) -> list:
+    """Every dict, list and tuple in a tree of them, in pre-order."""
+    out, todo = [], [tree]
+    while todo:
+        t = todo.pop()
+        if isinstance(t, (dict, list, tuple)):
+            out.append(t)
+            todo.extend(reversed(list(t.values() if isinstance(t, dict) else t)))
+    return out
+
+
+class _Keeper:
+    """A protocol class whose __tree_unflatten__ keeps its children and puts
+    itself into its dict child: a cycle made while that dict is new."""
+
+    def __init__(self, fields: dict) -> None:
+        self.fields = fields
+
+    def __tree_flatten__(self) -> tuple:
+        return (self.fields,), None
+
+    @classmethod
+    def __tree_unflatten__(cls, aux: Any, children: tuple) -> _Keeper:
+        obj = cls(children[0])
+        children[0]["owner"] = obj  # inserting a tracked value tracks the dict
+        del children[0]["owner"]
+        children[0]["self"] = obj
+        return obj
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Raiser:
+    def __tree_flatten__(self) -> tuple:
+        return (), None
+
+    @classmethod
+    def __tree_unflatten__(cls, aux: Any, children: tuple) -> Any:
+        raise _Stop("no")
+
+
+def test_large_trees_end_tracked_as_the_pure_engines() -> None:
+    """Trees of 600 to 5,000 containers (past the engine's threshold for
+    deferring): dicts from templates, lists and tuples, with leaves tracked,
+    untracked and untracked tuples. Every container is tracked exactly when the
+    pure engine's is, and the collector has each tracked one in its lists."""
+    pair = _untracked_pair()
+    leaf = Leaf(0)
+    trees = [
+        [{"a": i, "b": [i], "c": (i, leaf)} for i in range(600)],
+        [{"x": i, "y": str(i)} for i in range(1500)],  # atoms only: untracked dicts
+        [{"x": i, "t": (i, leaf)} for i in range(600)],  # tracked only for its tuple
+        [(i, [i]) for i in range(5000)],
+        {f"k{i}": [{"v": i}, (i,)] for i in range(700)},
+    ]
+    for tree, leaf_kind in itertools.product(trees, ("own", "pair", "mixed")):
+        leaves, spec = _speedups.flatten(tree, None, None)
+        if leaf_kind == "pair":
+            leaves = [pair] * len(leaves)
+        elif leaf_kind == "mixed":
+            leaves = [pair if i % 2 else [i] for i in range(len(leaves))]
+        want = _pure.unflatten(spec, leaves)
+        got = _speedups.unflatten(spec, leaves)
+        assert got == want
+        a, b = _containers(want), _containers(got)
+        assert len(a) == len(b) >= 600
+        # A collection untracks the tuples of atoms, then the dicts of atoms, that
+        # it meets: after one, what stays tracked is what must be.
+        gc.collect()
+        assert [gc.is_tracked(x) for x in a] == [gc.is_tracked(y) for y in b]
+        known = {id(o) for o in gc.get_objects()}
+        assert all(id(y) in known for y in b if gc.is_tracked(y))
+        _same_dicts(want, got)
+
+
+def test_large_trees_callbacks_that_track_or_keep_children() -> None:
+    """A callback that makes a new dict child tracked (by inserting into it)
+    and a cycle through it: the call ends with every container tracked once,
+    and the cycle is collected when the result is dropped."""
+    import weakref
+
+    tree = [_Keeper({"a": i, "b": [i]}) for i in range(800)]
+    leaves, spec = _speedups.flatten(tree, None, None)
+    got = _speedups.unflatten(spec, leaves)
+    assert [type(x) for x in got] == [_Keeper] * 800
+    assert all(x.fields["self"] is x and gc.is_tracked(x.fields) for x in got)
+    refs = [weakref.ref(x) for x in got[::100]]
+    del got
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
+def test_large_trees_failing_midway_leak_nothing() -> None:
+    """An error after 3,000 containers are made: the error is the pure
+    engine's, and every container made is freed (the leaves' counts are back)."""
+    leaf = Leaf(1)
+    tree = [[{"a": leaf, "b": (leaf,)} for _ in range(1000)], _Raiser()]
+    leaves, spec = _speedups.flatten(tree, None, None)
+    before = sys.getrefcount(leaf)
+    for _ in range(3):
+        with pytest.raises(_Stop, match="no"):
+            _speedups.unflatten(spec, leaves)
+    with pytest.raises(_Stop, match="no"):
+        _pure.unflatten(spec, leaves)
+    gc.collect()
+    assert sys.getrefcount(leaf) == before
+
+
 def test_kept_templates_serve_later_calls_match() -> None:
     """Dicts whose keys come once per tree get their templates in later calls
     (kept across calls, CPython 3.11 to 3.13): each call's result is what the
