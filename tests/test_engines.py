@@ -30,6 +30,7 @@ from pytree_kit._kinds import LEAF_NODE
 
 from . import hostile
 from .trees import ALLOW, RULES, Leaf, ModelOutput, Node, Opaque, assert_same_tree, trees
+from .workload import BadRebuild
 
 try:
     from pytree_kit import _speedups
@@ -1402,17 +1403,6 @@ def _config_like(seed: int, n: int) -> dict:
 # untracked must not break that.
 
 
-def _containers(tree: Any) -> list:
-    """Every dict, list and tuple in a tree of them, in pre-order."""
-    out, todo = [], [tree]
-    while todo:
-        t = todo.pop()
-        if isinstance(t, (dict, list, tuple)):
-            out.append(t)
-            todo.extend(reversed(list(t.values() if isinstance(t, dict) else t)))
-    return out
-
-
 class _Keeper:
     """A protocol class whose __tree_unflatten__ keeps its children and puts
     itself into its dict child: a cycle made while that dict is new."""
@@ -1430,19 +1420,6 @@ class _Keeper:
         del children[0]["owner"]
         children[0]["self"] = obj
         return obj
-
-
-class _Stop(Exception):
-    pass
-
-
-class _Raiser:
-    def __tree_flatten__(self) -> tuple:
-        return (), None
-
-    @classmethod
-    def __tree_unflatten__(cls, aux: Any, children: tuple) -> Any:
-        raise _Stop("no")
 
 
 def test_large_trees_end_tracked_as_the_pure_engines() -> None:
@@ -1500,13 +1477,14 @@ def test_large_trees_failing_midway_leak_nothing() -> None:
     """An error after 3,000 containers are made: the error is the pure
     engine's, and every container made is freed (the leaves' counts are back)."""
     leaf = Leaf(1)
-    tree = [[{"a": leaf, "b": (leaf,)} for _ in range(1000)], _Raiser()]
+    # (unflatten builds from the last node back: the dicts come before the error)
+    tree = [BadRebuild(0), [{"a": leaf, "b": (leaf,)} for _ in range(1000)]]
     leaves, spec = _speedups.flatten(tree, None, None)
     before = sys.getrefcount(leaf)
     for _ in range(3):
-        with pytest.raises(_Stop, match="no"):
+        with pytest.raises(RuntimeError, match="rebuild refused"):
             _speedups.unflatten(spec, leaves)
-    with pytest.raises(_Stop, match="no"):
+    with pytest.raises(RuntimeError, match="rebuild refused"):
         _pure.unflatten(spec, leaves)
     gc.collect()
     assert sys.getrefcount(leaf) == before
@@ -1807,17 +1785,20 @@ def test_dict_copies_keep_refcounts() -> None:
     assert [sys.getrefcount(x) for x in keys + vals] == before
 
 
-def _dicts(tree: Any) -> list:
-    """Every dict in a tree of dicts and lists, in pre-order."""
+def _containers(tree: Any) -> list:
+    """Every dict, list and tuple in a tree of them, in pre-order."""
     out, todo = [], [tree]
     while todo:
         t = todo.pop()
-        if isinstance(t, dict):
+        if isinstance(t, (dict, list, tuple)):
             out.append(t)
-            todo.extend(reversed(list(t.values())))
-        elif isinstance(t, list):
-            todo.extend(reversed(t))
+            todo.extend(reversed(list(t.values() if isinstance(t, dict) else t)))
     return out
+
+
+def _dicts(tree: Any) -> list:
+    """Every dict in a tree of dicts, lists and tuples, in pre-order."""
+    return [t for t in _containers(tree) if isinstance(t, dict)]
 
 
 def test_rule_specs_match_by_flatten_up_to() -> None:
