@@ -425,6 +425,35 @@ vec_extend(Vec *a, PyObject *const *src, Py_ssize_t k)
     return 0;
 }
 
+/* A dict key whose hash and equality run no user code and keep no user
+ * object alive: an exact str, int or float, True, False or None, or an exact
+ * tuple of those (a label pair, a grid point). Dicts of such keys are made
+ * from templates (_layouts.c) and in their insertion order at once
+ * (_unflatten.c's ordered_dict). */
+static inline int
+key_atom(PyObject *k)
+{
+    return PyUnicode_CheckExact(k) || PyLong_CheckExact(k) || PyFloat_CheckExact(k) ||
+           PyBool_Check(k) || k == Py_None;
+}
+
+static inline int
+key_plain(PyObject *k)
+{
+    if (key_atom(k)) {
+        return 1;
+    }
+    if (!PyTuple_CheckExact(k)) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(k); i++) {
+        if (!key_atom(PyTuple_GET_ITEM(k, i))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* The item array of a tuple or a list. */
 static inline PyObject **
 seq_items(PyObject *seq)

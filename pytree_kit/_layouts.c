@@ -483,11 +483,13 @@ small_long(PyObject *o)
  * order, never shown to anyone: a copy of the template's table in one block,
  * with its keys' counts raised and the values put in its entries, in place of
  * the empty table of a new dict (as PyDict_Copy does, less the values it
- * would copy and then drop). Only keys that are exact str or int are taken (no
- * user code runs for their hash or equality), and a template whose table is
- * not the plain one expected (its keys in order, no holes) is not used. The
- * result is tracked by the GC exactly when inserting the values would have
- * tracked it. */
+ * would copy and then drop). Only keys that key_plain takes (_core.h: no user
+ * code runs for their hash or equality) are taken, and a template whose table
+ * is not the plain one expected (its keys in order, no holes) is not used.
+ * The result is tracked by the GC exactly when inserting the keys and values
+ * would have tracked it: a key tracks it when it is a tuple the collector
+ * still tracks (one of atoms only is untracked by a collection, and never
+ * tracked again, so a template made or left untracked has no such key). */
 
 #if DICT_READS
 /* The size in bytes of the table of t, a dict with a table of its own */
@@ -500,7 +502,7 @@ template_size(PyObject *t)
            ((DICT_SLOTS(k) << 1) / 3) * (size_t)DICT_STEP(k) * sizeof(PyObject *);
 }
 
-/* t, a dict made by inserting n distinct keys, exact str or int, and nothing
+/* t, a dict made by inserting n distinct keys, as key_plain takes them (_core.h), and nothing
  * else, can serve as a template: its table holds its n entries in insertion
  * order, keys and values together */
 static int
@@ -512,16 +514,19 @@ template_plain(PyObject *t, Py_ssize_t n)
 }
 
 /* The template for the n keys of ins (a tuple), inserted in that order: 1
- * with a new reference in *dict and its table's size in bytes in *size; 0
- * when these keys cannot have one; -1 on error. */
+ * with a new reference in *dict, its table's size in bytes in *size and in
+ * *tuples whether a key is a tuple; 0 when these keys cannot have one; -1 on
+ * error. */
 static int
-template_make(PyObject *ins, Py_ssize_t n, PyObject **dict, size_t *size)
+template_make(PyObject *ins, Py_ssize_t n, PyObject **dict, size_t *size, int *tuples)
 {
+    *tuples = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *k = PyTuple_GET_ITEM(ins, i);
-        if (!(PyUnicode_CheckExact(k) || PyLong_CheckExact(k))) {
+        if (!key_plain(k)) {
             return 0;
         }
+        *tuples |= PyTuple_CheckExact(k);
     }
     PyObject *none = Py_None;
     PyObject *t = dict_in_key_order(ins, &none, n, 0);
@@ -532,7 +537,7 @@ template_make(PyObject *ins, Py_ssize_t n, PyObject **dict, size_t *size)
     DictKeys *k = (DictKeys *)mp->ma_keys;
     /* a key given twice, a split or holed table, another kind of table */
     int ok = mp->ma_values == NULL && mp->ma_used == n && k->dk_nentries == n &&
-             DICT_COMBINED(k) && k->dk_refcnt == 1 && !PyObject_GC_IsTracked(t);
+             DICT_COMBINED(k) && k->dk_refcnt == 1;
     Py_ssize_t step = DICT_STEP(k);
     PyObject **p = (PyObject **)DICT_ENTRIES(k) + (step - 2);
     for (Py_ssize_t i = 0; ok && i < n; i++, p += step) {
@@ -547,15 +552,31 @@ template_make(PyObject *ins, Py_ssize_t n, PyObject **dict, size_t *size)
     return 1;
 }
 
+/* Whether one of the n keys of a table's entries (the first at p, es
+ * pointers apart) is one the collector tracks (a tuple: the others never
+ * are). Out of line: few templates have tuple keys. */
+static PK_NO_INLINE int
+key_tracked(PyObject *const *p, Py_ssize_t n, Py_ssize_t es)
+{
+    for (Py_ssize_t i = 0; i < n; i++, p += es) {
+        if (PyObject_GC_IsTracked(p[0])) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* A new dict with the table of tmpl (a template of n keys, its table size
- * bytes, held by the caller) and, as the value of its i-th key, vals[j *
- * step], j = at[i] (or i where at is NULL): in *out, 1, the references in
- * vals now the dict's; 0 when a new dict is not laid out as expected
- * (nothing made); -1 on error. A dict the collector must track is tracked
- * now, or noted in later (when not NULL) for its caller to track. */
+ * bytes, held by the caller; tuples: whether a key is a tuple) and, as the
+ * value of its i-th key, vals[j * step], j = at[i] (or i where at is NULL):
+ * in *out, 1, the references in vals now the dict's; 0 when a new dict is
+ * not laid out as expected (nothing made); -1 on error. A dict the collector
+ * must track is tracked now, or noted in later (when not NULL) for its
+ * caller to track. */
 static int
-dict_from_template(PyObject *tmpl, size_t size, const Py_ssize_t *at, PyObject *const *vals,
-                   Py_ssize_t n, Py_ssize_t step, PyObject **out, Untracked *later)
+dict_from_template(PyObject *tmpl, size_t size, int tuples, const Py_ssize_t *at,
+                   PyObject *const *vals, Py_ssize_t n, Py_ssize_t step, PyObject **out,
+                   Untracked *later)
 {
     PyObject *d = PyDict_New();
     if (d == NULL) {
@@ -584,16 +605,18 @@ dict_from_template(PyObject *tmpl, size_t size, const Py_ssize_t *at, PyObject *
 #endif
     Py_ssize_t es = DICT_STEP(tk); /* pointers per entry */
     PyObject **p = (PyObject **)DICT_ENTRIES(k) + (es - 2);
-    int track = 0;
+    /* as dict insertion decides it (MAINTAIN_TRACKING): a key the collector
+     * still tracks, or a value it would */
+    int track = tuples && key_tracked(p, n, es);
     for (Py_ssize_t i = 0; i < n; i++, p += es) {
         PyObject *v = vals[(at != NULL ? at[i] : i) * step];
         Py_INCREF(p[0]); /* the key */
         p[1] = v; /* in place of the template's None, whose count was not raised */
-        /* as dict insertion decides it (MAINTAIN_TRACKING) */
         track = track || (PyType_IS_GC(Py_TYPE(v)) &&
                           (Py_TYPE(v)->tp_is_gc == NULL || Py_TYPE(v)->tp_is_gc(v)) &&
                           (!PyTuple_CheckExact(v) || PyObject_GC_IsTracked(v)));
     }
+
     /* the new dict's empty table is the shared one, never freed: give its
      * reference back as dictkeys_decref would (from 3.12 it is immortal, and
      * PyDict_New took none) */
@@ -770,21 +793,25 @@ dict_layout_check(void)
     DictKeys *empty = e0 ? (DictKeys *)((PyDictObject *)e0)->ma_keys : NULL;
     Py_ssize_t empty_count = empty ? empty->dk_refcnt : -1;
     int ok = dict_reads_ok && e0 != NULL && !PyObject_GC_IsTracked(e0);
-    for (int kind = 0; kind < 2 && ok; kind++) {
-        PyObject *keys = kind ? Py_BuildValue("(iii)", 7, -3, 1 << 20)
-                              : Py_BuildValue("(sss)", "a", "c", "b");
+    for (int kind = 0; kind < 3 && ok; kind++) {
+        /* str keys, int keys, and a float, a tuple (tracked: new) and None */
+        PyObject *keys = kind == 0   ? Py_BuildValue("(sss)", "a", "c", "b")
+                         : kind == 1 ? Py_BuildValue("(iii)", 7, -3, 1 << 20)
+                                     : Py_BuildValue("(d(is)O)", 0.5, 1, "x", Py_None);
         PyObject *vals[3] = {PyList_New(0), PyLong_FromLong(5), Py_None};
         Py_ssize_t key_count = keys ? Py_REFCNT(PyTuple_GET_ITEM(keys, 0)) : 0;
         PyObject *tmpl = NULL, *d = NULL, *want = NULL, *extra = NULL;
+        int tuples = 0;
         Py_INCREF(Py_None);
         size_t size = 0;
-        ok = keys && vals[0] && vals[1] && template_make(keys, 3, &tmpl, &size) == 1 &&
+        ok = keys && vals[0] && vals[1] && template_make(keys, 3, &tmpl, &size, &tuples) == 1 &&
+             tuples == (kind == 2) &&
              (want = dict_in_key_order(keys, vals, 3, 1));
         if (ok) {
             for (int i = 0; i < 3; i++) { /* the references the copy takes over */
                 Py_INCREF(vals[i]);
             }
-            ok = dict_from_template(tmpl, size, NULL, vals, 3, 1, &d, NULL) == 1;
+            ok = dict_from_template(tmpl, size, tuples, NULL, vals, 3, 1, &d, NULL) == 1;
             for (int i = 0; !ok && i < 3; i++) {
                 Py_DECREF(vals[i]);
             }
@@ -802,8 +829,30 @@ dict_layout_check(void)
             ok = ok && i == 3 && PyDict_GET_SIZE(d) == 3 &&
                  PyObject_RichCompareBool(d, want, Py_EQ) == 1 &&
                  PyObject_GC_IsTracked(d) == PyObject_GC_IsTracked(want) &&
-                 PyObject_GC_IsTracked(d) && !PyObject_GC_IsTracked(tmpl) &&
+                 PyObject_GC_IsTracked(d) &&
+                 PyObject_GC_IsTracked(tmpl) == (kind == 2 && PyObject_GC_IsTracked(
+                                                                  PyTuple_GET_ITEM(keys, 1))) &&
                  PyDict_GetItemWithError(tmpl, PyTuple_GET_ITEM(keys, 0)) == Py_None;
+            if (ok) {
+                /* of values the collector does not track: tracked for a
+                 * tracked key alone, as inserting them gives */
+                PyObject *flat[3] = {Py_None, Py_None, Py_None}, *d2 = NULL;
+                Py_INCREF(Py_None);
+                Py_INCREF(Py_None);
+                Py_INCREF(Py_None);
+                PyObject *want2 = dict_in_key_order(keys, flat, 3, 1);
+                ok = want2 != NULL && dict_from_template(tmpl, size, tuples, NULL, flat, 3, 1, &d2,
+                                                           NULL) == 1;
+                if (!ok) {
+                    Py_DECREF(Py_None);
+                    Py_DECREF(Py_None);
+                    Py_DECREF(Py_None);
+                }
+                ok = ok && PyObject_GC_IsTracked(d2) == PyObject_GC_IsTracked(want2) &&
+                     PyObject_RichCompareBool(d2, want2, Py_EQ) == 1;
+                Py_XDECREF(d2);
+                Py_XDECREF(want2);
+            }
             for (long j = 0; ok && j < 20; j++) {
                 ok = (extra = PyLong_FromLong(100 + j)) && PyDict_SetItem(d, extra, extra) == 0;
                 Py_CLEAR(extra);

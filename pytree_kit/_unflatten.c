@@ -106,7 +106,7 @@ view_places(PyObject *t, PyObject *aux, Py_ssize_t arity, Py_ssize_t *at)
 
 /* Templates kept across calls
  *
- * A dict node's keys (a tuple, exact str or int keys, up to BIG_DICT of them
+ * A dict node's keys (a tuple of keys key_plain takes, up to BIG_DICT of them
  * with an insertion order of their own, any number in key order) and its
  * insertion order are noted in a slot of kept[] the first time they are met;
  * the second time, in this call or a later one, the slot gets a template in
@@ -133,7 +133,8 @@ typedef struct {
     PyObject *dict;  /* strong or NULL: the template, made the second time */
     size_t size;     /* of the template's table, in bytes */
     uint32_t used;   /* kept_clock when last noted or used */
-    int unusable;    /* keys that no template serves */
+    uint16_t unusable; /* keys that no template serves */
+    uint16_t tuples;   /* a key is a tuple (template_make) */
     uint8_t at[BIG_DICT]; /* with an order: the place of its i-th key among keys */
 } Kept;
 
@@ -199,14 +200,14 @@ kept_victim(Kept *set)
     return v;
 }
 
-/* Note keys (exact str or int, else nothing is noted) and order in e, in
- * place of what it held, which is let go of last. */
+/* Note keys (all as key_plain takes them, else nothing is noted) and order
+ * in e, in place of what it held, which is let go of last. */
 static void
 kept_note(Kept *e, PyObject *keys, PyObject *order, Py_ssize_t n)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *k = PyTuple_GET_ITEM(keys, i);
-        if (!(PyUnicode_CheckExact(k) || PyLong_CheckExact(k))) {
+        if (!key_plain(k)) {
             return;
         }
     }
@@ -215,6 +216,7 @@ kept_note(Kept *e, PyObject *keys, PyObject *order, Py_ssize_t n)
     e->order = Py_XNewRef(order);
     e->dict = NULL;
     e->unusable = 0;
+    e->tuples = 0;
     e->used = ++kept_clock;
     Py_XDECREF(old.keys);
     Py_XDECREF(old.order);
@@ -244,6 +246,7 @@ dict_of(PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n, Py
             e->used = ++kept_clock;
             PyObject *t = Py_XNewRef(e->dict);
             size_t size = e->size;
+            int tuples = e->tuples;
             Py_ssize_t at[BIG_DICT];
             if (t == NULL) {
                 if (order != NULL) {
@@ -260,7 +263,7 @@ dict_of(PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n, Py
                         }
                     }
                 }
-                int made = template_make(order != NULL ? order : keys, n, &t, &size);
+                int made = template_make(order != NULL ? order : keys, n, &t, &size, &tuples);
                 if (made < 0) {
                     return -1;
                 }
@@ -275,6 +278,7 @@ dict_of(PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n, Py
                 if (e != NULL && e->dict == NULL) {
                     e->dict = Py_NewRef(t);
                     e->size = size;
+                    e->tuples = (uint16_t)tuples;
                     for (Py_ssize_t i = 0; order != NULL && i < n; i++) {
                         e->at[i] = (uint8_t)at[i];
                     }
@@ -285,7 +289,8 @@ dict_of(PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n, Py
                     at[i] = e->at[i];
                 }
             }
-            int r = dict_from_template(t, size, order != NULL ? at : NULL, vals, n, step, out, later);
+            int r = dict_from_template(t, size, tuples, order != NULL ? at : NULL, vals, n, step,
+                                       out, later);
             Py_DECREF(t);
             if (r != 0) {
                 return r;
@@ -310,7 +315,7 @@ insert:
 
 /* The dict of a dict node with an insertion order, built in that order at
  * once, when the order is a permutation of the node's keys (the same
- * objects, exact str or int, as flatten gives): what building the dict in
+ * objects, as key_plain takes them, as flatten gives): what building the dict in
  * key order and then re-inserting its items in the given order gives, with
  * one insertion per key. Each key's place among the node's keys is found by
  * its address (key_places). Large orders are noted in big_orders, for the
@@ -337,7 +342,7 @@ ordered_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order)
     }
     for (Py_ssize_t i = 0; i < arity; i++) {
         PyObject *k = PyTuple_GET_ITEM(order, i);
-        if (at[i] < 0 || !(PyUnicode_CheckExact(k) || PyLong_CheckExact(k))) {
+        if (at[i] < 0 || !key_plain(k)) {
             Py_SETREF(r, Py_NewRef(Py_None));
             goto done;
         }
@@ -421,7 +426,7 @@ big_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order, Untra
     /* a copy of the template's table with the values written in (its keys
      * are exact str or int: big_orders keeps no others) */
     if (dict_layout_ok && template_plain(t, arity) && !PyObject_GC_IsTracked(t)) {
-        int made = dict_from_template(t, template_size(t), at, ch, arity, 1, &r, later);
+        int made = dict_from_template(t, template_size(t), 0, at, ch, arity, 1, &r, later);
         if (made != 0) {
             for (Py_ssize_t i = 0; made > 0 && i < arity; i++) {
                 Py_INCREF(ch[i]); /* the copy took the references: ch keeps its own */

@@ -1345,7 +1345,8 @@ def test_dicts_copied_from_templates_match() -> None:
         [{1: "a", 2: leaf, -5: None} for _ in range(4)],  # int keys
         [{1: "a", "b": 2} for _ in range(3)],  # mixed keys: a general table
         [{_Str("s"): 1, "t": 2} for _ in range(3)],  # a str subclass: built as usual
-        [{(1, 2): 1} for _ in range(3)],  # a tuple key: built as usual
+        [{(1, 2): 1} for _ in range(3)],  # a tuple key of atoms (tracked while new)
+        [{(1, (2,)): 1} for _ in range(3)],  # a tuple key holding a tuple: built as usual
         [{f"k{j}": j for j in range(40)} for _ in range(3)],  # a larger table
         [{"a": 1, "b": 2}, {"c": 3}] * 12,  # more key sets than template slots, alternating
         [{f"s{i}": i} for i in range(30)] * 2,  # 30 key sets, each twice
@@ -1385,6 +1386,101 @@ def test_dicts_copied_from_templates_match() -> None:
                 del d["added"]
             assert again == want
             _same_dicts(want, _speedups.unflatten(spec, leaves))
+
+
+class _Float(float):
+    pass
+
+
+# keys whose hash and equality run no user code (templated, ordered at once),
+# and keys next to them that are not (built as usual)
+_PLAIN_ATOMS = st.one_of(
+    st.integers(-3, 3),
+    st.text("ab", max_size=2),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 0.5, 1.0, float("nan"), True, False, None]),
+)
+_DICT_KEYS = st.one_of(
+    _PLAIN_ATOMS,
+    st.tuples(_PLAIN_ATOMS, _PLAIN_ATOMS),
+    st.tuples(_PLAIN_ATOMS, st.tuples(_PLAIN_ATOMS)),  # a tuple in a tuple: not plain
+    st.builds(_Float, st.floats(-2, 2)),  # a float subclass: not plain
+    st.tuples(_PLAIN_ATOMS, st.builds(_Str, st.text("ab", max_size=1))),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(_DICT_KEYS, min_size=1, max_size=8),
+    st.randoms(use_true_random=False),
+    st.booleans(),
+    st.sampled_from(["own", "pair", "atoms"]),
+)
+def test_dicts_of_float_tuple_and_none_keys_match(
+    keys: list, rng: random.Random, untrack_keys: bool, leaf_kind: str
+) -> None:
+    """Dicts keyed by floats (NaN, -0.0 next to 0.0), bools, None and tuples of
+    such, in a shuffled insertion order, each key set met four times in a call
+    and again in later calls (templates from the second time, kept across
+    calls): every dict is what the pure engine gives, in items, order, size
+    and GC tracking (a tracked tuple key tracks its dict), with tuple keys
+    tracked or already untracked by a collection."""
+    pair = _untracked_pair() if leaf_kind == "pair" else None
+    was = gc.isenabled()
+    gc.disable()  # a collection in between would untrack tuple keys in one result only
+    try:
+        # tuple keys made again now: tracked (hypothesis's may have met a collection)
+        fresh = [tuple(list(k)) if type(k) is tuple else k for k in keys]
+        d = dict.fromkeys(fresh, 0)
+        order = list(d)
+        rng.shuffle(order)
+        tree = [{k: [i] if leaf_kind == "own" else i for k in order} for i in range(4)]
+        tree.append({"inner": dict(tree[0]), "x": 1})
+        if untrack_keys:
+            gc.collect()  # tuples of atoms among the keys are untracked
+        leaves, spec = _speedups.flatten(tree, None, None)
+        if pair is not None:
+            leaves = [pair] * len(leaves)
+        for _ in range(3):
+            want = _pure.unflatten(spec, leaves)
+            got = _speedups.unflatten(spec, leaves)
+            assert_same_tree(want, got)
+            _same_dicts(want, got)
+            for w, g in zip(_dicts(want), _dicts(got)):
+                assert all(a is b for a, b in zip(w, g))  # the keys themselves
+                for k in g:  # each found by lookup, as an equal key finds it
+                    assert g[k] == w[k]
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_dicts_of_tuple_keys_tracked_as_inserting_gives() -> None:
+    """A dict of untracked values is tracked for a tracked tuple key alone: a
+    template made while its key was tracked serves a later call after a
+    collection untracked the key (the copy is then untracked), and one made
+    after serves while it is untracked."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        key = tuple([1, "y"])  # made now: tracked (a constant (1, "y") is not)
+        assert gc.is_tracked(key)
+        tree = [{key: i, 2.5: i} for i in range(3)]
+        leaves, spec = _speedups.flatten(tree, None, None)
+        for _ in range(2):
+            got = _speedups.unflatten(spec, leaves)
+            assert got == tree and [gc.is_tracked(d) for d in got] == [True] * 3
+        gc.collect()
+        assert not gc.is_tracked(key)
+        for _ in range(2):
+            got = _speedups.unflatten(spec, leaves)
+            want = _pure.unflatten(spec, leaves)
+            assert got == tree
+            assert [gc.is_tracked(d) for d in got] == [gc.is_tracked(d) for d in want]
+            assert not any(gc.is_tracked(d) for d in got)
+    finally:
+        if was:
+            gc.enable()
 
 
 def _config_like(seed: int, n: int) -> dict:
@@ -1515,18 +1611,21 @@ def test_kept_templates_serve_later_calls_match() -> None:
         _same_dicts(want, r)
 
 
-def test_kept_templates_keep_no_key_of_a_user_type() -> None:
-    """A key that is not an exact str or int is never kept: once the tree, its
-    spec and the results are gone, the key's count is what it was."""
-    key = _Str("user")
-    base = sys.getrefcount(key)
+@pytest.mark.parametrize("make_key", [lambda u: u, lambda u: (1, u), lambda u: (u,)])
+def test_kept_templates_keep_no_key_of_a_user_type(make_key: Any) -> None:
+    """A key that is not plain (an exact str, int or float, a bool, None, or a
+    tuple of those) is never kept, nor a tuple that holds one: once the tree,
+    its spec and the results are gone, the user object's count is what it was."""
+    user = _Str("user")
+    base = sys.getrefcount(user)
+    key = make_key(user)
     tree = [{key: i, "t": [i]} for i in range(3)]
     leaves, spec = _speedups.flatten(tree, None, None)
     for _ in range(3):
         assert _speedups.unflatten(spec, leaves) == tree
-    del tree, leaves, spec
+    del tree, leaves, spec, key
     gc.collect()
-    assert sys.getrefcount(key) == base
+    assert sys.getrefcount(user) == base
 
 
 def test_kept_templates_are_bounded() -> None:
