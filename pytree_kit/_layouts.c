@@ -488,8 +488,8 @@ small_long(PyObject *o)
  * is not the plain one expected (its keys in order, no holes) is not used.
  * The result is tracked by the GC exactly when inserting the keys and values
  * would have tracked it: a key tracks it when it is a tuple the collector
- * still tracks (one of atoms only is untracked by a collection, and never
- * tracked again, so a template made or left untracked has no such key). */
+ * still tracks (asked only of templates with a tuple key: the other keys
+ * are never tracked). */
 
 #if DICT_READS
 /* The size in bytes of the table of t, a dict with a table of its own */
@@ -502,9 +502,9 @@ template_size(PyObject *t)
            ((DICT_SLOTS(k) << 1) / 3) * (size_t)DICT_STEP(k) * sizeof(PyObject *);
 }
 
-/* t, a dict made by inserting n distinct keys, as key_plain takes them (_core.h), and nothing
- * else, can serve as a template: its table holds its n entries in insertion
- * order, keys and values together */
+/* t, a dict made by inserting n distinct keys that key_plain takes (_core.h),
+ * and nothing else, can serve as a template: its table holds its n entries in
+ * insertion order, keys and values together */
 static int
 template_plain(PyObject *t, Py_ssize_t n)
 {
@@ -616,7 +616,6 @@ dict_from_template(PyObject *tmpl, size_t size, int tuples, const Py_ssize_t *at
                           (Py_TYPE(v)->tp_is_gc == NULL || Py_TYPE(v)->tp_is_gc(v)) &&
                           (!PyTuple_CheckExact(v) || PyObject_GC_IsTracked(v)));
     }
-
     /* the new dict's empty table is the shared one, never freed: give its
      * reference back as dictkeys_decref would (from 3.12 it is immortal, and
      * PyDict_New took none) */
