@@ -23,9 +23,10 @@
  * inlines across the parts: _speedups.c includes them in this order, and each
  * part uses only what the parts before it define.
  *   _core.h       this file: the fast-path gates, the walk modes, the module's
- *                 constants, spec and node makers, growable arrays (Vec), and
- *                 the types of the traversal stack, the per-call type cache
- *                 and classification
+ *                 constants, spec and node makers, growable arrays (Vec), the
+ *                 dict keys that run no user code (key_plain), and the types
+ *                 of the traversal stack, the per-call type cache and
+ *                 classification
  *   _layouts.c    every read of CPython's own layouts: version tags, record
  *                 fields read in place, 3.11's dict tables and dict templates,
  *                 small ints; each gated by version and checked on import
