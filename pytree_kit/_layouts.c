@@ -836,16 +836,14 @@ dict_layout_check(void)
                 /* of values the collector does not track: tracked for a
                  * tracked key alone, as inserting them gives */
                 PyObject *flat[3] = {Py_None, Py_None, Py_None}, *d2 = NULL;
-                Py_INCREF(Py_None);
-                Py_INCREF(Py_None);
-                Py_INCREF(Py_None);
                 PyObject *want2 = dict_in_key_order(keys, flat, 3, 1);
+                for (int i = 0; i < 3; i++) { /* the references the copy takes over */
+                    Py_INCREF(flat[i]);
+                }
                 ok = want2 != NULL && dict_from_template(tmpl, size, tuples, NULL, flat, 3, 1, &d2,
                                                            NULL) == 1;
-                if (!ok) {
-                    Py_DECREF(Py_None);
-                    Py_DECREF(Py_None);
-                    Py_DECREF(Py_None);
+                for (int i = 0; !ok && i < 3; i++) {
+                    Py_DECREF(flat[i]);
                 }
                 ok = ok && PyObject_GC_IsTracked(d2) == PyObject_GC_IsTracked(want2) &&
                      PyObject_RichCompareBool(d2, want2, Py_EQ) == 1;

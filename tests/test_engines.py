@@ -9,6 +9,7 @@ per engine: see the README's test command.)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import gc
@@ -18,6 +19,7 @@ import pickle
 import random
 import sys
 from collections import OrderedDict, defaultdict, deque, namedtuple
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import pytest
@@ -1320,6 +1322,19 @@ def _untracked_pair() -> tuple:
     return t
 
 
+@contextlib.contextmanager
+def _collector_off() -> Iterator[None]:
+    """No automatic collection meanwhile (one would untrack a tuple of atoms in
+    one result and not another); gc.collect() still runs."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _same_dicts(a: Any, b: Any) -> None:
     """Dicts of a and b: same items in the same order, same size in memory, same
     GC tracking; leaves the same objects."""
@@ -1426,9 +1441,7 @@ def test_dicts_of_float_tuple_and_none_keys_match(
     and GC tracking (a tracked tuple key tracks its dict), with tuple keys
     tracked or already untracked by a collection."""
     pair = _untracked_pair() if leaf_kind == "pair" else None
-    was = gc.isenabled()
-    gc.disable()  # a collection in between would untrack tuple keys in one result only
-    try:
+    with _collector_off():
         # tuple keys made again now: tracked (hypothesis's may have met a collection)
         fresh = [tuple(list(k)) if type(k) is tuple else k for k in keys]
         d = dict.fromkeys(fresh, 0)
@@ -1450,19 +1463,15 @@ def test_dicts_of_float_tuple_and_none_keys_match(
                 assert all(a is b for a, b in zip(w, g))  # the keys themselves
                 for k in g:  # each found by lookup, as an equal key finds it
                     assert g[k] == w[k]
-    finally:
-        if was:
-            gc.enable()
 
 
 def test_dicts_of_tuple_keys_tracked_as_inserting_gives() -> None:
-    """A dict of untracked values is tracked for a tracked tuple key alone: a
-    template made while its key was tracked serves a later call after a
-    collection untracked the key (the copy is then untracked), and one made
-    after serves while it is untracked."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
+    """A dict of untracked values is tracked for a tracked tuple key alone, and
+    a template made while its key was tracked serves a later call after a
+    collection untracked the key: its copies are then untracked. (A template
+    made after the collection: test_dicts_of_float_tuple_and_none_keys_match
+    with untrack_keys.)"""
+    with _collector_off():
         key = tuple([1, "y"])  # made now: tracked (a constant (1, "y") is not)
         assert gc.is_tracked(key)
         tree = [{key: i, 2.5: i} for i in range(3)]
@@ -1478,9 +1487,6 @@ def test_dicts_of_tuple_keys_tracked_as_inserting_gives() -> None:
             assert got == tree
             assert [gc.is_tracked(d) for d in got] == [gc.is_tracked(d) for d in want]
             assert not any(gc.is_tracked(d) for d in got)
-    finally:
-        if was:
-            gc.enable()
 
 
 def _config_like(seed: int, n: int) -> dict:
