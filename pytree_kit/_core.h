@@ -74,7 +74,9 @@
  *                      table (3.10-3.13; DICT_READS, dict_layout_check)
  *   split_values       a record's field read from its __dict__'s split
  *                      values, at the name's index in the class's shared
- *                      keys (3.12, 3.13; SPLIT_READS, split_reads_check)
+ *                      keys (3.10-3.13; on 3.11 for an instance whose
+ *                      __dict__ was made, as vars() makes it; SPLIT_READS,
+ *                      split_reads_check)
  *   odict_links        an OrderedDict's own order read from its linked list
  *                      of keys (3.10-3.13; ODICT_LINKS, odict_links_check) */
 #if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030E0000
@@ -96,7 +98,7 @@
 #else
 #define LAYOUT_311 0
 #endif
-#define SPLIT_READS (PK_VALIDATED && PY_VERSION_HEX >= 0x030C0000)
+#define SPLIT_READS PK_VALIDATED
 
 /* A dict of more than BIG_DICT keys has its insertion order remembered
  * across calls (_classify.c's big_orders); up to BIG_DICT keys, an insertion
@@ -244,7 +246,7 @@ make_spec(PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
 }
 
 typedef struct {
-    void *keys;         /* the class's shared keys when the codes were made (3.11-3.13) */
+    void *keys;         /* the class's shared keys when the codes were made */
     int has_dict;       /* its instances have a __dict__ */
     Py_ssize_t n;       /* its fields */
     Py_ssize_t n_values; /* of them, those read from the inline values (3.11) */

@@ -217,14 +217,19 @@ dict_reads_check(void)
 #endif
 
 #if SPLIT_READS
-/* CPython 3.12's and 3.13's split dicts (Include/internal/pycore_dict.h): the
- * __dict__ of an instance of a class with Py_TPFLAGS_MANAGED_DICT shares the
- * class's keys (ht_cached_keys, a DictKeys of (key, value) entries, to which
- * names are only ever appended) and keeps its own values apart, in
- * ma_values: an array of them in the shared keys' order, at the start of
- * ma_values on 3.12, after four bytes (capacity, size, embedded, valid) on
- * 3.13; NULL where the instance has no value for that key. The module checks
- * this on import (split_reads_check) and leaves the path off if it fails. */
+/* CPython's split dicts (Include/internal/pycore_dict.h; 3.10:
+ * Objects/dictobject.c): the __dict__ of an instance of a heap class may share
+ * the class's keys (ht_cached_keys, a DictKeys of (key, value) entries, 3.10's
+ * of (hash, key, value)) and keep its own values apart, in ma_values: an array
+ * of them in the shared keys' order, at the start of ma_values on 3.10 to
+ * 3.12, after four bytes (capacity, size, embedded, valid) on 3.13; NULL where
+ * the instance has no value for that key. (On 3.11 an instance keeps its
+ * values inline, LAYOUT_311, until its __dict__ is asked for: that dict is a
+ * split one over the same array.) On 3.10 the class may let go of its shared
+ * keys, and they may be freed and their memory reused, without a new version
+ * tag: split_key_is reads the dict's own table, which is alive. The module
+ * checks this on import (split_reads_check) and leaves the path off if it
+ * fails. */
 typedef struct {
 #if PY_VERSION_HEX >= 0x030D0000
     uint8_t capacity, size, embedded, valid;
@@ -236,16 +241,27 @@ typedef struct {
 #if LAYOUT_311 || SPLIT_READS
 #define SHARED_KEYS(t) ((DictKeys *)((PyHeapTypeObject *)(t))->ht_cached_keys)
 
+/* The key of entry i of a class's shared keys k */
+#if PY_VERSION_HEX >= 0x030B0000
+#define SHARED_KEY(k, i) (((UnicodeEntry *)DICT_ENTRIES(k))[i].me_key)
+#else
+#define SHARED_KEY(k, i) (((DictEntry *)DICT_ENTRIES(k))[i].me_key)
+#endif
+
 /* The index of name among a class's shared keys, or -1. */
 static Py_ssize_t
 shared_key_index(DictKeys *k, PyObject *name)
 {
-    if (k == NULL || k->dk_kind == 0 /* DICT_KEYS_GENERAL */) {
+#if PY_VERSION_HEX >= 0x030B0000
+    if (k != NULL && k->dk_kind == 0 /* DICT_KEYS_GENERAL */) {
         return -1;
     }
-    UnicodeEntry *entries = DICT_ENTRIES(k);
+#endif
+    if (k == NULL) {
+        return -1;
+    }
     for (Py_ssize_t i = 0; i < k->dk_nentries; i++) {
-        PyObject *key = entries[i].me_key;
+        PyObject *key = SHARED_KEY(k, i);
         if (key == name) {
             return i;
         }
@@ -338,8 +354,16 @@ field_reads(PyTypeObject *t, PyObject *names)
     r->n_slots = n_slots;
     extra_slots(t, names, &READS_SLOT(r, 0));
 #if LAYOUT_311 || SPLIT_READS
-    if ((LAYOUT_311 ? values_reads_ok : split_reads_ok) &&
-        PyType_HasFeature(t, Py_TPFLAGS_MANAGED_DICT) && PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE)) {
+    /* (on 3.11 the split reads take these codes too, and their check needs
+     * values_reads_ok: split_values also asks for split_reads_ok. 3.10 has no
+     * managed dicts: a heap class's instances with a __dict__ share its keys) */
+#if PY_VERSION_HEX >= 0x030B0000
+    int shares = PyType_HasFeature(t, Py_TPFLAGS_MANAGED_DICT);
+#else
+    int shares = r->has_dict;
+#endif
+    if ((LAYOUT_311 ? values_reads_ok : split_reads_ok) && shares &&
+        PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE)) {
         r->keys = SHARED_KEYS(t);
     }
 #endif
@@ -442,7 +466,7 @@ static inline int
 split_key_is(const FieldReads *r, Py_ssize_t ix, PyObject *name)
 {
     DictKeys *k = r->keys;
-    return ix < k->dk_nentries && ((UnicodeEntry *)DICT_ENTRIES(k))[ix].me_key == name;
+    return ix < k->dk_nentries && SHARED_KEY(k, ix) == name;
 }
 #endif
 
@@ -639,13 +663,14 @@ dict_from_template(PyObject *tmpl, size_t size, int tuples, const Py_ssize_t *at
 #endif
 
 #if SPLIT_READS
-/* Sets split_reads_ok when CPython 3.12 or 3.13 lays split dicts out as
- * split_values expects: for a class made here, with two instances, one
- * holding three names set in another order than read and one holding only
- * the second, each name's value read through the class's shared keys is what
- * the __dict__ gives (PyDict_GetItemWithError), NULL where it has none, and
- * the same after a value is deleted (if the dict is still split then). A
- * failure of any kind leaves it off. */
+/* Sets split_reads_ok when CPython lays split dicts out as split_values
+ * expects: for a class made here, with two instances, one holding three names
+ * set in another order than read and one holding only the second (3.10: the
+ * third, the first its shared keys took, as a split dict there must be filled
+ * in their order), each name's value read through the class's shared keys is
+ * what the __dict__ gives (PyDict_GetItemWithError), NULL where it has none,
+ * and the same after a value is deleted (if the dict is still split then:
+ * from 3.11). A failure of any kind leaves it off. */
 static void
 split_reads_check(void)
 {
@@ -657,10 +682,18 @@ split_reads_check(void)
     /* interned, as a class's attribute names are (and its shared keys hold) */
     names = Py_BuildValue("(NNN)", PyUnicode_InternFromString("first"),
                           PyUnicode_InternFromString("second"), PyUnicode_InternFromString("third"));
+#if PY_VERSION_HEX >= 0x030B0000
+    const int lone = 1;
     if (cls == NULL || names == NULL ||
         !PyType_HasFeature((PyTypeObject *)cls, Py_TPFLAGS_MANAGED_DICT)) {
         goto done;
     }
+#else
+    const int lone = 2;
+    if (cls == NULL || names == NULL || ((PyTypeObject *)cls)->tp_dictoffset <= 0) {
+        goto done;
+    }
+#endif
     for (int k = 0; k < 2; k++) {
         if ((obj[k] = PyObject_CallNoArgs(cls)) == NULL) {
             goto done;
@@ -672,7 +705,7 @@ split_reads_check(void)
             goto done;
         }
     }
-    if (PyObject_SetAttr(obj[1], PyTuple_GET_ITEM(names, 1), vals[1]) < 0 ||
+    if (PyObject_SetAttr(obj[1], PyTuple_GET_ITEM(names, lone), vals[lone]) < 0 ||
         (reads = field_reads((PyTypeObject *)cls, names)) == NULL) {
         goto done;
     }

@@ -22,6 +22,56 @@ typedef struct {
 static int dict_children_match(PyObject *res, Py_ssize_t arity, PyObject *aux, int kind,
                                PyObject **children, PyObject **names, int *keymode);
 
+/* The keys a dict-view record's node (aux (names, (), (), keys)) gives, when
+ * the record compares with it as view_keys_are reads it: names the class's
+ * field names (the same tuple), exact empty tuples, and keys an exact tuple of
+ * exact strs. Else NULL: record_fields builds the record's own aux, and the
+ * two are compared as tuples. Borrowed; no code runs. */
+static PyObject *
+view_keys_of(TypeEntry *e, PyObject *aux)
+{
+    if (e->info == NULL || !PyTuple_CheckExact(aux) || PyTuple_GET_SIZE(aux) != 4 ||
+        PyTuple_GET_ITEM(aux, 0) != PyTuple_GET_ITEM(e->info, 0)) {
+        return NULL;
+    }
+    for (int i = 1; i < 3; i++) {
+        PyObject *t = PyTuple_GET_ITEM(aux, i);
+        if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 0) {
+            return NULL;
+        }
+    }
+    PyObject *keys = PyTuple_GET_ITEM(aux, 3);
+    if (!PyTuple_CheckExact(keys)) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); i++) {
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(keys, i))) {
+            return NULL;
+        }
+    }
+    return keys;
+}
+
+/* Whether the keys of obj, a dict-view record that record_fields took (its
+ * keys exact strs), in its order, equal want (view_keys_of's): what comparing
+ * the aux record_fields would build with the node's gives. No code runs. */
+static int
+view_keys_are(PyObject *obj, PyObject *want)
+{
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *k;
+    if (PyDict_GET_SIZE(obj) != PyTuple_GET_SIZE(want)) {
+        return 0;
+    }
+    while (PyDict_Next(obj, &pos, &k, NULL)) {
+        PyObject *w = PyTuple_GET_ITEM(want, i++);
+        if (k != w && PyUnicode_Compare(k, w) != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Ask _pure._match; returns 1 with children etc. set, -1 on error. */
 static int
 match_python(Up *u, PyObject *node, PyObject *obj, PyObject **children, PyObject **names,
@@ -294,16 +344,25 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
                 break;
             }
             Found f;
-            int r = record_fields(c, NULL, obj, e, kind, &f, 1);
+            /* a record that is a dict: its keys compared with the node's in
+             * place, when the node's aux has the form flatten gives it */
+            PyObject *want = PyDict_Check(obj) ? view_keys_of(e, aux) : NULL;
+            int r = record_fields(c, NULL, obj, e, kind, &f, want == NULL);
             if (r < 0) {
                 return -1;
             }
             if (r == 2) {
                 break;
             }
-            PyObject *mine = PyTuple_GET_ITEM(f.node, 3);
-            int eq = mine == aux ? 1 : PyObject_RichCompareBool(mine, aux, Py_EQ);
-            Py_DECREF(f.node);
+            int eq;
+            if (want != NULL) {
+                eq = view_keys_are(obj, want);
+            }
+            else {
+                PyObject *mine = PyTuple_GET_ITEM(f.node, 3);
+                eq = mine == aux ? 1 : PyObject_RichCompareBool(mine, aux, Py_EQ);
+                Py_DECREF(f.node);
+            }
             if (eq <= 0) {
                 Py_DECREF(f.children);
                 Py_DECREF(f.names);

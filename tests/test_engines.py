@@ -19,7 +19,7 @@ import pickle
 import random
 import sys
 from collections import OrderedDict, defaultdict, deque, namedtuple
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import pytest
@@ -1024,13 +1024,9 @@ def test_record_field_reads_take_the_fast_path_where_they_can() -> None:
     if _speedups.VALUES_READS or _speedups.FAST_PATHS["split_values"]:
         assert all(c < 0 for c in codes(_Plain, ("x", "y")))
         assert codes(_Described, ("x", "y"))[0] == 0 and codes(_Described, ("x", "y"))[1] < 0
-    # on for 3.11 (inline values) and 3.12 on (split __dict__ values) unless built
-    # without fast paths (tests/test_versions.py has every path)
-    assert (
-        sys.version_info[:2] < (3, 11)
-        or _speedups.NO_FAST_PATHS
-        or (_speedups.VALUES_READS or _speedups.FAST_PATHS["split_values"])
-    )
+    # on for 3.11 (inline values) and every version (split __dict__ values) unless
+    # built without fast paths (tests/test_versions.py has every path)
+    assert _speedups.NO_FAST_PATHS or _speedups.FAST_PATHS["split_values"]
     assert all(c > 0 for c in codes(_Slotted, ("x", "y")))
     assert codes(_MarkedDefault, ("x",)) == (0,)  # its default's class may change
     assert codes(_OwnGetattribute, ("x", "y")) == (0, 0)
@@ -2677,6 +2673,44 @@ def test_records_that_are_dicts_rebuilt_from_edited_specs() -> None:
         x, y = same_outcome("unflatten", edited, leaves)
         if x[0] == "ok":
             _same_view(x[1], y[1])
+
+
+@pytest.mark.parametrize("cls", [ModelOutput, _DictOut])
+def test_records_that_are_dicts_against_specs_of_other_keys(cls: type) -> None:
+    """flatten_up_to of a dict record against the spec of one with as many
+    entries, in another order or with another field's: a mismatch on both
+    engines (the C engine compares the keys in place); the same keys, the same
+    objects or equal strs: the leaves."""
+    values = [Leaf(0), Leaf(1), None]  # the third field has no entry
+
+    def edited(*edits: tuple) -> Any:
+        return _edited(cls, values, list(edits))
+
+    first, second, third = (f.name for f in dataclasses.fields(cls))
+    for engine in (_pure, _speedups):  # the specs of either
+        spec = engine.flatten(edited(), None, None)[1]
+        both = engine.flatten([edited(), {"k": edited()}], None, None)[1]
+        _check_other_keys(edited, spec, both, (first, second, third), values)
+
+
+def _check_other_keys(
+    edited: Callable, spec: pk.TreeSpec, both: pk.TreeSpec, names: tuple, values: list
+) -> None:
+    first, second, third = names
+    moved = edited((2, 0), (0, 0))  # the first entry deleted and set again
+    other = edited((2, 0), (0, 2))  # the first entry gone, the third's set
+    renamed = edited((7, 0), (7, 1))  # equal strs for keys, in the same order
+    assert list(moved) == [second, first] and list(other) == [second, third]
+    assert list(renamed) == [first, second] and next(iter(renamed)) is not first
+    for tree in (moved, other):
+        for s_, t in ((spec, tree), (both, [edited(), {"k": tree}])):
+            a, _ = same_outcome("flatten_up_to", s_, t)
+            assert a[0] == "raise" and "structure mismatch" in a[2]
+    for s_, t in ((spec, edited()), (spec, renamed), (both, [renamed, {"k": edited()}])):
+        a, b = same_outcome("flatten_up_to", s_, t)
+        assert a[0] == "ok"
+        check_leaves_identical(a[1], b[1])
+        assert b[1] == values[:2] * (len(b[1]) // 2)
 
 
 def test_record_that_is_a_dict_against_a_spec_without_its_view() -> None:
