@@ -553,15 +553,33 @@ ctx_init(Ctx *c, PyObject *is_leaf, PyObject *rules, WalkMode mode)
     return 0;
 }
 
+/* The index of the lowest bit set in x, not 0 */
+static inline int
+lowest_bit(uint32_t x)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return __builtin_ctz(x);
+#else
+    int i = 0;
+    while (!(x & 1)) {
+        x >>= 1;
+        i++;
+    }
+    return i;
+#endif
+}
+
 static void
 ctx_clear(Ctx *c)
 {
     tc_clear(&c->types);
     Py_CLEAR(c->pycache);
-    for (int i = 0; c->seq_made; i++, c->seq_made >>= 1) {
-        if (c->seq_made & 1) {
-            Py_DECREF(c->seq_nodes[i >> 4][i & 15]);
-        }
+    /* each bit set, lowest first (a list of 1 is bit 17) */
+    while (c->seq_made) {
+        uint32_t rest = c->seq_made & (c->seq_made - 1);
+        int i = lowest_bit(c->seq_made);
+        c->seq_made = rest;
+        Py_DECREF(c->seq_nodes[i >> 4][i & 15]);
     }
 }
 

@@ -1312,8 +1312,9 @@ class _Str(str):
 
 
 def _untracked_pair() -> tuple:
-    t = (1, "x")
-    gc.collect()  # the collector untracks a tuple of atoms
+    t = (1, "x")  # a constant: the same tuple each time
+    if gc.is_tracked(t):
+        gc.collect()  # the collector untracks a tuple of atoms (with torch loaded, ~0.1 s)
     assert not gc.is_tracked(t)
     return t
 
@@ -1446,7 +1447,9 @@ def test_dicts_of_float_tuple_and_none_keys_match(
         tree = [{k: [i] if leaf_kind == "own" else i for k in order} for i in range(4)]
         tree.append({"inner": dict(tree[0]), "x": 1})
         if untrack_keys:
-            gc.collect()  # tuples of atoms among the keys are untracked
+            # tuples of atoms among the keys (new, so in the youngest
+            # generation: no collection has run since) are untracked
+            gc.collect(0)
         leaves, spec = _speedups.flatten(tree, None, None)
         if pair is not None:
             leaves = [pair] * len(leaves)
@@ -1527,6 +1530,16 @@ def test_large_trees_end_tracked_as_the_pure_engines() -> None:
     pure engine's is, and the collector has each tracked one in its lists."""
     pair = _untracked_pair()
     leaf = Leaf(0)
+    # what exists now is left out of the collections and gc.get_objects() below
+    # (with torch and jax loaded each walked every object: ~10 s in all)
+    gc.freeze()
+    try:
+        _check_large_trees_tracked(pair, leaf)
+    finally:
+        gc.unfreeze()
+
+
+def _check_large_trees_tracked(pair: tuple, leaf: Any) -> None:
     trees = [
         [{"a": i, "b": [i], "c": (i, leaf)} for i in range(600)],
         [{"x": i, "y": str(i)} for i in range(1500)],  # atoms only: untracked dicts
@@ -1947,10 +1960,10 @@ def test_leaf_refcounts_unchanged() -> None:
 def test_no_reference_cycles_made(tree: Any) -> None:
     import gc
 
-    gc.collect()
     # what exists now is left out of the collections below (with torch and jax
-    # loaded, walking it took ~0.1 s a collection); a cycle made by the calls is
-    # among the new objects, which gc.collect() still examines
+    # loaded, walking it takes ~0.1 s a collection, as a gc.collect() here
+    # would, each example); a cycle made by the calls is among the new objects,
+    # which gc.collect() still examines
     gc.freeze()
     gc.disable()
     try:
