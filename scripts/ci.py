@@ -59,10 +59,11 @@ from typing import Callable, Optional
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ("3.10", "3.11", "3.12", "3.13")
 FULL = "3.11"
-# every version whose build compiles code of its own: 3.12 reads split dict
-# values at another offset than 3.13 (SplitValues in _layouts.c); 3.11's
-# build compiles every branch of the C sources that 3.10's does
-SANITIZED = ("3.11", "3.12", "3.13")
+# every version whose build compiles code of its own: 3.10 lays out dict
+# tables and shared keys its own way (DictKeys, SHARED_KEY in _layouts.c),
+# 3.11 reads inline values (LAYOUT_311), 3.12 reads split dict values at
+# another offset than 3.13 (SplitValues)
+SANITIZED = ("3.10", "3.11", "3.12", "3.13")
 LOGS = ROOT / "build" / "ci-logs"
 # the engine tests (what the no-fast-paths build changes): sanitize.sh --quick's,
 # less test_depth (iterative stacks, which no fast path touches), with the version
