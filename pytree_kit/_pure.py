@@ -846,12 +846,14 @@ def _keys_text(keys: Any) -> str:
 
 
 def _fields_text(aux: tuple) -> str:
-    _names, static, absent, _ = aux
+    _names, static, absent, dict_keys = aux
     parts = []
     if static:
         parts.append("static " + ", ".join(f"{n}={v!r}" for n, v in static))
     if absent:
         parts.append("unset " + ", ".join(absent))
+    if dict_keys is not None:  # a record that is a dict (ModelOutput): its entries' keys
+        parts.append("entries " + _keys_text(dict_keys))
     return f" ({'; '.join(parts)})" if parts else ""
 
 

@@ -1669,8 +1669,11 @@ def test_kept_templates_are_bounded() -> None:
         grown = tracemalloc.get_traced_memory()[0] - start
     finally:
         tracemalloc.stop()
-    # 6 rounds of 1,500 new key sets: unbounded keeping would hold over 1 MB
-    assert grown < 64 * 1024, grown
+    # 6 rounds of 1,500 new key sets: unbounded keeping would hold over 1 MB.
+    # What the slots hold moves with the entries each set lets go of (their
+    # keys' lengths, their templates' tables): -27 to +87 KiB over 20 runs on
+    # 3.12, so a tighter bound failed one run in five
+    assert grown < 256 * 1024, grown
 
 
 def test_kept_templates_rewritten_during_a_call_match() -> None:

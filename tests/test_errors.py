@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import pytree_kit as pk
-from tests.trees import RULES, Opaque, snapshot
+from tests.trees import RULES, ModelOutput, Opaque, snapshot
 
 
 @dataclasses.dataclass
@@ -181,6 +181,7 @@ def test_tree_map_with_path_mismatch():
         (deque([1], maxlen=2), deque([1]), "a deque of 1 (maxlen=2), the tree has a deque of 1 (maxlen=None)"),
         (Target(1), {"boxes": 1, "labels": None}, "the spec has dataclass Target, the tree has a dict with keys"),
         (Static(1, "a"), Static(1, "b"), "the spec has dataclass Static (static tag='a'), the tree has dataclass Static (static tag='b')"),
+        (ModelOutput(logits=1, loss=2), ModelOutput(logits=1, hidden=2), "tree: structure mismatch: the spec has dataclass ModelOutput (entries ['logits', 'loss']), the tree has dataclass ModelOutput (entries ['logits', 'hidden'])"),
         ({"t": [Target(1)]}, {"t": [Target((1, 2))]}, None),
     ],
 )  # fmt: skip
