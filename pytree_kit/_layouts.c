@@ -241,6 +241,20 @@ typedef struct {
 #if LAYOUT_311 || SPLIT_READS
 #define SHARED_KEYS(t) ((DictKeys *)((PyHeapTypeObject *)(t))->ht_cached_keys)
 
+/* Whether the instances of class t (a heap class) keep their attributes
+ * against its shared keys: from 3.11 a class with a managed dict (3.11: inline
+ * values, then a split __dict__); on 3.10, which has no managed dicts, one
+ * whose instances have a __dict__ */
+static inline int
+shares_keys(PyTypeObject *t)
+{
+#if PY_VERSION_HEX >= 0x030B0000
+    return PyType_HasFeature(t, Py_TPFLAGS_MANAGED_DICT);
+#else
+    return t->tp_dictoffset != 0;
+#endif
+}
+
 /* The key of entry i of a class's shared keys k */
 #if PY_VERSION_HEX >= 0x030B0000
 #define SHARED_KEY(k, i) (((UnicodeEntry *)DICT_ENTRIES(k))[i].me_key)
@@ -252,14 +266,14 @@ typedef struct {
 static Py_ssize_t
 shared_key_index(DictKeys *k, PyObject *name)
 {
-#if PY_VERSION_HEX >= 0x030B0000
-    if (k != NULL && k->dk_kind == 0 /* DICT_KEYS_GENERAL */) {
-        return -1;
-    }
-#endif
     if (k == NULL) {
         return -1;
     }
+#if PY_VERSION_HEX >= 0x030B0000
+    if (k->dk_kind == 0 /* DICT_KEYS_GENERAL */) {
+        return -1;
+    }
+#endif
     for (Py_ssize_t i = 0; i < k->dk_nentries; i++) {
         PyObject *key = SHARED_KEY(k, i);
         if (key == name) {
@@ -355,14 +369,8 @@ field_reads(PyTypeObject *t, PyObject *names)
     extra_slots(t, names, &READS_SLOT(r, 0));
 #if LAYOUT_311 || SPLIT_READS
     /* (on 3.11 the split reads take these codes too, and their check needs
-     * values_reads_ok: split_values also asks for split_reads_ok. 3.10 has no
-     * managed dicts: a heap class's instances with a __dict__ share its keys) */
-#if PY_VERSION_HEX >= 0x030B0000
-    int shares = PyType_HasFeature(t, Py_TPFLAGS_MANAGED_DICT);
-#else
-    int shares = r->has_dict;
-#endif
-    if ((LAYOUT_311 ? values_reads_ok : split_reads_ok) && shares &&
+     * values_reads_ok: split_values also asks for split_reads_ok) */
+    if ((LAYOUT_311 ? values_reads_ok : split_reads_ok) && shares_keys(t) &&
         PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE)) {
         r->keys = SHARED_KEYS(t);
     }
@@ -682,18 +690,10 @@ split_reads_check(void)
     /* interned, as a class's attribute names are (and its shared keys hold) */
     names = Py_BuildValue("(NNN)", PyUnicode_InternFromString("first"),
                           PyUnicode_InternFromString("second"), PyUnicode_InternFromString("third"));
-#if PY_VERSION_HEX >= 0x030B0000
-    const int lone = 1;
-    if (cls == NULL || names == NULL ||
-        !PyType_HasFeature((PyTypeObject *)cls, Py_TPFLAGS_MANAGED_DICT)) {
+    const int lone = PY_VERSION_HEX >= 0x030B0000 ? 1 : 2;
+    if (cls == NULL || names == NULL || !shares_keys((PyTypeObject *)cls)) {
         goto done;
     }
-#else
-    const int lone = 2;
-    if (cls == NULL || names == NULL || ((PyTypeObject *)cls)->tp_dictoffset <= 0) {
-        goto done;
-    }
-#endif
     for (int k = 0; k < 2; k++) {
         if ((obj[k] = PyObject_CallNoArgs(cls)) == NULL) {
             goto done;
@@ -764,7 +764,7 @@ values_reads_check(void)
     cls = PyObject_CallFunction((PyObject *)&PyType_Type, "s(){}", "_Probe");
     obj = cls ? PyObject_CallNoArgs(cls) : NULL;
     names = Py_BuildValue("(sss)", "first", "second", "third");
-    if (obj == NULL || names == NULL || !PyType_HasFeature((PyTypeObject *)cls, Py_TPFLAGS_MANAGED_DICT)) {
+    if (obj == NULL || names == NULL || !shares_keys((PyTypeObject *)cls)) {
         goto done;
     }
     for (int i = 2; i >= 0; i--) { /* set in another order than read */
