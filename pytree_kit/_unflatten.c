@@ -676,8 +676,8 @@ read_leaves(PyObject *leaves, Py_ssize_t n)
 }
 
 
-/* specs of fewer nodes keep unflatten's value stack on the C stack (2 KiB) */
-#define UNFLATTEN_INLINE 128
+/* specs of fewer nodes keep unflatten's value stack on the C stack (4 KiB) */
+#define UNFLATTEN_INLINE 256
 
 /* From this many containers (nodes that are not leaves), unflatten tracks the
  * containers it makes when it ends (where DEFER_TRACKING: _core.h). A smaller
@@ -730,7 +730,7 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_ssize_t at;
         if (!PyTuple_CheckExact(pr) || PyTuple_GET_SIZE(pr) != 2 ||
             !PyLong_CheckExact(PyTuple_GET_ITEM(pr, 0)) ||
-            (at = PyLong_AsSsize_t(PyTuple_GET_ITEM(pr, 0))) <= prev) {
+            (at = small_long(PyTuple_GET_ITEM(pr, 0))) <= prev) {
             PyErr_Clear();
             oi = -2;
             break;
@@ -755,6 +755,9 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     {
+        /* the node index of orders[oi], the next order met from the end; -1
+         * when none is left */
+        Py_ssize_t next_at = oi >= 0 ? order_index(orders, oi) : -1;
         Py_ssize_t nn = PyTuple_GET_SIZE(nodes);
         /* the value stack and the children of one node: at most nn + 1
          * each; and, for a large tree on 3.10 and 3.11, the containers made
@@ -825,11 +828,12 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 continue;
             }
             PyObject *order = NULL;
-            while (oi >= 0 && order_index(orders, oi) > idx) {
-                oi--;
+            while (next_at > idx) { /* (an order of a node that is not a container) */
+                next_at = --oi >= 0 ? order_index(orders, oi) : -1;
             }
-            if (oi >= 0 && order_index(orders, oi) == idx) {
-                order = PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, oi--), 1);
+            if (next_at == idx) {
+                order = PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, oi), 1);
+                next_at = --oi >= 0 ? order_index(orders, oi) : -1;
             }
             if (order_map != NULL) {
                 PyObject *key = PyLong_FromSsize_t(idx);

@@ -669,10 +669,12 @@ def test_dict_fast_paths_match_and_fall_back() -> None:
     a, b = same_outcome("unflatten", again, leaves)
     assert_same_tree(a[1], b[1])
     assert list(b[1]) == ["beta", "alpha"] and list(b[1]["beta"]) == ["zed", "yes"]
-    # orders not in flatten's form (descending, duplicated, a bool index): the general path
+    # orders not in flatten's form (descending, duplicated, a bool index): the general path;
+    # and one more, ascending still, naming the last node, a leaf: passed over
     nodes, orders = spec._nodes, spec._orders
-    assert len(orders) >= 2
-    for bad in (tuple(reversed(orders)), orders + orders[-1:], ((True, orders[0][1]),)):
+    assert len(orders) >= 2 and orders[-1][0] < len(nodes) - 1 and not nodes[-1][2]
+    beyond = orders + ((len(nodes) - 1, orders[0][1]),)
+    for bad in (tuple(reversed(orders)), orders + orders[-1:], ((True, orders[0][1]),), beyond):
         odd = pk.TreeSpec._make(nodes, bad, spec.num_leaves)
         a, b = same_outcome("unflatten", odd, leaves)
         if a[0] == "ok":
