@@ -122,6 +122,24 @@ view_places(PyObject *t, PyObject *aux, Py_ssize_t arity, Py_ssize_t *at)
  * a slot runs user code. An allocation may collect garbage, whose finalizers
  * may unflatten and rewrite any entry: a template is used through a reference
  * of the caller's own, and stored only in an entry that still notes its keys. */
+
+/* The template of the last keys and order met twice in a row in one call
+ * (the dicts of a list of records, or of a chain of the same keys): the next
+ * node with the same keys tuple and order tuple (as flatten makes them for
+ * the same key objects) is a copy of it without a look in kept[]. Held by a
+ * reference of its own, so that a template dropped from kept[] meanwhile (by
+ * a callback's unflatten) still serves. Keys met once are not noted: a chain
+ * of other keys at each level would pay for it at each level. */
+typedef struct {
+    const void *seen; /* the kept[] entry of the last dict from a template, or NULL */
+    PyObject *keys;  /* borrowed from the spec, or NULL */
+    PyObject *order; /* borrowed from the spec, or NULL: key order */
+    PyObject *dict;  /* strong or NULL: the template */
+    size_t size;
+    int tuples;
+    Py_ssize_t at[BIG_DICT]; /* with an order: as dict_of's */
+} LastTemplate;
+
 #if DICT_READS
 #define KEPT_SET_BITS 9
 #define KEPT_SETS (1 << KEPT_SET_BITS)
@@ -231,10 +249,11 @@ kept_note(Kept *e, PyObject *keys, PyObject *order, Py_ssize_t n)
  * 1 with a new reference in *out, the references in vals now the dict's; -1
  * on error, vals untouched. Without a template, a dict in key order is made
  * here by insertion (1); one with an order is left to build's ordered_dict
- * (0, nothing made). */
+ * (0, nothing made). A dict made from a template of the same entry as the
+ * one before notes it in last (when not NULL). */
 static PK_NO_INLINE int
 dict_of(PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step,
-        PyObject **out, Untracked *later)
+        PyObject **out, Untracked *later, LastTemplate *last)
 {
 #if DICT_READS
     if (dict_layout_ok && n > 0) {
@@ -291,7 +310,23 @@ dict_of(PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n, Py
             }
             int r = dict_from_template(t, size, tuples, order != NULL ? at : NULL, vals, n, step,
                                        out, later);
-            Py_DECREF(t);
+            if (r > 0 && last != NULL && (e == NULL || last->seen != e)) {
+                last->seen = e;
+                Py_DECREF(t);
+            }
+            else if (r > 0 && last != NULL) {
+                Py_XSETREF(last->dict, t); /* (a template of plain keys: no user code) */
+                last->keys = keys;
+                last->order = order;
+                last->size = size;
+                last->tuples = tuples;
+                for (Py_ssize_t i = 0; order != NULL && i < n; i++) {
+                    last->at[i] = at[i];
+                }
+            }
+            else {
+                Py_DECREF(t);
+            }
             if (r != 0) {
                 return r;
             }
@@ -765,6 +800,9 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *inline_buf[2 * UNFLATTEN_INLINE];
         PyObject **st = inline_buf, **ch = inline_buf + UNFLATTEN_INLINE;
         Untracked deferred = {NULL, 0}, *later = NULL;
+        LastTemplate last;
+        last.seen = NULL;
+        last.keys = last.order = last.dict = NULL; /* (the rest is set with dict) */
         int defer = DEFER_TRACKING && nn - n >= DEFER_FROM;
         if (nn + 1 > UNFLATTEN_INLINE) {
             st = PyMem_Malloc((2 + defer) * (nn + 1) * sizeof(PyObject *));
@@ -853,7 +891,17 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                                    PyTuple_GET_SIZE(order) == arity))) {
                 /* build()'s dict, read straight off the stack, whose
                  * references move into it, when dict_of makes it */
-                int r = dict_of(aux, order, &st[sp - 1], arity, -1, &v, later);
+                int r = 0;
+#if DICT_READS
+                if (aux == last.keys && order == last.order) {
+                    r = dict_from_template(last.dict, last.size, last.tuples,
+                                           order != NULL ? last.at : NULL, &st[sp - 1], arity, -1,
+                                           &v, later);
+                }
+#endif
+                if (r == 0) {
+                    r = dict_of(aux, order, &st[sp - 1], arity, -1, &v, later, &last);
+                }
                 if (r < 0) {
                     goto fail;
                 }
@@ -895,6 +943,7 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (st != inline_buf) {
             PyMem_Free(st);
         }
+        Py_XDECREF(last.dict);
     }
 out:
     Py_XDECREF(order_map);

@@ -673,7 +673,7 @@ def test_dict_fast_paths_match_and_fall_back() -> None:
     # and one more, ascending still, naming the last node, a leaf: passed over
     nodes, orders = spec._nodes, spec._orders
     assert len(orders) >= 2 and orders[-1][0] < len(nodes) - 1 and not nodes[-1][2]
-    beyond = orders + ((len(nodes) - 1, orders[0][1]),)
+    beyond = (*orders, (len(nodes) - 1, orders[0][1]))
     for bad in (tuple(reversed(orders)), orders + orders[-1:], ((True, orders[0][1]),), beyond):
         odd = pk.TreeSpec._make(nodes, bad, spec.num_leaves)
         a, b = same_outcome("unflatten", odd, leaves)
@@ -1400,6 +1400,38 @@ def test_dicts_copied_from_templates_match() -> None:
                 del d["added"]
             assert again == want
             _same_dicts(want, _speedups.unflatten(spec, leaves))
+
+
+def test_dicts_of_one_keys_tuple_in_other_orders_match() -> None:
+    """Dict nodes that share one keys tuple, each in its own insertion order
+    or in key order, one after another (a spec made by hand, or of a tree
+    whose dict nodes are the same object): each dict is in its own order, as
+    the pure engine builds it, however many of one order come before."""
+    a, b, c = "a", "b", "c"
+    tree = [{c: 0, b: 1, a: 2}] * 3 + [{a: 0, b: 1, c: 2}] * 2
+    leaves, spec = _speedups.flatten(tree, None, None)
+    nodes = list(spec._nodes)
+    ordered = [i for i, _ in spec._orders]
+    key_order = [i for i, nd in enumerate(nodes) if nd[0] == nodes[ordered[0]][0]]
+    key_order = [i for i in key_order if i not in ordered]
+    assert len(ordered) == 3 and len(key_order) == 2
+    # every dict node the first one: one keys tuple; its order only where orders name it
+    for i in key_order:
+        nodes[i] = nodes[ordered[0]]
+    orders = spec._orders
+    reversed_keys = (c, a, b)  # a third order, of the same keys tuple
+    variants = [
+        orders,
+        ((ordered[0], orders[0][1]), (ordered[1], reversed_keys), (ordered[2], orders[0][1])),
+        (),  # key order for every node
+    ]
+    for order_set in variants:
+        made = pk.TreeSpec._make(tuple(nodes), order_set, spec.num_leaves)
+        want = _pure.unflatten(made, leaves)
+        for _ in range(3):  # templates noted, made, then kept
+            got = _speedups.unflatten(made, leaves)
+            assert got == want
+            assert [list(d) for d in got] == [list(d) for d in want]
 
 
 class _Float(float):
