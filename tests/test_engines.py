@@ -1404,9 +1404,10 @@ def test_dicts_copied_from_templates_match() -> None:
 
 def test_dicts_of_one_keys_tuple_in_other_orders_match() -> None:
     """Dict nodes that share one keys tuple, each in its own insertion order
-    or in key order, one after another (a spec made by hand, or of a tree
-    whose dict nodes are the same object): each dict is in its own order, as
-    the pure engine builds it, however many of one order come before."""
+    or in key order, one after another (a spec made or edited by hand:
+    flatten gives each order of the same keys its own keys tuple): each dict
+    is in its own order, as the pure engine builds it, however many of one
+    order come before."""
     a, b, c = "a", "b", "c"
     tree = [{c: 0, b: 1, a: 2}] * 3 + [{a: 0, b: 1, c: 2}] * 2
     leaves, spec = _speedups.flatten(tree, None, None)
