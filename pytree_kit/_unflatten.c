@@ -310,11 +310,8 @@ dict_of(PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n, Py
             }
             int r = dict_from_template(t, size, tuples, order != NULL ? at : NULL, vals, n, step,
                                        out, later);
-            if (r > 0 && last != NULL && (e == NULL || last->seen != e)) {
-                last->seen = e;
-                Py_DECREF(t);
-            }
-            else if (r > 0 && last != NULL) {
+            if (r > 0 && last != NULL && e != NULL && last->seen == e) {
+                /* the second in a row from this entry: the template serves the next */
                 Py_XSETREF(last->dict, t); /* (a template of plain keys: no user code) */
                 last->keys = keys;
                 last->order = order;
@@ -325,6 +322,9 @@ dict_of(PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n, Py
                 }
             }
             else {
+                if (r > 0 && last != NULL) {
+                    last->seen = e;
+                }
                 Py_DECREF(t);
             }
             if (r != 0) {

@@ -1413,8 +1413,8 @@ def test_dicts_of_one_keys_tuple_in_other_orders_match() -> None:
     leaves, spec = _speedups.flatten(tree, None, None)
     nodes = list(spec._nodes)
     ordered = [i for i, _ in spec._orders]
-    key_order = [i for i, nd in enumerate(nodes) if nd[0] == nodes[ordered[0]][0]]
-    key_order = [i for i in key_order if i not in ordered]
+    dict_kind = nodes[ordered[0]][0]
+    key_order = [i for i, nd in enumerate(nodes) if nd[0] == dict_kind and i not in ordered]
     assert len(ordered) == 3 and len(key_order) == 2
     # every dict node the first one: one keys tuple; its order only where orders name it
     for i in key_order:
