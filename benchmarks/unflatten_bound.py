@@ -7,9 +7,10 @@ in the same interleaved rounds:
 
 - the bound: ``benchmarks/bound/unflatten_bound.c``, compiled here, building
   the tree from a plan compiled ahead into a flat C array (no spec to read,
-  no checks, no key sorting), each dict made the cheaper of two ways (by
-  insertion, or as a copy of a template's table, as the C engine does; see
-  the C file's header);
+  no checks, no key sorting), each dict made the cheapest of three ways (by
+  insertion; as a copy of a template's table, as the C engine does; as a
+  split table sharing the keys of a class's instances, as the C engine does
+  not; see the C file's header);
 - ``pk.unflatten`` (the public function, on the active engine);
 - ``jax.tree_util.tree_unflatten`` and ``optree.tree_unflatten`` where they
   are installed.
@@ -51,6 +52,7 @@ X = compare.X  # the multiplication sign
 SOURCE = HERE / "bound" / "unflatten_bound.c"
 TARGET = 1.5
 LEAF, LIST, TUPLE, DICT = range(4)  # as unflatten_bound.c's enum
+BUILDS = ("build0", "build1", "build2")  # its three ways of making dicts
 
 #: (family, size, variant) of the corpus, drawn with its default seed; the
 #: trees of exact lists, tuples and dicts only (the bound knows no others)
@@ -106,11 +108,28 @@ def plan_of(tree: Any) -> tuple[tuple[tuple[int, int, Any], ...], list[Any]]:
             leaves.append(node)
         elif done:
             plan.append((kind, len(node), tuple(node) if kind == DICT else None))
+            if kind == DICT:
+                plan[-1] += (split_table(tuple(node)),)
         else:
             todo.append((node, True))
             children = list(node.values()) if kind == DICT else list(node)
             todo.extend((c, False) for c in reversed(children))
     return tuple(plan), leaves
+
+
+def split_table(keys: tuple[Any, ...]) -> Any:
+    """(instance, its __dict__) of a class made for these keys, its attributes
+    set in their order: a split table of them, as the bound's build2 shares;
+    None where CPython would not make one (keys that are not distinct strs,
+    more than a class's shared keys hold, none)."""
+    if not keys or len(keys) > 30 or len(set(keys)) != len(keys):
+        return None
+    if not all(type(k) is str for k in keys):
+        return None
+    obj = type("SplitKeys", (), {})()
+    for k in keys:
+        setattr(obj, k, None)
+    return obj, vars(obj)
 
 
 def same(a: Any, b: Any) -> bool:
@@ -178,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             compiled = bound.compile(plan)
             bound.use(compiled)
             makers = [bound.build0] + ([bound.build1] if bound.table_copy_ok(compiled) else [])
+            makers += [bound.build2] if bound.split_ok(compiled) else []
             for make in makers:
                 # the bound builds the very tree (order included), so it is one
                 assert same(make(bleaves), tree), (name, size, make.__name__)
@@ -205,14 +225,18 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "**bound** is `benchmarks/bound/unflatten_bound.c`: the tree built from a plan "
         "compiled ahead into a flat C array, with no spec, no checks and no key sorting, "
-        "each dict made the cheaper of two ways (by insertion; as a copy of a template's "
-        "table, as the C engine does); no real unflatten does less. **most** is the "
-        "fastest peer's time over the bound's: the most any unflatten can reach on that "
-        f"tree here (the target is {TARGET:g}{X}; bold: under it). **pk** is ours, the same "
-        "way.",
+        "each dict made the cheapest of three ways: by insertion (**build0**), as a copy of "
+        "a template's table as the C engine does (**build1**), or as a split table sharing "
+        "the keys of a class's instances (**build2**, str keys, at most 30: the C engine "
+        "does not make dicts so). **bound** is the fastest of them; no real unflatten does "
+        "less. **most** is the fastest peer's time over the bound's: the most any "
+        f"unflatten can reach on that tree here (the target is {TARGET:g}{X}; bold: under "
+        "it). **pk** is ours, the same way.",
         "",
-        "| tree | leaves | bound | pk | " + " | ".join(names) + f" | most | pk{X} |",
-        "|---|---|---|---|" + "---|" * len(names) + "---|---|",
+        "| tree | leaves | build0 | build1 | build2 | bound | pk | "
+        + " | ".join(names)
+        + f" | most | pk{X} |",
+        "|---|---|---|---|---|---|---|" + "---|" * len(names) + "---|---|",
     ]
     for label, n, times in rows:
         b = min(v for k, v in times.items() if k.startswith("build"))
@@ -226,8 +250,11 @@ def main(argv: list[str] | None = None) -> int:
             # a real unflatten under the bound: the timing's noise (the rows of
             # one run move by up to 10% on a busy machine), or a cheaper way
             most += " (pk under the bound)"
+        ways = [f"{times[w] * 1e6:.3g}" if w in times else "n/a" for w in BUILDS]
         lines.append(
-            f"| {label} | {n:,} | {b * 1e6:.3g} | {times['pk'] * 1e6:.3g} | "
+            f"| {label} | {n:,} | "
+            + " | ".join(ways)
+            + f" | {b * 1e6:.3g} | {times['pk'] * 1e6:.3g} | "
             + " | ".join(cells)
             + f" | {most} | {ours} |"
         )

@@ -235,25 +235,28 @@ def test_leaves_bound_smoke(tmp_path: Path) -> None:
 
 def test_unflatten_bound_smoke(tmp_path: Path) -> None:
     """benchmarks/unflatten_bound.py compiles its bound, checks that it builds
-    each tree exactly (dict order included) both ways it makes dicts, and
+    each tree exactly (dict order included) each way it makes dicts, and
     reports a row per tree with the bound, pk and the most any unflatten can
     reach (no timing is judged here)."""
     _run_quick("unflatten_bound.py", tmp_path)
     report = (tmp_path / "unflatten_bound.md").read_text(encoding="utf-8")
     rows = [line for line in report.splitlines() if line.startswith("| ")]
     header = [c.strip() for c in rows[0].strip("|").split("|")]
-    assert header[:4] == ["tree", "leaves", "bound", "pk"], header
+    assert header[:7] == ["tree", "leaves", "build0", "build1", "build2", "bound", "pk"], header
     labels = [r.split("|")[1].strip() for r in rows[1:]]
     assert "named d" in labels and "chain 50" in labels and len(labels) == 11, labels
     for row in rows[1:]:
         cells = [c.strip().strip("*") for c in row.strip("|").split("|")]
-        assert float(cells[2]) > 0 and float(cells[3]) > 0, row
+        ways = [float(c) for c in cells[2:5] if c != "n/a"]
+        # the bound is the fastest way, and every tree has the first two
+        assert len(ways) >= 2 and float(cells[5]) == min(ways) > 0 and float(cells[6]) > 0, row
         assert re.fullmatch(r"[0-9.]+\N{MULTIPLICATION SIGN}|n/a", cells[-2]), row
 
 
 def test_unflatten_bound_plan_and_order() -> None:
     """unflatten_bound.py's plan lists a tree's nodes in post-order with each
-    dict's keys in insertion order, and its check tells dict orders apart."""
+    dict's keys in insertion order (and a split table of them), and its check
+    tells dict orders apart."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         ub = importlib.import_module("unflatten_bound")
@@ -262,14 +265,12 @@ def test_unflatten_bound_plan_and_order() -> None:
     a, b = object(), object()
     plan, leaves = ub.plan_of({"z": [a, (b,)], "y": 1})
     L, LI, T, D = ub.LEAF, ub.LIST, ub.TUPLE, ub.DICT
-    assert plan == (
-        (L, 0, None),
-        (L, 0, None),
-        (T, 1, None),
-        (LI, 2, None),
-        (L, 0, None),
-        (D, 2, ("z", "y")),
-    )
+    assert plan[:-1] == ((L, 0, None), (L, 0, None), (T, 1, None), (LI, 2, None), (L, 0, None))
+    assert plan[-1][:3] == (D, 2, ("z", "y"))
+    # the dict's split table: an instance's __dict__ of the keys in that order
+    instance, table = plan[-1][3]
+    assert table is vars(instance) and list(table) == ["z", "y"]
+    assert ub.split_table((1, 2)) is None and ub.split_table(("a", "a")) is None
     assert leaves == [a, b, 1]
     assert ub.same({"z": [a], "y": 1}, {"z": [a], "y": 1})
     assert not ub.same({"z": [a], "y": 1}, {"y": 1, "z": [a]})

@@ -10,7 +10,14 @@
  *   build0  PyDict_New, then PyDict_SetItem for each key (the public API);
  *   build1  a copy of a template's table, values written in place (the C
  *           engine's dict_from_template, on the same layouts: 3.10 to 3.13,
- *           str keys only).
+ *           str keys only);
+ *   build2  a split table: the dict shares the keys of a class's instances
+ *           (made for the node by the script, its attributes set in the
+ *           node's order) and has only its values of its own, as a copy of
+ *           an instance's __dict__ has (3.11 to 3.13: the values laid out as
+ *           Include/internal/pycore_dict.h says; 3.10: PyDict_Copy of the
+ *           instance's __dict__, the values then written over). The C engine
+ *           does not make dicts this way.
  * Every unflatten must make these objects and walk these nodes, so no real
  * one can be faster on the same tree; its time bounds every ratio to a peer.
  * Not thread-safe, not reentrant. */
@@ -53,6 +60,8 @@ typedef struct {
     PyObject *tmpl; /* DICT: its keys, inserted in order, each to None */
     PyObject **keys; /* DICT: the template's keys */
     size_t size; /* DICT: the template's table in bytes */
+    PyObject *split; /* DICT, or NULL: (instance, its __dict__), a split table */
+    Keys *shared; /* the shared keys of split's __dict__ */
 } Node;
 typedef struct {
     Py_ssize_t n, leaves;
@@ -68,6 +77,7 @@ plan_free(PyObject *cap)
     Plan *p = PyCapsule_GetPointer(cap, "plan");
     for (Py_ssize_t i = 0; p && i < p->n; i++) {
         Py_XDECREF(p->nodes[i].tmpl);
+        Py_XDECREF(p->nodes[i].split);
     }
     PyMem_Free(p);
 }
@@ -92,10 +102,25 @@ compile(PyObject *self, PyObject *plan)
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         Node *node = &p->nodes[i];
-        PyObject *keys;
+        PyObject *keys, *split = Py_None;
         int kind;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(plan, i), "inO", &kind, &node->arity, &keys)) {
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(plan, i), "inO|O", &kind, &node->arity, &keys,
+                              &split)) {
             goto fail;
+        }
+        if (split != Py_None) {
+            /* (instance, its __dict__): a split table whose keys are the node's, in order */
+            PyObject *d = PyTuple_Check(split) && PyTuple_GET_SIZE(split) == 2
+                              ? PyTuple_GET_ITEM(split, 1) : NULL;
+            PyDictObject *mp = d != NULL && PyDict_CheckExact(d) ? (PyDictObject *)d : NULL;
+            Keys *sk = mp != NULL ? (Keys *)mp->ma_keys : NULL;
+            if (sk == NULL || mp->ma_values == NULL || sk->dk_nentries != node->arity ||
+                node->arity == 0) {
+                PyErr_SetString(PyExc_ValueError, "not a split table of the node's keys");
+                goto fail;
+            }
+            node->split = Py_NewRef(split);
+            node->shared = sk;
         }
         node->kind = kind;
         p->n = i + 1;
@@ -124,6 +149,22 @@ compile(PyObject *self, PyObject *plan)
 fail:
     Py_DECREF(cap);
     return NULL;
+}
+
+/* whether build2 can be used: every dict node has a split table */
+static PyObject *
+split_ok(PyObject *self, PyObject *cap)
+{
+    Plan *p = PyCapsule_GetPointer(cap, "plan");
+    if (p == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < p->n; i++) {
+        if (p->nodes[i].kind == DICT && p->nodes[i].split == NULL) {
+            Py_RETURN_FALSE;
+        }
+    }
+    Py_RETURN_TRUE;
 }
 
 /* whether build1 can be used for every dict of the plan on this Python: str
@@ -215,7 +256,12 @@ build(PyObject *list, int mode)
             sp -= a;
             break;
         default: /* DICT */
+#if PY_VERSION_HEX < 0x030B0000
+            /* (3.10's split tables: build2 starts from a copy of the instance's) */
+            o = mode == 2 ? PyDict_Copy(PyTuple_GET_ITEM(node->split, 1)) : PyDict_New();
+#else
             o = PyDict_New();
+#endif
             if (o == NULL) {
                 return NULL;
             }
@@ -226,6 +272,72 @@ build(PyObject *list, int mode)
                         return NULL;
                     }
                     Py_DECREF(v);
+                }
+            }
+            else if (mode == 2) {
+                PyDictObject *mp = (PyDictObject *)o;
+                Keys *sk = node->shared;
+                int track = 0;
+#if PY_VERSION_HEX >= 0x030B0000
+                size_t cap = (size_t)(sk->dk_nentries + sk->dk_usable);
+#if PY_VERSION_HEX >= 0x030D0000
+                /* capacity, size, embedded, valid; the values; the order after them */
+                typedef struct {
+                    uint8_t capacity, size, embedded, valid;
+                    PyObject *values[1];
+                } Values;
+                Values *vs = PyMem_Malloc((cap + 1) * sizeof(PyObject *) + ((cap + 7) & ~(size_t)7));
+                if (vs == NULL) {
+                    return PyErr_NoMemory();
+                }
+                vs->embedded = 0;
+                vs->capacity = (uint8_t)cap;
+                vs->size = (uint8_t)a;
+                PyObject **vals = vs->values;
+                uint8_t *order = (uint8_t *)&vals[cap];
+                for (Py_ssize_t j = 0; j < a; j++) {
+                    order[j] = (uint8_t)j;
+                }
+                void *values = vs;
+#else
+                /* the order and its size before the values, then the prefix's size */
+                size_t prefix = (cap + 2 + 7) & ~(size_t)7;
+                uint8_t *mem = PyMem_Malloc(prefix + cap * sizeof(PyObject *));
+                if (mem == NULL) {
+                    return PyErr_NoMemory();
+                }
+                mem[prefix - 1] = (uint8_t)prefix;
+                PyObject **vals = (PyObject **)(mem + prefix);
+                uint8_t *size = (uint8_t *)vals - 2;
+                *size = (uint8_t)a;
+                for (Py_ssize_t j = 0; j < a; j++) {
+                    size[-1 - j] = (uint8_t)j;
+                }
+                void *values = vals;
+#endif
+                for (size_t j = 0; j < cap; j++) {
+                    PyObject *v = (Py_ssize_t)j < a ? stack[sp - a + (Py_ssize_t)j] : NULL;
+                    vals[j] = v;
+                    track |= v != NULL && PyObject_IS_GC(v);
+                }
+#if PY_VERSION_HEX < 0x030C0000
+                ((Keys *)mp->ma_keys)->dk_refcnt--; /* the shared empty table's */
+#endif
+                sk->dk_refcnt++;
+                mp->ma_keys = (void *)sk;
+                mp->ma_values = values;
+                mp->ma_used = a;
+#else
+                /* 3.10: o is a copy of the instance's __dict__ (its values None) */
+                (void)sk;
+                for (Py_ssize_t j = 0; j < a; j++) {
+                    PyObject *v = stack[sp - a + j];
+                    Py_SETREF(mp->ma_values[j], v);
+                    track |= PyObject_IS_GC(v);
+                }
+#endif
+                if (track && !PyObject_GC_IsTracked(o)) {
+                    PyObject_GC_Track(o);
                 }
             }
             else {
@@ -282,12 +394,20 @@ build1(PyObject *self, PyObject *leaves)
     return build(leaves, 1);
 }
 
+static PyObject *
+build2(PyObject *self, PyObject *leaves)
+{
+    return build(leaves, 2);
+}
+
 static PyMethodDef methods[] = {
     {"compile", compile, METH_O, NULL},
     {"table_copy_ok", table_copy_ok, METH_O, NULL},
     {"use", use, METH_O, NULL},
     {"build0", build0, METH_O, NULL},
     {"build1", build1, METH_O, NULL},
+    {"build2", build2, METH_O, NULL},
+    {"split_ok", split_ok, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };
 static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "unflatten_bound", NULL, -1, methods};
