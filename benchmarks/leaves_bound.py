@@ -46,10 +46,12 @@ X = compare.X  # the multiplication sign
 SOURCE = HERE / "bound" / "leaves_bound.c"
 
 
-def build(workdir: Path) -> Any:
-    """Compile leaves_bound.c into workdir and import it."""
+def build(workdir: Path, source: Path = SOURCE) -> Any:
+    """Compile source (a bound of benchmarks/bound/, one C file) into workdir
+    and import it, under the file's name."""
+    name = source.stem
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    target = workdir / f"leaves_bound{suffix}"
+    target = workdir / f"{name}{suffix}"
     cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
     cmd = [
         *cc,
@@ -57,12 +59,12 @@ def build(workdir: Path) -> Any:
         "-shared",
         "-fPIC",
         f"-I{sysconfig.get_paths()['include']}",
-        str(SOURCE),
+        str(source),
         "-o",
         str(target),
     ]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
-    spec = importlib.util.spec_from_file_location("leaves_bound", target)
+    spec = importlib.util.spec_from_file_location(name, target)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -29,12 +29,8 @@ Needs a C compiler (the one Python was built with, from ``sysconfig``).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import platform
-import shlex
-import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -45,6 +41,7 @@ sys.path.insert(0, str(HERE))
 
 import compare  # noqa: E402
 import corpus  # noqa: E402
+import leaves_bound  # noqa: E402
 
 import pytree_kit as pk  # noqa: E402
 
@@ -73,25 +70,7 @@ TREES = (
 
 def build(workdir: Path) -> Any:
     """Compile unflatten_bound.c into workdir and import it."""
-    suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    target = workdir / f"unflatten_bound{suffix}"
-    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
-    cmd = [
-        *cc,
-        "-O3",
-        "-shared",
-        "-fPIC",
-        f"-I{sysconfig.get_paths()['include']}",
-        str(SOURCE),
-        "-o",
-        str(target),
-    ]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    spec = importlib.util.spec_from_file_location("unflatten_bound", target)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return leaves_bound.build(workdir, SOURCE)
 
 
 def plan_of(tree: Any) -> tuple[tuple[tuple[int, int, Any], ...], list[Any]]:
