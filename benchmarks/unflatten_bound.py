@@ -16,8 +16,9 @@ in the same interleaved rounds:
   are installed.
 
 For each tree it prints the fastest peer's time over the bound's: the most any
-unflatten can reach on that tree, with this interpreter on this machine.
-Where that is under 1.5, the target cannot be met there.
+unflatten that makes its containers in one of these ways can reach on that
+tree, with this interpreter on this machine. Where that is under 1.5, no such
+unflatten meets the target there.
 
     python benchmarks/unflatten_bound.py                # a minute or two
     python benchmarks/unflatten_bound.py --quick        # smoke mode

@@ -82,7 +82,8 @@ plan_free(PyObject *cap)
     PyMem_Free(p);
 }
 
-/* plan: a tuple of (kind, arity, keys tuple or None) in post-order */
+/* plan: a tuple of (kind, arity, keys tuple or None[, split table or None]) in
+ * post-order (the script's plan_of) */
 static PyObject *
 compile(PyObject *self, PyObject *plan)
 {
