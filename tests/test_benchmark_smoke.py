@@ -246,11 +246,13 @@ def test_unflatten_bound_smoke(tmp_path: Path) -> None:
     labels = [r.split("|")[1].strip() for r in rows[1:]]
     assert "named d" in labels and "chain 50" in labels and len(labels) == 11, labels
     for row in rows[1:]:
-        cells = [c.strip().strip("*") for c in row.strip("|").split("|")]
+        cells = [c.strip() for c in row.strip("|").split("|")]
         ways = [float(c) for c in cells[2:5] if c != "n/a"]
         # the bound is the fastest way, and every tree has the first two
         assert len(ways) >= 2 and float(cells[5]) == min(ways) > 0 and float(cells[6]) > 0, row
-        assert re.fullmatch(r"[0-9.]+\N{MULTIPLICATION SIGN}|n/a", cells[-2]), row
+        # (bold under the target; a noisy run may put pk under the bound)
+        most = r"(\*\*)?[0-9.]+\N{MULTIPLICATION SIGN}(\*\*)?( \(pk under the bound\))?|n/a"
+        assert re.fullmatch(most, cells[-2]), row
 
 
 def test_unflatten_bound_plan_and_order() -> None:
