@@ -13,7 +13,7 @@ in the same interleaved rounds:
   not; see the C file's header);
 - ``pk.unflatten`` (the public function, on the active engine);
 - ``jax.tree_util.tree_unflatten`` and ``optree.tree_unflatten`` where they
-  are installed.
+  are installed, set up and called as ``compare.py`` does.
 
 For each tree it prints the fastest peer's time over the bound's: the most any
 unflatten that makes its containers in one of these ways can reach on that
@@ -51,6 +51,7 @@ SOURCE = HERE / "bound" / "unflatten_bound.c"
 TARGET = 1.5
 LEAF, LIST, TUPLE, DICT = range(4)  # as unflatten_bound.c's enum
 BUILDS = ("build0", "build1", "build2")  # its three ways of making dicts
+PEERS = ("jax.tree_util", "optree")  # compare.py's peers timed here, where installed
 
 #: (family, size, variant) of the corpus, drawn with its default seed; the
 #: trees of exact lists, tuples and dicts only (the bound knows no others)
@@ -132,32 +133,6 @@ def same(a: Any, b: Any) -> bool:
     return True
 
 
-def peers() -> dict[str, Callable[[Any], Callable[[], Any]]]:
-    """Each installed peer: a function from a tree to its timed unflatten."""
-    out: dict[str, Callable[[Any], Callable[[], Any]]] = {}
-    try:
-        import jax.tree_util as jtu
-
-        def jax_case(tree: Any) -> Callable[[], Any]:
-            leaves, treedef = jtu.tree_flatten(tree)
-            return lambda: jtu.tree_unflatten(treedef, leaves)
-
-        out["jax"] = jax_case
-    except ImportError:
-        pass
-    try:
-        import optree
-
-        def optree_case(tree: Any) -> Callable[[], Any]:
-            leaves, treespec = optree.tree_flatten(tree)
-            return lambda: optree.tree_unflatten(treespec, leaves)
-
-        out["optree"] = optree_case
-    except ImportError:
-        pass
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke mode: tiny loops")
@@ -165,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     min_time, repeats = (0.002, 3) if args.quick else (0.05, 9)
     families = {f.name: f for f in corpus.FAMILIES}
-    peer_cases = peers()
+    notes: list[str] = []
+    # compare.py's peers, those installed: their unflatten as compare.py times it
+    peers = [lib for lib in compare.load_libraries(list(PEERS), notes) if lib.peer]
     started = time.perf_counter()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -187,14 +164,15 @@ def main(argv: list[str] | None = None) -> int:
                 make.__name__: (lambda make=make, bl=bleaves: make(bl)) for make in makers
             }
             fns["pk"] = lambda s=spec, lv=leaves: pk.unflatten(s, lv)
-            for peer, case in peer_cases.items():
-                fns[peer] = case(tree)
+            for lib in peers:
+                shape = lib.structure(tree)
+                fns[lib.name] = lib.calls(tree, shape, lib.leaves(tree))["unflatten"]
             times = compare.measure_many(fns, min_time, repeats)
             label = f"{name} {variant}" if name == "named" else f"{name} {size:,}"
             rows.append((label, len(leaves), times))
             del tree, drawn, fns
 
-    names = list(peer_cases)
+    names = [lib.name for lib in peers]
     lines = [
         "# unflatten(): a measured lower bound against the peers",
         "",
@@ -238,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             + " | ".join(cells)
             + f" | {most} | {ours} |"
         )
+    lines += [""] + [f"- {note}" for note in notes] if notes else []
     report = "\n".join(lines) + "\n"
     print(report)
     args.out.mkdir(parents=True, exist_ok=True)
