@@ -6,6 +6,7 @@
  *                        engine), remembered across calls while the class's
  *                        version tag holds (SavedPlan)
  *   ctx_init, known_leaf the per-call context: is_leaf, rules, type cache
+ *   seq_node             tuple and list nodes, kept across calls by arity
  *   classify             a value: 0 for a leaf, 1 for a node, with its node,
  *                        children and keys in a Found
  *   classify_odict,      exact OrderedDicts of str or int keys in their dict's
@@ -495,23 +496,33 @@ release_direct(Found *f)
     }
 }
 
-/* The node of a tuple or list: equal nodes are shared within a call. */
+/* The nodes of tuples and lists of fewer than 16 children, by arity: made
+ * once and kept (they hold only ints and None), shared by every spec. */
+static PyObject *seq_nodes[2][16];
+
+/* The node of a tuple or list. New reference. */
 static PyObject *
-seq_node(Ctx *c, int kind, Py_ssize_t n)
+seq_node(int kind, Py_ssize_t n)
 {
     if (n >= 16) {
         return make_node(kind, Py_None, n, Py_None);
     }
-    PyObject **slot = &c->seq_nodes[kind == K_LIST][n];
-    uint32_t bit = (uint32_t)1 << ((kind == K_LIST) * 16 + n);
-    if (!(c->seq_made & bit)) {
-        if ((*slot = make_node(kind, Py_None, n, Py_None)) == NULL) {
+    PyObject **slot = &seq_nodes[kind == K_LIST][n];
+    if (*slot == NULL) {
+        /* (the allocation may collect garbage, whose finalizers may flatten
+         * and fill the slot meanwhile) */
+        PyObject *made = make_node(kind, Py_None, n, Py_None);
+        if (made == NULL) {
             return NULL;
         }
-        c->seq_made |= bit;
+        if (*slot == NULL) {
+            *slot = made;
+        }
+        else {
+            Py_DECREF(made);
+        }
     }
-    Py_INCREF(*slot);
-    return *slot;
+    return Py_NewRef(*slot);
 }
 
 static PyTypeObject *const atom_types[6] = {
@@ -528,7 +539,6 @@ ctx_init(Ctx *c, PyObject *is_leaf, PyObject *rules, WalkMode mode)
     c->pycache = NULL;
     c->last_leaf = NULL;
     c->dict_misses = 0;
-    c->seq_made = 0;
     c->is_leaf = is_leaf == Py_None ? NULL : is_leaf;
     c->mode = mode;
     if (rules != NULL && rules != Py_None) {
@@ -553,34 +563,11 @@ ctx_init(Ctx *c, PyObject *is_leaf, PyObject *rules, WalkMode mode)
     return 0;
 }
 
-/* The index of the lowest bit set in x, not 0 */
-static inline int
-lowest_bit(uint32_t x)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    return __builtin_ctz(x);
-#else
-    int i = 0;
-    while (!(x & 1)) {
-        x >>= 1;
-        i++;
-    }
-    return i;
-#endif
-}
-
 static void
 ctx_clear(Ctx *c)
 {
     tc_clear(&c->types);
     Py_CLEAR(c->pycache);
-    /* each bit set, lowest first (a list of 1 is bit 17) */
-    while (c->seq_made) {
-        uint32_t rest = c->seq_made & (c->seq_made - 1);
-        int i = lowest_bit(c->seq_made);
-        c->seq_made = rest;
-        Py_DECREF(c->seq_nodes[i >> 4][i & 15]);
-    }
 }
 
 /* Is a value of type t a leaf by its type alone, with no user code to run? */
@@ -1144,7 +1131,7 @@ record_fields(Ctx *c, Stack *s, PyObject *obj, TypeEntry *e, int kind, Found *f,
     /* the values: in f->direct when they fit, else in a tuple */
     PyObject *children = NULL, **v = f->direct;
     if (s == NULL || n > (Py_ssize_t)(sizeof(f->direct) / sizeof(f->direct[0]))) {
-        if ((children = PyTuple_New(n)) == NULL) {
+        if ((children = spare_tuple(n)) == NULL) {
             return -1;
         }
         v = ((PyTupleObject *)children)->ob_item;
@@ -1203,7 +1190,7 @@ record_fields(Ctx *c, Stack *s, PyObject *obj, TypeEntry *e, int kind, Found *f,
         }
     }
     if (children == NULL) {
-        if ((children = PyTuple_New(n)) == NULL) {
+        if ((children = spare_tuple(n)) == NULL) {
             goto fail;
         }
         if (n) {
@@ -1827,7 +1814,7 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
         Py_INCREF(empty_tuple);
         values = empty_tuple;
     }
-    else if ((values = seq_of(0, vs, n)) == NULL) {
+    else if ((values = children_tuple(vs, n)) == NULL) {
         goto fail;
     }
     int made_order = 0, made_node = 0;
@@ -1847,9 +1834,10 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
     }
     /* after the last allocation: the set as it is now (see above) */
     if (remember) {
-        m = dict_memo_find(set, ins, n);
-        dict_memo_write(m != NULL ? m : dict_memo_victim(set), tkeys, perm, permuted, f->node,
-                        order);
+        if ((m = dict_memo_find(set, ins, n)) == NULL) {
+            m = dict_memo_victim(set);
+        }
+        dict_memo_write(m, tkeys, perm, permuted, f->node, order);
     }
     else if ((made_order || made_node) && (m = dict_memo_find(set, ins, n)) != NULL) {
         if (made_node && m->node == NULL) {
@@ -1859,6 +1847,9 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
             m->order = Py_NewRef(order);
         }
     }
+    /* the memo holds this order: the spec's pair of it may be kept
+     * (_flatten.c's kept_pair) */
+    f->order_kept = order != NULL && m != NULL && m->order == order;
     f->order = order;
     f->order_known = 1;
     f->children = values;
@@ -2078,7 +2069,7 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
         }
     }
     if (t == &PyTuple_Type) {
-        f->node = want_node ? seq_node(c, K_TUPLE, PyTuple_GET_SIZE(obj)) : NULL;
+        f->node = want_node ? seq_node(K_TUPLE, PyTuple_GET_SIZE(obj)) : NULL;
         if (want_node && f->node == NULL) {
             return -1;
         }
@@ -2091,7 +2082,7 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
         return 1;
     }
     if (t == &PyList_Type) {
-        f->node = want_node ? seq_node(c, K_LIST, PyList_GET_SIZE(obj)) : NULL;
+        f->node = want_node ? seq_node(K_LIST, PyList_GET_SIZE(obj)) : NULL;
         if (want_node && f->node == NULL) {
             return -1;
         }

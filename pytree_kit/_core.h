@@ -15,9 +15,13 @@
  *    engine's format so that paths in messages come out the same.
  *  - Every error message is made by the pure engine's functions.
  * Traversals use explicit stacks on the heap: no C recursion on user data.
- * Between calls it keeps only constants and what it learnt about classes
- * (SavedPlan, _classify.c), checked against CPython's type version tags so
- * that it is never stale.
+ * Between calls it keeps constants; what it learnt about classes (SavedPlan,
+ * _classify.c), checked against CPython's type version tags so that it is
+ * never stale; and, in bounded tables that hold no user object, what trees
+ * met again reuse: small dicts' key orders and nodes (dict_memo), tuple and
+ * list nodes (seq_nodes) and order pairs (_flatten.c's kept_pair), large
+ * dicts' orders (big_orders), dict templates (_unflatten.c's kept), and
+ * emptied tuples for frames' children (_stack.c's spares).
  *
  * The engine is one compilation unit, so that the compiler sees every call and
  * inlines across the parts: _speedups.c includes them in this order, and each
@@ -606,6 +610,7 @@ typedef struct {
     int direct_owned;
     int order_known; /* the dict's order was found already: order, or the same when NULL */
     PyObject *order; /* strong or NULL: the insertion order, when it differs */
+    int order_kept;  /* order is the one dict_memo holds (_classify.c) */
 } Found;
 
 typedef struct {
@@ -617,9 +622,6 @@ typedef struct {
     int atom_leaf[6];
     PyTypeObject *last_leaf; /* the type of the last leaf classified by type */
     int dict_misses;          /* small dicts in a row not found in dict_memo */
-    PyObject *seq_nodes[2][16]; /* strong where seq_made has the bit: this call's tuple and
-                                   list nodes by arity */
-    uint32_t seq_made;
 } Ctx;
 
 /* {keys[i]: vals[i * step]} for i in 0 .. n, inserted in key order: a dict

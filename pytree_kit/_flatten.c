@@ -3,6 +3,8 @@
  * Part of the engine's one compilation unit (see _core.h).
  *   walk_classify  a value as the walk sees it (is_leaf, the leaf types,
  *                  classify), and found_order a dict node's order
+ *   kept_pair      a dict order's (position, order) pair in the spec, kept
+ *                  across calls for the orders dict_memo holds
  *   walk_run       the one pre-order walk, by mode (WALK_LEAVES,
  *                  WALK_SPEC, WALK_PATHS), eager or lazy
  *   walk           an eager call: the leaves, the spec, the paths
@@ -134,12 +136,49 @@ walk_clear(Walk *w)
     ctx_clear(&w->c);
 }
 
+/* Order pairs kept across calls
+ *
+ * A dict whose insertion order is not its key order puts a (position,
+ * order) pair in the spec: the same pair, call after call, for the same tree,
+ * since flatten gives the same order tuple to dicts of the same keys
+ * (_classify.c's dict_memo). The pairs of the orders the memo holds are kept
+ * in PAIR_SLOTS slots chosen by order and position, and given again: a
+ * spec's orders share them. The memo holds only orders of exact str or int
+ * keys, so no user object is kept alive here, and nothing dropped from a
+ * slot runs user code; a slot holds its pair, and so its order, alive. */
+#define PAIR_SLOTS 256
+
+static PyObject *pair_slots[PAIR_SLOTS];
+
+/* The (position, order) pair; steals order, even on error. keep: order is
+ * the memo's (Found's order_kept). */
+static PyObject *
+kept_pair(Py_ssize_t position, PyObject *order, int keep)
+{
+    if (!keep) {
+        return order_pair(position, order);
+    }
+    size_t h = (ptr_hash(order) ^ ((size_t)position * 0x9E3779B97F4A7C15ULL)) % PAIR_SLOTS;
+    PyObject *p = pair_slots[h];
+    if (p != NULL && PyTuple_GET_ITEM(p, 1) == order &&
+        small_long(PyTuple_GET_ITEM(p, 0)) == position) {
+        Py_DECREF(order);
+        return Py_NewRef(p);
+    }
+    PyObject *pair = order_pair(position, order);
+    if (pair != NULL) {
+        Py_XSETREF(pair_slots[h], Py_NewRef(pair));
+    }
+    return pair;
+}
+
 /* How the walk starts a Found for each value: nothing held yet. */
 static inline void
 found_init(Found *f)
 {
     f->order = NULL;
     f->order_known = 0;
+    f->order_kept = 0;
     f->direct_n = 0;
     f->direct_owned = 0;
 }
@@ -242,7 +281,7 @@ walk_run(Walk *w, const int lazy)
                             Py_DECREF(order);
                             goto found_error;
                         }
-                        PyObject *pair = order_pair(nodes->n, order);
+                        PyObject *pair = kept_pair(nodes->n, order, f.order_kept);
                         if (pair == NULL || PyList_Append(w->orders, pair) < 0) {
                             Py_XDECREF(pair);
                             goto found_error;

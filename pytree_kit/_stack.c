@@ -5,6 +5,8 @@
  *                      _core.h), with a pointer set and counts that make
  *                      "is this object on the stack" (cycles) cheap when deep
  *   stack_freeze       copies the lists still being read before user code runs
+ *   spare tuples       a popped frame's emptied tuple of children, kept for
+ *                      the next frame of that size (children_tuple)
  *   StackView          the stack in the pure engine's frame format, for the
  *                      pure engine's error messages (made only when read)
  *   pk_key, frame_key  path keys (_keys.py) made without calling their class
@@ -28,11 +30,89 @@ stack_init(Stack *s)
 }
 
 
+/* Spare tuples
+ *
+ * A dict or record whose children are not all leaves gives its frame a new
+ * tuple of them, which lives until the frame is popped: a chain of ten dicts
+ * makes and frees ten tuples a call, and on 3.12 a tuple's allocation and
+ * release (with its trashcan) cost more than the rest of the dict's visit.
+ * A popped frame's tuple that nothing else holds is emptied (its items let
+ * go of, set to NULL) and kept here for the next frame of that size, up to
+ * SPARE_PER_SIZE of each size up to SPARE_MAX. A spare tuple is referenced
+ * only from here: never seen by user code, never hashed, and its NULL items
+ * are what the collector and tuple's own release expect of a tuple being
+ * filled. */
+#define SPARE_MAX 16
+#define SPARE_PER_SIZE 16
+
+static PyObject *spare[SPARE_MAX + 1][SPARE_PER_SIZE];
+static int spare_n[SPARE_MAX + 1];
+
+/* A tuple of n NULL items, to be filled as PyTuple_New's: a spare one when
+ * there is one. New reference. */
+static PyObject *
+spare_tuple(Py_ssize_t n)
+{
+    if (n > 0 && n <= SPARE_MAX && spare_n[n] > 0) {
+        PyObject *t = spare[n][--spare_n[n]];
+        if (!PyObject_GC_IsTracked(t)) {
+            PyObject_GC_Track(t);
+        }
+        return t;
+    }
+    return PyTuple_New(n);
+}
+
+/* A tuple of n items, each a new reference to ch[i] (spare_tuple). New
+ * reference. */
+static PyObject *
+children_tuple(PyObject *const *ch, Py_ssize_t n)
+{
+    PyObject *t = spare_tuple(n);
+    if (t == NULL) {
+        return NULL;
+    }
+    PyObject **items = ((PyTupleObject *)t)->ob_item;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        items[i] = Py_NewRef(ch[i]);
+    }
+    return t;
+}
+
+/* Let go of a frame's children (a reference owned by the caller): an exact
+ * tuple that only this reference holds is emptied and kept as a spare. The
+ * items' release may run code (finalizers), which may flatten again and
+ * take or keep spares meanwhile: the room is looked at after. */
+static void
+children_release(PyObject *t)
+{
+    Py_ssize_t n;
+    if (!PyTuple_CheckExact(t) || Py_REFCNT(t) != 1 || (n = PyTuple_GET_SIZE(t)) == 0 ||
+        n > SPARE_MAX || spare_n[n] == SPARE_PER_SIZE) {
+        Py_DECREF(t);
+        return;
+    }
+    PyObject **items = ((PyTupleObject *)t)->ob_item;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_CLEAR(items[i]);
+    }
+    if (spare_n[n] < SPARE_PER_SIZE) {
+        spare[n][spare_n[n]++] = t;
+    }
+    else {
+        Py_DECREF(t);
+    }
+}
+
 static void
 frame_clear(Frame *f)
 {
     Py_CLEAR(f->obj);
-    Py_CLEAR(f->children);
+    PyObject *children = f->children;
+    if (children != NULL) {
+        f->children = NULL;
+        children_release(children);
+    }
     Py_CLEAR(f->names);
 }
 

@@ -2141,6 +2141,127 @@ def test_dict_key_order_memo_holds_a_bounded_number_of_references() -> None:
     assert sys.getrefcount(key) == before
 
 
+def _chain_of_dicts(depth: int, width: int = 3) -> Any:
+    """Dicts of width keys inserted out of key order, each inside the last."""
+    names = ("y", "x", "w", "v", "u")[:width]
+    tree: Any = {k: [0] if k == "x" else 0 for k in names}
+    for i in range(depth):
+        inner = {"q": i, "p": (i, [i]), "o": [i]}
+        tree = {k: [tree, inner] if k == "x" else i for k in names}
+    return tree
+
+
+def test_spare_children_tuples_survive_release_that_flattens() -> None:
+    """The C engine keeps a popped frame's tuple of a dict's children for the
+    next dict. Here a child's __tree_flatten__ empties its parent dict first,
+    so that tuple holds the last references to the other children; their
+    release when the frame ends runs __del__, which flattens deep chains of
+    dicts (more frames of one size than the engine keeps tuples for) in the
+    middle of that release. Every flatten, outer and inner, gives the pure
+    engine's leaves and spec."""
+    inner: list = []
+
+    class Wiper:
+        def __init__(self, parent: dict) -> None:
+            self.parent = parent
+
+        def __tree_flatten__(self) -> tuple:
+            self.parent.clear()
+            return (), "w"
+
+        @classmethod
+        def __tree_unflatten__(cls, aux: Any, children: tuple) -> Any:
+            return cls({})
+
+        def __eq__(self, other: object) -> bool:
+            return type(other) is Wiper
+
+    @dataclasses.dataclass(eq=False)
+    class Dying:
+        x: int
+
+        def __del__(self) -> None:
+            for depth in (3, 40):
+                t = _chain_of_dicts(depth)
+                got, want = _speedups.flatten(t, None, None), _pure.flatten(t, None, None)
+                inner.append(got[0] == want[0] and got[1] == want[1])
+
+    def make() -> dict:
+        # three keys: the outer frame's tuple is of the size the inner chains
+        # use, and its first child to go (after the Wiper) runs them
+        d: dict = {}
+        d["c"] = [Dying(1)]
+        d["b"] = [Dying(2), {"e": Dying(3), "d": [Dying(4), _chain_of_dicts(5)]}]
+        d["a"] = Wiper(d)
+        return d
+
+    for _ in range(20):
+        l1, s1 = _pure.flatten(make(), None, None)
+        inner.clear()
+        l2, s2 = _speedups.flatten(make(), None, None)
+        # the Dying objects went with the C engine's frames, inside the call
+        assert len(inner) == 8 and all(inner)
+        assert l1 == l2
+        check_specs_equal(s1, s2)
+        assert_same_tree(
+            _speedups.unflatten(s2, l2), _pure.unflatten(s1, l1), identical_leaves=False
+        )
+        # the tuples kept meanwhile serve dicts of their own size and no other
+        for width in (3, 4, 3, 2, 3):
+            check_engines_agree(_chain_of_dicts(20, width))
+
+
+def test_spec_parts_are_shared_across_calls() -> None:
+    """Flattening the same tree again gives a spec whose nodes and order
+    pairs are the very objects of the last one (the C engine keeps tuple and
+    list nodes, dict nodes and (position, order) pairs of plain keys), and
+    equal to the pure engine's; the same order at two positions gets a pair
+    of each."""
+    d = {"b": 1, "a": 2}
+    tree = [d, (d, [3, 4]), {"z": d}, d]
+    _, s1 = _speedups.flatten(tree, None, None)
+    _, s2 = _speedups.flatten(tree, None, None)
+    check_specs_equal(s1, _pure.flatten(tree, None, None)[1])
+    assert s1 == s2 and len(s1._nodes) == len(s2._nodes)
+    assert all(x is y for x, y in zip(s1._nodes, s2._nodes))
+    assert len(s1._orders) == 4 and all(x is y for x, y in zip(s1._orders, s2._orders))
+    positions = [at for at, _ in s2._orders]
+    assert positions == sorted(set(positions))
+    assert all(s2._nodes[at][3] == ("a", "b") for at in positions)
+    assert all(order == ("b", "a") for _, order in s2._orders)
+
+
+def test_order_pairs_of_user_keys_are_not_kept() -> None:
+    """A dict order of keys whose comparison is user code is not kept by the
+    C engine across calls: once the tree and spec are gone, so is the key."""
+    import weakref
+
+    @functools.total_ordering
+    class K:
+        def __init__(self, v: int) -> None:
+            self.v = v
+
+        def __hash__(self) -> int:
+            return hash(self.v)
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, K) and self.v == other.v
+
+        def __lt__(self, other: K) -> bool:
+            return self.v < other.v
+
+    key = K(2)
+    ref = weakref.ref(key)
+    tree: Any = [{key: 1, K(1): 2}, {"y": 1, "x": 2}]
+    del key
+    for _ in range(3):
+        spec = _speedups.flatten(tree, None, None)[1]
+        assert len(spec._orders) == 2
+    tree = spec = None
+    gc.collect()
+    assert ref() is None
+
+
 def test_dict_key_order_memo_is_bounded_in_memory() -> None:
     """However many key orders are met, the memo holds at most its entries."""
     import tracemalloc
