@@ -142,7 +142,7 @@ enum { KM_SEQ = 0, KM_MAP = 1, KM_ATTR = 2 };
 static PyObject *kind_obj[K_COUNT];
 static PyObject *LEAF_NODE, *NONE_NODE;
 static PyTypeObject *TreeSpec_type;
-static Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash, off_paths;
+static Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash, off_paths, off_plan;
 static PyObject *py_customised; /* _pure._customised: a record class's attribute hook */
 static PyObject *py_classify, *py_dict_order_differs, *py_custom_result,
     *py_rule_result, *py_cycle_error, *py_match, *py_mismatch, *py_build;
@@ -246,6 +246,7 @@ make_spec(PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
     SLOT(spec, off_num_leaves) = n;
     SLOT(spec, off_hash) = Py_NewRef(Py_None);
     SLOT(spec, off_paths) = Py_NewRef(Py_None);
+    SLOT(spec, off_plan) = Py_NewRef(Py_None);
     return spec;
 }
 

@@ -231,10 +231,12 @@ PyInit__speedups(void)
         (off_orders = slot_offset((PyObject *)TreeSpec_type, "_orders")) < 0 ||
         (off_num_leaves = slot_offset((PyObject *)TreeSpec_type, "_num_leaves")) < 0 ||
         (off_hash = slot_offset((PyObject *)TreeSpec_type, "_hash")) < 0 ||
-        (off_paths = slot_offset((PyObject *)TreeSpec_type, "_paths")) < 0) {
+        (off_paths = slot_offset((PyObject *)TreeSpec_type, "_paths")) < 0 ||
+        (off_plan = slot_offset((PyObject *)TreeSpec_type, "_plan")) < 0) {
         goto fail;
     }
-    if (PyType_Ready(&StackView_Type) < 0 || PyType_Ready(&LeafIter_Type) < 0 || pk_fastcall_add(m) < 0) {
+    if (PyType_Ready(&StackView_Type) < 0 || PyType_Ready(&LeafIter_Type) < 0 ||
+        PyType_Ready(&Plan_Type) < 0 || pk_fastcall_add(m) < 0) {
         goto fail;
     }
     if ((empty_tuple = PyTuple_New(0)) == NULL) {

@@ -10,6 +10,9 @@
  *                  namedtuples, records (new_instance), custom and rule nodes
  *                  (_pure.build for the rare ones)
  *   read_leaves    the leaves argument, as _pure._read_leaves reads it
+ *   Plan           a spec unflattened again: its nodes read once into a flat
+ *                  array kept in the spec's _plan slot (plan_of, plan_make),
+ *                  which plan_unflatten follows instead of the nodes
  *   pk_unflatten   the entry point FastCall calls (_speedups.h)
  * Calls: _specread.c, _layouts.c (templates, small_long), _classify.c
  * (big_orders, key_places), _core.h.
@@ -723,6 +726,392 @@ read_leaves(PyObject *leaves, Py_ssize_t n)
 #error "the deferred containers are kept on the heap stack's third part"
 #endif
 
+/* Plans: a spec unflattened again
+ *
+ * The loop above reads each node tuple (kind and arity by identity, aux), the
+ * spec's orders and, for each dict node, the kept templates (a hash, a set,
+ * a compare of keys tuples), call after call. The second time a spec is
+ * unflattened, its nodes are read once into a Plan, kept in the spec's _plan
+ * slot: a flat array of nodes in the order the loop takes them, each with its
+ * kind, arity, order and, for a dict node that has one, its template (as jax
+ * keeps a flat node vector per treedef). The plan is made only for a spec as
+ * flatten makes it (its nodes make one tree of its number of leaves, its
+ * orders are (index, order) pairs with ascending int indexes), so the loop
+ * that follows it checks nothing but what a callback could change (the
+ * caller's list). It builds the very tree the loop above builds, calling
+ * build() for every node that is not a tuple, a list or a dict from a
+ * template, in the same order. A plan holds the spec's nodes and orders
+ * tuples (it is used only while they are still the spec's) and its
+ * templates; the collector sees them. The first unflatten of a spec only
+ * notes it (_plan False): a spec unflattened once pays nothing more. */
+
+/* Specs of more nodes than this get no plan (its array is 40 bytes a node) */
+#define PLAN_MAX_NODES (1 << 16)
+
+typedef struct {
+    PyObject *node;  /* borrowed from the plan's nodes */
+    PyObject *order; /* borrowed from the plan's orders, or NULL */
+    PyObject *tmpl;  /* borrowed from the plan's templates, or NULL */
+    Py_ssize_t at;   /* with a template and an order: its places, at[at ..] */
+    uint32_t size;   /* with a template: its table's size in bytes */
+    int32_t arity;
+    uint8_t kind;
+    uint8_t tuples; /* with a template: a key is a tuple */
+} PlanNode;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *nodes;     /* strong or NULL (cleared): the spec's */
+    PyObject *orders;    /* strong or NULL (cleared): the spec's */
+    PyObject *templates; /* strong or NULL: a list of the templates */
+    Py_ssize_t n;        /* nodes in v */
+    Py_ssize_t leaves;
+    PlanNode *v;         /* in the loop's order: v[0] is the last node */
+    Py_ssize_t *at;      /* the places of ordered dicts' keys */
+} Plan;
+
+static int
+plan_traverse(Plan *p, visitproc visit, void *arg)
+{
+    Py_VISIT(p->nodes);
+    Py_VISIT(p->orders);
+    Py_VISIT(p->templates);
+    return 0;
+}
+
+static int
+plan_clear(Plan *p)
+{
+    /* (a cleared plan serves no spec: its nodes are no spec's) */
+    Py_CLEAR(p->nodes);
+    Py_CLEAR(p->orders);
+    Py_CLEAR(p->templates);
+    return 0;
+}
+
+static void
+plan_dealloc(Plan *p)
+{
+    PyObject_GC_UnTrack(p);
+    plan_clear(p);
+    PyMem_Free(p->v);
+    PyMem_Free(p->at);
+    PyObject_GC_Del(p);
+}
+
+static PyTypeObject Plan_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pytree_kit._speedups.Plan",
+    .tp_basicsize = sizeof(Plan),
+    .tp_dealloc = (destructor)plan_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A spec's unflatten plan (the C engine's, kept in the spec).",
+    .tp_traverse = (traverseproc)plan_traverse,
+    .tp_clear = (inquiry)plan_clear,
+};
+
+#if DICT_READS
+/* A template for dicts of these keys (n > 0) in this order, as dict_of makes
+ * them: 1 with a new reference in *t, its size and tuples, and at[] (with an
+ * order); 0 when none serves; -1 on error. The kept one when there is one. */
+static int
+plan_template(PyObject *keys, PyObject *order, Py_ssize_t n, PyObject **t, size_t *size,
+              int *tuples, Py_ssize_t *at)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!key_plain(PyTuple_GET_ITEM(keys, i))) {
+            return 0;
+        }
+    }
+    Kept *e = kept_find(kept_set(keys, order, n), keys, order);
+    if (e != NULL && e->unusable) {
+        return 0;
+    }
+    if (e != NULL && e->dict != NULL) {
+        *t = Py_NewRef(e->dict);
+        *size = e->size;
+        *tuples = e->tuples;
+        for (Py_ssize_t i = 0; order != NULL && i < n; i++) {
+            at[i] = e->at[i];
+        }
+        return 1;
+    }
+    if (order != NULL) {
+        if (key_places(((PyTupleObject *)keys)->ob_item, ((PyTupleObject *)order)->ob_item, n,
+                       at) < 0) {
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (at[i] < 0) {
+                return 0;
+            }
+        }
+    }
+    Kept *set = kept_set(keys, order, n);
+    int made = template_make(order != NULL ? order : keys, n, t, size, tuples);
+    if (made > 0) {
+        /* kept, as dict_of keeps it, for the next dict of these keys (the
+         * set as it is now: an allocation may have run a finalizer) */
+        if ((e = kept_find(set, keys, order)) == NULL) {
+            kept_note(kept_victim(set), keys, order, n);
+            e = kept_find(set, keys, order);
+        }
+        if (e != NULL && e->dict == NULL) {
+            e->dict = Py_NewRef(*t);
+            e->size = *size;
+            e->tuples = (uint16_t)*tuples;
+            for (Py_ssize_t i = 0; order != NULL && i < n; i++) {
+                e->at[i] = (uint8_t)at[i];
+            }
+        }
+    }
+    return made;
+}
+#endif
+
+/* The plan of a spec of these nodes, orders and number of leaves: a new
+ * reference; NULL with no error set when it gets none (not as flatten makes
+ * it, or too large), NULL with an error on error. */
+static Plan *
+plan_make(PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
+{
+    Py_ssize_t nn = PyTuple_GET_SIZE(nodes), no = PyTuple_GET_SIZE(orders), prev = -1;
+    if (nn == 0 || nn > PLAN_MAX_NODES) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < no; i++) {
+        PyObject *pr = PyTuple_GET_ITEM(orders, i);
+        Py_ssize_t at;
+        if (!PyTuple_CheckExact(pr) || PyTuple_GET_SIZE(pr) != 2 ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(pr, 0)) ||
+            (at = small_long(PyTuple_GET_ITEM(pr, 0))) <= prev) {
+            PyErr_Clear();
+            return NULL;
+        }
+        prev = at;
+    }
+    Plan *p = PyObject_GC_New(Plan, &Plan_Type);
+    if (p == NULL) {
+        return NULL;
+    }
+    p->nodes = Py_NewRef(nodes);
+    p->orders = Py_NewRef(orders);
+    p->templates = NULL;
+    p->n = 0;
+    p->leaves = 0;
+    p->at = NULL;
+    p->v = PyMem_Calloc((size_t)nn, sizeof(PlanNode));
+    Py_ssize_t at_n = 0, at_cap = 0, sp = 0, oi = no - 1;
+    Py_ssize_t next_at = oi >= 0 ? order_index(orders, oi) : -1;
+    PyObject_GC_Track(p);
+    if (p->v == NULL || (p->templates = PyList_New(0)) == NULL) {
+        goto fail;
+    }
+    for (Py_ssize_t idx = nn - 1; idx >= 0; idx--) {
+        PyObject *node = PyTuple_GET_ITEM(nodes, idx);
+        PlanNode *pn = &p->v[p->n];
+        int kind;
+        Py_ssize_t arity;
+        if (node_parts(node, &kind, &arity) < 0 || arity > INT32_MAX) {
+            PyErr_Clear();
+            goto none;
+        }
+        pn->node = node;
+        pn->kind = (uint8_t)kind;
+        pn->arity = (int32_t)arity;
+        p->n++;
+        if (kind == K_LEAF) {
+            p->leaves++;
+            sp++;
+            continue;
+        }
+        if (arity > sp) {
+            goto none;
+        }
+        sp += 1 - arity;
+        if (kind == K_TUPLE || kind == K_LIST) {
+            continue;
+        }
+        while (next_at > idx) { /* (an order of a node that is not a container) */
+            next_at = --oi >= 0 ? order_index(orders, oi) : -1;
+        }
+        PyObject *order = NULL;
+        if (next_at == idx) {
+            order = PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, oi), 1);
+            next_at = --oi >= 0 ? order_index(orders, oi) : -1;
+        }
+        pn->order = order;
+#if DICT_READS
+        PyObject *aux = PyTuple_GET_ITEM(node, 3);
+        if (kind == K_DICT && dict_layout_ok && arity > 0 && PyTuple_CheckExact(aux) &&
+            PyTuple_GET_SIZE(aux) == arity &&
+            (order == NULL || (arity <= BIG_DICT && PyTuple_CheckExact(order) &&
+                               PyTuple_GET_SIZE(order) == arity))) {
+            Py_ssize_t at[BIG_DICT];
+            PyObject *t = NULL;
+            size_t size;
+            int tuples;
+            int r = plan_template(aux, order, arity, &t, &size, &tuples, at);
+            if (r < 0) {
+                goto fail;
+            }
+            if (r == 0 || size > UINT32_MAX) {
+                Py_XDECREF(t);
+                continue;
+            }
+            /* the same template for the same keys and order met before in
+             * this plan (the dicts of a list of records) */
+            Py_ssize_t nt = PyList_GET_SIZE(p->templates);
+            PyObject *last = nt > 0 ? PyList_GET_ITEM(p->templates, nt - 1) : NULL;
+            if (last == t) {
+                Py_DECREF(t);
+            }
+            else {
+                r = PyList_Append(p->templates, t);
+                Py_DECREF(t);
+                if (r < 0) {
+                    goto fail;
+                }
+            }
+            pn->tmpl = PyList_GET_ITEM(p->templates, PyList_GET_SIZE(p->templates) - 1);
+            pn->size = (uint32_t)size;
+            pn->tuples = (uint8_t)tuples;
+            if (order != NULL) {
+                if (at_n + arity > at_cap) {
+                    Py_ssize_t cap = at_cap ? 2 * at_cap : 64;
+                    while (cap < at_n + arity) {
+                        cap *= 2;
+                    }
+                    Py_ssize_t *grown = PyMem_Realloc(p->at, (size_t)cap * sizeof(Py_ssize_t));
+                    if (grown == NULL) {
+                        PyErr_NoMemory();
+                        goto fail;
+                    }
+                    p->at = grown;
+                    at_cap = cap;
+                }
+                memcpy(p->at + at_n, at, (size_t)arity * sizeof(Py_ssize_t));
+                pn->at = at_n;
+                at_n += arity;
+            }
+        }
+#endif
+    }
+    if (sp == 1 && p->leaves == num_leaves) {
+        return p;
+    }
+none:
+    Py_DECREF(p);
+    return NULL;
+fail:
+    Py_DECREF(p);
+    return NULL;
+}
+
+/* The plan to follow for spec (whose nodes and orders these are), a new
+ * reference; NULL with no error when there is none (the first unflatten of
+ * the spec notes it; the second makes the plan); NULL with an error on
+ * error. */
+static Plan *
+plan_of(PyObject *spec, PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
+{
+    PyObject *held = SLOT(spec, off_plan);
+    if (held != NULL && Py_TYPE(held) == &Plan_Type) {
+        Plan *p = (Plan *)held;
+        if (p->nodes == nodes && p->orders == orders) {
+            Py_INCREF(p);
+            return p;
+        }
+        /* (the spec's slots were set again: made again below) */
+    }
+    else if (held != Py_False) {
+        /* None (or True: no plan); None becomes False, met once */
+        if (held != Py_True) {
+            Py_XSETREF(SLOT(spec, off_plan), Py_NewRef(Py_False));
+        }
+        return NULL;
+    }
+    Plan *p = plan_make(nodes, orders, num_leaves);
+    if (p == NULL && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_XSETREF(SLOT(spec, off_plan), p != NULL ? Py_NewRef((PyObject *)p) : Py_NewRef(Py_True));
+    return p;
+}
+
+/* The tree of plan p from the leaves in seq (a list when is_list, else a
+ * tuple) of p's number, with the value stack st and ch of room for p's
+ * nodes, as the loop in sp_unflatten builds it. New reference. */
+static PyObject *
+plan_unflatten(Plan *p, PyObject *seq, int is_list, PyObject **st, PyObject **ch, Untracked *later)
+{
+    Py_ssize_t sp = 0, li = p->leaves;
+    const PlanNode *pn = p->v, *end = p->v + p->n;
+    for (; pn < end; pn++) {
+        Py_ssize_t arity = pn->arity;
+        PyObject *v;
+        if (pn->kind == K_LEAF) {
+            --li;
+            if (is_list && li >= PyList_GET_SIZE(seq)) {
+                PyErr_SetString(PyExc_IndexError, "list index out of range");
+                goto fail;
+            }
+            v = is_list ? PyList_GET_ITEM(seq, li) : PyTuple_GET_ITEM(seq, li);
+            st[sp++] = Py_NewRef(v);
+            continue;
+        }
+        if (pn->kind == K_TUPLE || pn->kind == K_LIST) {
+            v = pn->kind == K_TUPLE ? PyTuple_New(arity) : list_to_fill(arity);
+            if (v == NULL) {
+                goto fail;
+            }
+            if (later != NULL && pn->kind == K_LIST) {
+                PyObject_GC_UnTrack(v);
+                untracked_add(later, v);
+            }
+            PyObject **items = pn->kind == K_TUPLE ? ((PyTupleObject *)v)->ob_item
+                                                   : ((PyListObject *)v)->ob_item;
+            for (Py_ssize_t i = 0; i < arity; i++) {
+                items[i] = st[sp - 1 - i];
+            }
+            sp -= arity;
+            st[sp++] = v;
+            continue;
+        }
+#if DICT_READS
+        if (pn->tmpl != NULL) {
+            int r = dict_from_template(pn->tmpl, pn->size, pn->tuples,
+                                       pn->order != NULL ? p->at + pn->at : NULL, &st[sp - 1],
+                                       arity, -1, &v, later);
+            if (r < 0) {
+                goto fail;
+            }
+            if (r > 0) {
+                sp -= arity;
+                st[sp++] = v;
+                continue;
+            }
+        }
+#endif
+        for (Py_ssize_t i = 0; i < arity; i++) {
+            ch[i] = st[sp - 1 - i];
+        }
+        if ((v = build(pn->kind, pn->node, ch, arity, pn->order, later)) == NULL) {
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < arity; i++) {
+            Py_DECREF(st[--sp]);
+        }
+        st[sp++] = v;
+    }
+    return st[0];
+fail:
+    while (sp > 0) {
+        Py_DECREF(st[--sp]);
+    }
+    return NULL;
+}
+
 static PyObject *
 sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -756,10 +1145,16 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(orders);
         return NULL;
     }
+    /* the second unflatten of a spec on makes and follows its plan */
+    Plan *plan = plan_of(spec, nodes, orders, n);
+    if (plan == NULL && PyErr_Occurred()) {
+        goto out;
+    }
     /* The orders as flatten makes them: (node index, order) pairs with exact
      * int indexes, strictly ascending. Read from the end as the nodes are.
-     * Anything else is looked up through a dict, as the pure engine does. */
-    Py_ssize_t no = PyTuple_GET_SIZE(orders), oi = no - 1, prev = -1;
+     * Anything else is looked up through a dict, as the pure engine does.
+     * (A plan has read them.) */
+    Py_ssize_t no = plan != NULL ? 0 : PyTuple_GET_SIZE(orders), oi = no - 1, prev = -1;
     for (Py_ssize_t i = 0; i < no; i++) {
         PyObject *pr = PyTuple_GET_ITEM(orders, i);
         Py_ssize_t at;
@@ -817,6 +1212,10 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
         }
         Py_ssize_t sp = 0, li = n;
+        if (plan != NULL) {
+            result = plan_unflatten(plan, seq, is_list, st, ch, later);
+            goto fail; /* (sp is 0: what follows only cleans up) */
+        }
         for (Py_ssize_t idx = nn - 1; idx >= 0; idx--) {
             PyObject *node = PyTuple_GET_ITEM(nodes, idx);
             int kind;
@@ -946,6 +1345,7 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_XDECREF(last.dict);
     }
 out:
+    Py_XDECREF((PyObject *)plan);
     Py_XDECREF(order_map);
     Py_DECREF(seq);
     Py_DECREF(nodes);

@@ -248,7 +248,7 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
                 read = k0 == PyTuple_GET_ITEM(aux, 0) || big_order_for(obj, aux) != NULL;
             }
             if (read) {
-                PyObject *values = PyTuple_New(arity);
+                PyObject *values = spare_tuple(arity);
                 if (values == NULL) {
                     return -1;
                 }

@@ -105,6 +105,10 @@ def check_engines_agree(tree: Any, is_leaf: Any = None, rules: Any = None) -> No
     t_pure = _pure.unflatten(s2, l2)
     t_c = _speedups.unflatten(s1, l1)
     assert_same_tree(t_pure, t_c)
+    # again: the second unflatten of a spec makes its plan, the third follows it
+    for _ in range(2):
+        assert_same_tree(t_pure, _speedups.unflatten(s1, l1))
+        assert_same_tree(t_pure, _speedups.unflatten(s2, l2))
     if is_leaf is None:
         assert_same_tree(tree, t_c)
     # flatten_up_to on the unchanged structure
@@ -1847,6 +1851,149 @@ def test_large_dicts_rebuilt_again_match() -> None:
     gc.collect()
     # what the engine remembers holds keys alive, but calls again take nothing more
     assert [[sys.getrefcount(k) for k in keys] for keys in orders] == refs
+
+
+PlanPoint = namedtuple("PlanPoint", "x y")
+
+
+def _plan_trees() -> list[Any]:
+    """Trees of every node the C engine's unflatten plan treats its own way."""
+    big = {f"layer.{i}.weight": Leaf(i) for i in range(40, 0, -1)}  # ordered, > 32 keys
+    return [
+        _chain_of_dicts(30),
+        [{"b": Leaf(i), "a": [Leaf(i)], "c": (i,)} for i in range(20)],  # records
+        {"z": big, "a": dict(sorted(big.items())), "m": OrderedDict(b=1, a=2)},
+        {1: {"x": PlanPoint(1, [2]), "w": None}, 0: defaultdict(list, b=[1], a=2)},
+        [Node([1, {"q": 2}], ({"p": 3},), "lbl"), ModelOutput(logits=1, loss=None)],
+        {("t", 1): 1, (0,): 2, 2.5: 3, None: 4},  # keys a template takes, tuples too
+        {"e": {}, "l": [], "t": (), "n": None, "one": [Leaf(0)]},
+    ]
+
+
+def test_unflatten_plan_made_on_second_call_and_followed() -> None:
+    """The C engine's unflatten notes a spec the first time, makes its plan
+    (kept in the spec, out of its value) the second time, and follows it from
+    then on: each call's tree is the pure engine's, with the leaves given
+    (by identity) and new containers every time."""
+    for tree in _plan_trees():
+        leaves, spec = _speedups.flatten(tree, None, RULES)
+        want = _pure.unflatten(spec, leaves)
+        assert spec._plan is None
+        made = []
+        for call in range(4):
+            got = _speedups.unflatten(spec, leaves)
+            assert_same_tree(want, got)
+            made.append(got)
+            if call == 0:
+                assert spec._plan is False
+            else:
+                assert type(spec._plan).__name__ == "Plan"
+        # every call's containers are its own
+        assert len({id(t) for t in made}) == 4
+        # a plan is no part of the spec's value
+        again = _speedups.flatten(tree, None, RULES)[1]
+        assert again == spec and hash(again) == hash(spec) and again._plan is None
+        copied = pickle.loads(pickle.dumps(spec))
+        assert copied == spec and copied._plan is None
+        assert_same_tree(want, _speedups.unflatten(copied, leaves))
+        if _json_ok(spec):
+            assert spec.to_json() == again.to_json()
+
+
+def test_unflatten_plan_follows_the_specs_own_nodes() -> None:
+    """A plan serves only the nodes and orders it was made from: a spec
+    whose slots are set again (by object.__setattr__) is unflattened as its
+    new nodes say, with a plan made again."""
+    a, b = {"y": [1, 2], "x": {"q": 3, "p": 4}}, [(1, 2), {"z": 3, "w": [4]}]
+    la, sa = _speedups.flatten(a, None, None)
+    lb, sb = _speedups.flatten(b, None, None)
+    for _ in range(3):
+        _speedups.unflatten(sa, la)
+    for _ in range(3):
+        object.__setattr__(sa, "_nodes", sb._nodes)
+        object.__setattr__(sa, "_orders", sb._orders)
+        assert_same_tree(_speedups.unflatten(sa, lb), _pure.unflatten(sb, lb))
+    assert_same_tree(_speedups.unflatten(sb, lb), b)
+
+
+def test_unflatten_plan_in_a_cycle_is_collected() -> None:
+    """A plan holds its spec's nodes; a node's aux data that holds the spec
+    makes a cycle through the plan, which the collector frees."""
+    import weakref
+
+    class Holder:  # hashable by identity, and mutable
+        spec: Any = None
+
+    class Box:
+        def __init__(self, x: Any, aux: Holder) -> None:
+            self.x, self.aux = x, aux
+
+        def __tree_flatten__(self) -> tuple:
+            return (self.x,), self.aux
+
+        @classmethod
+        def __tree_unflatten__(cls, aux: Holder, children: tuple) -> Box:
+            return cls(children[0], aux)
+
+    aux = Holder()
+    ref = weakref.ref(aux)
+    leaves, spec = _speedups.flatten({"b": Box([1, 2], aux), "a": 3}, None, None)
+    aux.spec = spec  # aux -> spec -> plan -> nodes -> aux
+    for _ in range(3):
+        assert _speedups.unflatten(spec, leaves)["b"].x == [1, 2]
+    assert type(spec._plan).__name__ == "Plan"
+    del aux, leaves, spec
+    gc.collect()
+    assert ref() is None
+
+
+def test_unflatten_plan_with_callbacks_that_unflatten_and_change_the_leaves() -> None:
+    """A __tree_unflatten__ that unflattens the very spec being followed
+    (its plan in use) and then empties the caller's list of leaves: on every
+    call, plan or not, the C engine gives the pure engine's tree or error."""
+    state: dict = {}
+
+    class Meddler:
+        def __init__(self, x: Any) -> None:
+            self.x = x
+
+        def __tree_flatten__(self) -> tuple:
+            return (self.x,), None
+
+        @classmethod
+        def __tree_unflatten__(cls, aux: Any, children: tuple) -> Meddler:
+            if state.get("depth", 0) < 1:
+                state["depth"] = 1
+                try:
+                    inner = state["engine"].unflatten(state["spec"], list(state["leaves"]))
+                    state["inner"].append(inner)
+                finally:
+                    state["depth"] = 0
+            if state.get("clear"):
+                state["given"].clear()
+            return cls(children[0])
+
+        def __eq__(self, other: object) -> bool:
+            return type(other) is Meddler and other.x == self.x
+
+    tree = {"b": [Meddler({"y": 1, "x": [2]}), 3], "a": {"q": (4,), "p": 5}}
+    leaves, spec = _speedups.flatten(tree, None, None)
+    for clear in (False, True):
+        for _ in range(3):
+            outcomes = []
+            for engine in (_pure, _speedups):
+                given = list(leaves)
+                state.update(
+                    engine=engine, spec=spec, leaves=leaves, inner=[], clear=clear, given=given
+                )
+                outcomes.append((outcome(engine.unflatten, spec, given), len(state["inner"])))
+            (p, pn), (c, cn) = outcomes
+            assert pn == cn == 1
+            assert p[0] == c[0]
+            if p[0] == "ok":
+                assert_same_tree(p[1], c[1], identical_leaves=False)
+            else:
+                assert p[1:] == c[1:]
 
 
 def test_large_dict_orders_remembered_across_calls() -> None:
