@@ -145,8 +145,12 @@ walk_clear(Walk *w)
  * in PAIR_SLOTS slots chosen by order and position, and given again: a
  * spec's orders share them. The memo holds only orders of exact str or int
  * keys, so no user object is kept alive here, and nothing dropped from a
- * slot runs user code; a slot holds its pair, and so its order, alive. */
+ * slot runs user code; a slot holds its pair, and so its order, alive. Only
+ * pairs of the first PAIR_POSITIONS nodes are kept: the dicts of a list of
+ * 10,000 records, each at its own position, would take the slots from one
+ * another on every dict, for nothing. */
 #define PAIR_SLOTS 256
+#define PAIR_POSITIONS 1024
 
 static PyObject *pair_slots[PAIR_SLOTS];
 
@@ -155,7 +159,7 @@ static PyObject *pair_slots[PAIR_SLOTS];
 static PyObject *
 kept_pair(Py_ssize_t position, PyObject *order, int keep)
 {
-    if (!keep) {
+    if (!keep || position >= PAIR_POSITIONS) {
         return order_pair(position, order);
     }
     size_t h = (ptr_hash(order) ^ ((size_t)position * 0x9E3779B97F4A7C15ULL)) % PAIR_SLOTS;
