@@ -39,8 +39,9 @@ stack_init(Stack *s)
  * A popped frame's tuple that nothing else holds is emptied (its items let
  * go of, set to NULL) and kept here for the next frame of that size, up to
  * SPARE_PER_SIZE of each size up to SPARE_MAX. A spare tuple is referenced
- * only from here: never seen by user code, never hashed, and its NULL items
- * are what the collector and tuple's own release expect of a tuple being
+ * only from here and is untracked by the collector (it is tracked again when
+ * taken): no user code can reach it (not even through gc.get_objects()),
+ * and its NULL items are what tuple's own release expects of a tuple being
  * filled. */
 #define SPARE_MAX 16
 #define SPARE_PER_SIZE 16
@@ -91,6 +92,11 @@ children_release(PyObject *t)
         n > SPARE_MAX || spare_n[n] == SPARE_PER_SIZE) {
         Py_DECREF(t);
         return;
+    }
+    /* untracked first: a finalizer run by the release below could otherwise
+     * find it in gc.get_objects() with NULL items */
+    if (PyObject_GC_IsTracked(t)) {
+        PyObject_GC_UnTrack(t);
     }
     PyObject **items = ((PyTupleObject *)t)->ob_item;
     for (Py_ssize_t i = 0; i < n; i++) {

@@ -904,7 +904,11 @@ plan_make(PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
     Py_ssize_t at_n = 0, at_cap = 0, sp = 0, oi = no - 1;
     Py_ssize_t next_at = oi >= 0 ? order_index(orders, oi) : -1;
     PyObject_GC_Track(p);
-    if (p->v == NULL || (p->templates = PyList_New(0)) == NULL) {
+    if (p->v == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if ((p->templates = PyList_New(0)) == NULL) {
         goto fail;
     }
     for (Py_ssize_t idx = nn - 1; idx >= 0; idx--) {

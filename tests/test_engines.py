@@ -2358,6 +2358,55 @@ def test_spare_children_tuples_survive_release_that_flattens() -> None:
             check_engines_agree(_chain_of_dicts(20, width))
 
 
+_SPARES_IN_GC = """
+import gc
+from pytree_kit import _speedups
+
+def chain(depth):
+    tree = {"y": 0, "x": [0], "w": 0}
+    for i in range(depth):
+        tree = {"y": i, "x": [tree, {"q": i, "p": (i, [i]), "o": [i]}], "w": i}
+    return tree
+
+def scan():
+    # reading every item of every tuple the collector tracks: a tuple with a
+    # NULL item (a spare kept by the C engine, or one being emptied) crashes
+    for o in gc.get_objects():
+        if type(o) is tuple:
+            list(o)
+
+class Scanner:
+    def __init__(self):
+        self.me = self
+    def __del__(self):
+        scan()
+
+for _ in range(30):
+    d = {}
+    d["c"] = [Scanner(), chain(20)]
+    d["b"] = [Scanner()]
+    d["a"] = 0
+    _speedups.flatten(d, None, None)
+    _speedups.flatten(chain(40), None, None)
+    del d
+    gc.collect()
+    scan()
+print("ok")
+"""
+
+
+def test_spare_tuples_are_out_of_the_collectors_reach() -> None:
+    """The tuples the C engine keeps between frames hold NULL items; no
+    Python code may reach them, not even gc.get_objects(), whether read
+    between calls or by a finalizer in the middle of a flatten."""
+    import subprocess
+
+    r = subprocess.run(
+        [sys.executable, "-c", _SPARES_IN_GC], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
 def test_spec_parts_are_shared_across_calls() -> None:
     """Flattening the same tree again gives a spec whose nodes and order
     pairs are the very objects of the last one (the C engine keeps tuple and
