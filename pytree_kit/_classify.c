@@ -504,7 +504,7 @@ static PyObject *seq_nodes[2][16];
 static PyObject *
 seq_node(int kind, Py_ssize_t n)
 {
-    if (n >= 16) {
+    if (n >= 16 || !KEEP_ACROSS_CALLS) {
         return make_node(kind, Py_None, n, Py_None);
     }
     PyObject **slot = &seq_nodes[kind == K_LIST][n];

@@ -93,6 +93,17 @@
 #else
 #define PK_VALIDATED PK_VALIDATED_PYTHON
 #endif
+/* What is kept across calls in the module's statics (tuple and list nodes,
+ * order pairs, spare tuples) or in a spec (its unflatten plan) is read and
+ * written with no lock: the GIL guards it. Where the GIL can be off, nothing
+ * of it is kept. Spare tuples are emptied and filled again, which holds only
+ * while a tuple caches nothing of its items (from 3.14 it caches its hash). */
+#ifdef Py_GIL_DISABLED
+#define KEEP_ACROSS_CALLS 0
+#else
+#define KEEP_ACROSS_CALLS 1
+#endif
+#define SPARE_TUPLES (KEEP_ACROSS_CALLS && PY_VERSION_HEX < 0x030E0000)
 #define VERSION_TAGS PK_VALIDATED
 #define INT_DIGITS (PK_VALIDATED && PY_VERSION_HEX < 0x030C0000)
 #define ODICT_LINKS PK_VALIDATED

@@ -159,7 +159,7 @@ static PyObject *pair_slots[PAIR_SLOTS];
 static PyObject *
 kept_pair(Py_ssize_t position, PyObject *order, int keep)
 {
-    if (!keep || position >= PAIR_POSITIONS) {
+    if (!keep || !KEEP_ACROSS_CALLS || position >= PAIR_POSITIONS) {
         return order_pair(position, order);
     }
     size_t h = (ptr_hash(order) ^ ((size_t)position * 0x9E3779B97F4A7C15ULL)) % PAIR_SLOTS;

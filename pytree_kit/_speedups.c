@@ -305,7 +305,8 @@ PyInit__speedups(void)
         PyModule_AddIntConstant(m, "VALUES_READS", LAYOUT_311 && values_reads_ok) < 0 ||
         PyModule_AddIntConstant(m, "DICT_TABLES", DICT_READS && dict_layout_ok) < 0 ||
         PyModule_AddIntConstant(m, "VALIDATED_PYTHON", PK_VALIDATED_PYTHON) < 0 ||
-        PyModule_AddIntConstant(m, "NO_FAST_PATHS", no_fast_paths) < 0) {
+        PyModule_AddIntConstant(m, "NO_FAST_PATHS", no_fast_paths) < 0 ||
+        PyModule_AddIntConstant(m, "KEEP_ACROSS_CALLS", KEEP_ACROSS_CALLS) < 0) {
         goto fail;
     }
     Py_DECREF(pure);

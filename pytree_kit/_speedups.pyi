@@ -13,6 +13,9 @@ DICT_TABLES: int
 VALIDATED_PYTHON: int
 #: 1 when built with PYTREE_KIT_NO_FAST_PATHS=1: every layout-reading fast path left out
 NO_FAST_PATHS: int
+#: 1 where the GIL guards the engine: it keeps tuple and list nodes, order
+#: pairs, spare tuples and spec plans across calls (0: it keeps none of them)
+KEEP_ACROSS_CALLS: int
 #: each fast path, on or off on this interpreter (after the checks made on import)
 FAST_PATHS: dict[str, bool]
 

@@ -54,7 +54,7 @@ static int spare_n[SPARE_MAX + 1];
 static PyObject *
 spare_tuple(Py_ssize_t n)
 {
-    if (n > 0 && n <= SPARE_MAX && spare_n[n] > 0) {
+    if (SPARE_TUPLES && n > 0 && n <= SPARE_MAX && spare_n[n] > 0) {
         PyObject *t = spare[n][--spare_n[n]];
         if (!PyObject_GC_IsTracked(t)) {
             PyObject_GC_Track(t);
@@ -88,7 +88,8 @@ static void
 children_release(PyObject *t)
 {
     Py_ssize_t n;
-    if (!PyTuple_CheckExact(t) || Py_REFCNT(t) != 1 || (n = PyTuple_GET_SIZE(t)) == 0 ||
+    if (!SPARE_TUPLES || !PyTuple_CheckExact(t) || Py_REFCNT(t) != 1 ||
+        (n = PyTuple_GET_SIZE(t)) == 0 ||
         n > SPARE_MAX || spare_n[n] == SPARE_PER_SIZE) {
         Py_DECREF(t);
         return;

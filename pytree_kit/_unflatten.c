@@ -1019,6 +1019,9 @@ fail:
 static Plan *
 plan_of(PyObject *spec, PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
 {
+    if (!KEEP_ACROSS_CALLS) {
+        return NULL;
+    }
     PyObject *held = SLOT(spec, off_plan);
     if (held != NULL && Py_TYPE(held) == &Plan_Type) {
         Plan *p = (Plan *)held;

@@ -42,6 +42,11 @@ except ImportError:  # pragma: no cover - exercised where the extension is not b
 pytestmark = pytest.mark.skipif(_speedups is None, reason="the C engine is not built")
 
 PURE_ONLY = os.environ.get("PYTREE_KIT_PURE", "") not in ("", "0")
+# tests of what the C engine keeps across calls (spec plans, shared nodes)
+_KEEPS = pytest.mark.skipif(
+    _speedups is None or not _speedups.KEEP_ACROSS_CALLS,
+    reason="this build keeps nothing across calls (no GIL)",
+)
 
 
 def test_the_c_engine_is_built_and_active() -> None:
@@ -1870,6 +1875,7 @@ def _plan_trees() -> list[Any]:
     ]
 
 
+@_KEEPS
 def test_unflatten_plan_made_on_second_call_and_followed() -> None:
     """The C engine's unflatten notes a spec the first time, makes its plan
     (kept in the spec, out of its value) the second time, and follows it from
@@ -1916,6 +1922,7 @@ def test_unflatten_plan_follows_the_specs_own_nodes() -> None:
     assert_same_tree(_speedups.unflatten(sb, lb), b)
 
 
+@_KEEPS
 def test_unflatten_plan_in_a_cycle_is_collected() -> None:
     """A plan holds its spec's nodes; a node's aux data that holds the spec
     makes a cycle through the plan, which the collector frees."""
@@ -2407,6 +2414,7 @@ def test_spare_tuples_are_out_of_the_collectors_reach() -> None:
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
 
 
+@_KEEPS
 def test_spec_parts_are_shared_across_calls() -> None:
     """Flattening the same tree again gives a spec whose nodes and order
     pairs are the very objects of the last one (the C engine keeps tuple and
