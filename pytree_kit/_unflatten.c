@@ -901,7 +901,10 @@ plan_make(PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
     p->leaves = 0;
     p->at = NULL;
     p->v = PyMem_Calloc((size_t)nn, sizeof(PlanNode));
-    Py_ssize_t at_n = 0, at_cap = 0, sp = 0, oi = no - 1;
+    Py_ssize_t sp = 0, oi = no - 1;
+#if DICT_READS
+    Py_ssize_t at_n = 0, at_cap = 0; /* p->at's used length and room */
+#endif
     Py_ssize_t next_at = oi >= 0 ? order_index(orders, oi) : -1;
     PyObject_GC_Track(p);
     if (p->v == NULL) {
