@@ -244,6 +244,24 @@ kept_note(Kept *e, PyObject *keys, PyObject *order, Py_ssize_t n)
     Py_XDECREF(old.dict);
 }
 
+
+/* The template t (of size bytes, tuples as template_make says; at: each key
+ * of the order's place among the keys, or NULL in key order) given to e,
+ * when e is still an entry (the set may have changed: see above) that has
+ * none yet */
+static void
+kept_template(Kept *e, PyObject *t, size_t size, int tuples, const Py_ssize_t *at, Py_ssize_t n)
+{
+    if (e == NULL || e->dict != NULL) {
+        return;
+    }
+    e->dict = Py_NewRef(t);
+    e->size = size;
+    e->tuples = (uint16_t)tuples;
+    for (Py_ssize_t i = 0; at != NULL && i < n; i++) {
+        e->at[i] = (uint8_t)at[i];
+    }
+}
 #endif
 
 /* dict(zip(keys, vals[0], vals[step], ...)) inserted in key order (order
@@ -297,14 +315,7 @@ dict_of(PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n, Py
                     }
                     goto insert;
                 }
-                if (e != NULL && e->dict == NULL) {
-                    e->dict = Py_NewRef(t);
-                    e->size = size;
-                    e->tuples = (uint16_t)tuples;
-                    for (Py_ssize_t i = 0; order != NULL && i < n; i++) {
-                        e->at[i] = (uint8_t)at[i];
-                    }
-                }
+                kept_template(e, t, size, tuples, order != NULL ? at : NULL, n);
             }
             else {
                 for (Py_ssize_t i = 0; order != NULL && i < n; i++) {
@@ -714,6 +725,27 @@ read_leaves(PyObject *leaves, Py_ssize_t n)
 }
 
 
+/* Whether orders are as flatten makes them: (node index, order) pairs with
+ * exact int indexes, strictly ascending (read from the end as the nodes
+ * are); anything else is looked up through a dict, as the pure engine does */
+static int
+orders_as_flatten_makes(PyObject *orders)
+{
+    Py_ssize_t prev = -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(orders); i++) {
+        PyObject *pr = PyTuple_GET_ITEM(orders, i);
+        Py_ssize_t at;
+        if (!PyTuple_CheckExact(pr) || PyTuple_GET_SIZE(pr) != 2 ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(pr, 0)) ||
+            (at = small_long(PyTuple_GET_ITEM(pr, 0))) <= prev) {
+            PyErr_Clear();
+            return 0;
+        }
+        prev = at;
+    }
+    return 1;
+}
+
 /* specs of fewer nodes keep unflatten's value stack on the C stack (4 KiB) */
 #define UNFLATTEN_INLINE 256
 
@@ -856,14 +888,7 @@ plan_template(PyObject *keys, PyObject *order, Py_ssize_t n, PyObject **t, size_
             kept_note(kept_victim(set), keys, order, n);
             e = kept_find(set, keys, order);
         }
-        if (e != NULL && e->dict == NULL) {
-            e->dict = Py_NewRef(*t);
-            e->size = *size;
-            e->tuples = (uint16_t)*tuples;
-            for (Py_ssize_t i = 0; order != NULL && i < n; i++) {
-                e->at[i] = (uint8_t)at[i];
-            }
-        }
+        kept_template(e, *t, *size, *tuples, order != NULL ? at : NULL, n);
     }
     return made;
 }
@@ -875,20 +900,9 @@ plan_template(PyObject *keys, PyObject *order, Py_ssize_t n, PyObject **t, size_
 static Plan *
 plan_make(PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
 {
-    Py_ssize_t nn = PyTuple_GET_SIZE(nodes), no = PyTuple_GET_SIZE(orders), prev = -1;
-    if (nn == 0 || nn > PLAN_MAX_NODES) {
+    Py_ssize_t nn = PyTuple_GET_SIZE(nodes), no = PyTuple_GET_SIZE(orders);
+    if (nn == 0 || nn > PLAN_MAX_NODES || !orders_as_flatten_makes(orders)) {
         return NULL;
-    }
-    for (Py_ssize_t i = 0; i < no; i++) {
-        PyObject *pr = PyTuple_GET_ITEM(orders, i);
-        Py_ssize_t at;
-        if (!PyTuple_CheckExact(pr) || PyTuple_GET_SIZE(pr) != 2 ||
-            !PyLong_CheckExact(PyTuple_GET_ITEM(pr, 0)) ||
-            (at = small_long(PyTuple_GET_ITEM(pr, 0))) <= prev) {
-            PyErr_Clear();
-            return NULL;
-        }
-        prev = at;
     }
     Plan *p = PyObject_GC_New(Plan, &Plan_Type);
     if (p == NULL) {
@@ -1007,10 +1021,8 @@ plan_make(PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
     if (sp == 1 && p->leaves == num_leaves) {
         return p;
     }
-none:
-    Py_DECREF(p);
-    return NULL;
-fail:
+none: /* (no plan: no error set) */
+fail: /* (an error set) */
     Py_DECREF(p);
     return NULL;
 }
@@ -1164,20 +1176,8 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
      * int indexes, strictly ascending. Read from the end as the nodes are.
      * Anything else is looked up through a dict, as the pure engine does.
      * (A plan has read them.) */
-    Py_ssize_t no = plan != NULL ? 0 : PyTuple_GET_SIZE(orders), oi = no - 1, prev = -1;
-    for (Py_ssize_t i = 0; i < no; i++) {
-        PyObject *pr = PyTuple_GET_ITEM(orders, i);
-        Py_ssize_t at;
-        if (!PyTuple_CheckExact(pr) || PyTuple_GET_SIZE(pr) != 2 ||
-            !PyLong_CheckExact(PyTuple_GET_ITEM(pr, 0)) ||
-            (at = small_long(PyTuple_GET_ITEM(pr, 0))) <= prev) {
-            PyErr_Clear();
-            oi = -2;
-            break;
-        }
-        prev = at;
-    }
-    if (oi == -2) {
+    Py_ssize_t no = plan != NULL ? 0 : PyTuple_GET_SIZE(orders), oi = no - 1;
+    if (no > 0 && !orders_as_flatten_makes(orders)) {
         oi = -1;
         order_map = PyDict_New();
         if (order_map == NULL) {
