@@ -8,9 +8,9 @@ in the same interleaved rounds:
 - the bound: ``benchmarks/bound/unflatten_bound.c``, compiled here, building
   the tree from a plan compiled ahead into a flat C array (no spec to read,
   no checks, no key sorting), each dict made the cheapest of three ways (by
-  insertion; as a copy of a template's table, as the C engine does; as a
-  split table sharing the keys of a class's instances, as the C engine does
-  not; see the C file's header);
+  insertion; as a copy of a template's table; as a split table sharing one
+  keys table, as the C engine's plans make them on 3.10 to 3.12; see the C
+  file's header);
 - ``pk.unflatten`` (the public function, on the active engine);
 - ``jax.tree_util.tree_unflatten`` and ``optree.tree_unflatten`` where they
   are installed, set up and called as ``compare.py`` does.
@@ -100,7 +100,8 @@ def plan_of(tree: Any) -> tuple[tuple[tuple[int, int, Any], ...], list[Any]]:
 
 def split_table(keys: tuple[Any, ...]) -> Any:
     """(instance, its __dict__) of a class made for these keys, its attributes
-    set in their order: a split table of them, as the bound's build2 shares;
+    set in their order: a split table of them, as the bound's build2 shares on
+    3.13 (on 3.10-3.12 build2 makes its own, of the template's table);
     None where CPython would not make one (keys that are not distinct strs,
     more than a class's shared keys hold, none)."""
     if not keys or len(keys) > 30 or len(set(keys)) != len(keys):
@@ -184,10 +185,11 @@ def main(argv: list[str] | None = None) -> int:
         "**bound** is `benchmarks/bound/unflatten_bound.c`: the tree built from a plan "
         "compiled ahead into a flat C array, with no spec, no checks and no key sorting, "
         "each dict made the cheapest of three ways: by insertion (**build0**), as a copy of "
-        "a template's table as the C engine does (**build1**), or as a split table sharing "
-        "the keys of a class's instances (**build2**, str keys, at most 30: the C engine "
-        "does not make dicts so). **bound** is the fastest of them; no real unflatten does "
-        "less. **most** is the fastest peer's time over the bound's: the most any "
+        "a template's table (**build1**), or as a split table sharing one keys table "
+        "(**build2**, str keys: on 3.10-3.12 a copy of the template's table made a split "
+        "table, as the C engine's plans make them there; on 3.13 a class's shared keys). "
+        "**bound** is the fastest of them; no real unflatten does less. **most** is the "
+        "fastest peer's time over the bound's: the most any "
         f"unflatten can reach on that tree here (the target is {TARGET:g}{X}; bold: under "
         "it). **pk** is ours, the same way.",
         "",

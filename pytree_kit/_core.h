@@ -76,6 +76,9 @@
  *                      place (3.10-3.13; DICT_READS, dict_reads_check)
  *   dict_tables        dicts of the same keys copied from a template's
  *                      table (3.10-3.13; DICT_READS, dict_layout_check)
+ *   split_tables       the dicts of a spec's unflatten plan (up to 21 str
+ *                      keys) made as split tables sharing one keys table
+ *                      (3.10-3.12; SPLIT_TABLES, split_tables_check)
  *   split_values       a record's field read from its __dict__'s split
  *                      values, at the name's index in the class's shared
  *                      keys (3.10-3.13; on 3.11 for an instance whose
@@ -114,6 +117,9 @@
 #define LAYOUT_311 0
 #endif
 #define SPLIT_READS PK_VALIDATED
+/* (made only for plans, which are kept across calls; 3.13 lays split values
+ * out anew) */
+#define SPLIT_TABLES (DICT_READS && KEEP_ACROSS_CALLS && PY_VERSION_HEX < 0x030D0000)
 
 /* A dict of more than BIG_DICT keys has its insertion order remembered
  * across calls (_classify.c's big_orders); up to BIG_DICT keys, an insertion

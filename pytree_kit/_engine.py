@@ -80,6 +80,7 @@ FAST_PATH_NAMES = (
     "instance_values",
     "dict_reads",
     "dict_tables",
+    "split_tables",
     "split_values",
     "odict_links",
 )
@@ -110,7 +111,7 @@ def engine_info() -> dict[str, Any]:
         True
         >>> sorted(info["fast_paths"])  # doctest: +NORMALIZE_WHITESPACE
         ['dict_reads', 'dict_tables', 'instance_values', 'int_digits', 'odict_links',
-         'split_values', 'type_version_tags']
+         'split_tables', 'split_values', 'type_version_tags']
     """
     c = impl is not _pure
     fast = dict(impl.FAST_PATHS) if c else {}

@@ -280,6 +280,9 @@ PyInit__speedups(void)
 #if DICT_READS
     dict_layout_check(); /* after dict_reads_check: it needs the reads */
 #endif
+#if SPLIT_TABLES
+    split_tables_check(); /* after dict_layout_check: it needs the templates */
+#endif
 #if SPLIT_READS
     split_reads_check();
 #endif
@@ -287,11 +290,12 @@ PyInit__speedups(void)
     odict_links_check();
 #endif
     PyObject *fast = Py_BuildValue(
-        "{sNsNsNsNsNsNsN}", "type_version_tags", PyBool_FromLong(VERSION_TAGS && version_tags_ok),
+        "{sNsNsNsNsNsNsNsN}", "type_version_tags", PyBool_FromLong(VERSION_TAGS && version_tags_ok),
         "int_digits", PyBool_FromLong(INT_DIGITS && int_digits_ok), "instance_values",
         PyBool_FromLong(LAYOUT_311 && values_reads_ok), "dict_reads",
         PyBool_FromLong(DICT_READS && dict_reads_ok), "dict_tables",
-        PyBool_FromLong(DICT_READS && dict_layout_ok), "split_values",
+        PyBool_FromLong(DICT_READS && dict_layout_ok), "split_tables",
+        PyBool_FromLong(SPLIT_TABLES && split_tables_ok), "split_values",
         PyBool_FromLong(SPLIT_READS && split_reads_ok), "odict_links",
         PyBool_FromLong(ODICT_LINKS && odict_links_ok));
     int added = fast == NULL ? -1 : PyModule_AddObjectRef(m, "FAST_PATHS", fast);

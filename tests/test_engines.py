@@ -1344,14 +1344,24 @@ def _collector_off() -> Iterator[None]:
 
 
 def _same_dicts(a: Any, b: Any) -> None:
-    """Dicts of a and b: same items in the same order, same size in memory, same
-    GC tracking; leaves the same objects."""
+    """Dicts of a and b: same items in the same order, same size in memory (or,
+    b's, smaller: a split table of a plan, where split_tables is on, of str
+    keys), same GC tracking; leaves the same objects."""
     da, db = _dicts(a), _dicts(b)
     assert len(da) == len(db)
     for x, y in zip(da, db):
         assert type(x) is type(y)
         assert list(x) == list(y)
         assert gc.is_tracked(x) == gc.is_tracked(y), (x, gc.is_tracked(x))
+        _same_size(x, y)
+
+
+def _same_size(x: dict, y: dict) -> None:
+    """y is as large in memory as x, or smaller as a plan's split table can be
+    (where split_tables is on: exact str keys, at most 21)."""
+    if _SPLIT_TABLES and sys.getsizeof(y) < sys.getsizeof(x):
+        assert type(y) is dict and all(type(k) is str for k in y) and len(y) <= 21
+    else:
         assert sys.getsizeof(x) == sys.getsizeof(y)
 
 
@@ -1768,9 +1778,8 @@ def test_kept_templates_rewritten_during_a_call_match() -> None:
                 # (GC tracking is not compared: collections untrack dicts as they go)
                 assert got == t
                 assert [list(d) for d in _dicts(got)] == [list(d) for d in _dicts(t)]
-                assert [sys.getsizeof(d) for d in _dicts(got)] == [
-                    sys.getsizeof(d) for d in _dicts(t)
-                ]
+                for x, y in zip(_dicts(t), _dicts(got)):
+                    _same_size(x, y)
     finally:
         gc.set_threshold(*old)
         gc.callbacks.remove(collect)
@@ -1904,6 +1913,120 @@ def test_unflatten_plan_made_on_second_call_and_followed() -> None:
         assert_same_tree(want, _speedups.unflatten(copied, leaves))
         if _json_ok(spec):
             assert spec.to_json() == again.to_json()
+
+
+_SPLIT_TABLES = _speedups is not None and _speedups.FAST_PATHS.get("split_tables", False)
+
+# operations on a dict, each applied to an unflattened dict and to a plain
+# dict with the same items, which must agree: (name, key index, value)
+_DICT_OPS = st.tuples(
+    st.sampled_from(["set", "del", "pop", "popitem", "setdefault", "update", "copy", "clear"]),
+    st.integers(0, 11),
+    st.integers(0, 3),
+)
+
+
+def _dict_key(i: int) -> Any:
+    """The template's keys (0-5), new str keys (6-9), an int key and a tuple key."""
+    return ("y", "x", "w", "k3", "k4", "k5", "new0", "new1", "new2", "new3", 7, ("t", 1))[i]
+
+
+@_KEEPS
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 6),
+    st.lists(st.tuples(st.integers(0, 3), _DICT_OPS), max_size=40),
+)
+def test_unflattened_dicts_of_a_plan_behave_as_dicts(width: int, ops: list) -> None:
+    """The dicts a spec's plan makes (split tables sharing one keys table
+    where split_tables is on: 3.10-3.12) are dicts like any other: four of
+    them, and one made again after the others were changed, agree with plain
+    dicts under inserts of new str keys (which may grow the shared table),
+    other keys (which give a dict a table of its own), deletes, pops, copies
+    and clearing: items, order, lookup, size, equality, repr and pickling."""
+    names = [_dict_key(i) for i in range(width)]
+    tree = [{k: [i, k] for i, k in enumerate(reversed(names))} for _ in range(4)]
+    leaves, spec = _speedups.flatten(tree, None, None)
+    for _ in range(2):
+        _speedups.unflatten(spec, leaves)  # the second makes the plan
+    got = _speedups.unflatten(spec, leaves)
+    assert type(spec._plan).__name__ == "Plan"
+    if _SPLIT_TABLES:  # shared keys: only the values are each dict's own
+        assert sys.getsizeof(got[0]) < sys.getsizeof(dict(tree[0]))
+    models = [dict(d) for d in got]
+
+    def agree() -> None:
+        for d, m in zip(got, models):
+            assert list(d.items()) == list(m.items()) and d == m and len(d) == len(m)
+            assert all(d[k] is m[k] for k in m) and repr(d) == repr(m)
+            assert pickle.loads(pickle.dumps(d)) == m
+
+    for which, (op, ki, v) in ops:
+        d, m, k = got[which], models[which], _dict_key(ki)
+        if op == "set":
+            d[k] = m[k] = v
+        elif op == "del":
+            if k in m:
+                del d[k], m[k]
+            else:
+                with pytest.raises(KeyError):
+                    del d[k]
+        elif op == "pop":
+            assert d.pop(k, None) == m.pop(k, None)
+        elif op == "popitem":
+            if m:
+                assert d.popitem() == m.popitem()
+        elif op == "setdefault":
+            assert d.setdefault(k, v) == m.setdefault(k, v)
+        elif op == "update":
+            d.update({k: v, "new3": v})
+            m.update({k: v, "new3": v})
+        elif op == "copy":
+            c = d.copy()
+            c["copied"] = 1
+            assert "copied" not in d and c == {**m, "copied": 1}
+        elif op == "clear" and v == 0:
+            d.clear()
+            m.clear()
+        agree()
+    # a dict made after the others changed the shared table: as flattened
+    again = _speedups.unflatten(spec, leaves)
+    assert_same_tree(again, _pure.unflatten(spec, leaves))
+    assert [list(d) for d in again] == [list(d) for d in tree]
+    for d in again:
+        assert "new0" not in d and d.get("copied") is None
+    gc.collect()
+    agree()
+
+
+@_KEEPS
+def test_unflatten_split_tables_give_back_their_keys() -> None:
+    """A plan's split table holds the keys of its dicts while the plan or a
+    dict lives, and gives them back when the last is gone; a dict that
+    outlives its spec stays whole."""
+    keys = ["".join(("key", str(i))) for i in range(3)]  # not interned: counts are exact
+    tree = [{k: [i] for i, k in enumerate(keys)} for _ in range(5)]
+    # the module's kept template for these keys, and flatten's memo, hold them
+    leaves, spec = _speedups.flatten(tree, None, None)
+    _speedups.unflatten(spec, leaves)
+    del spec
+    before = [sys.getrefcount(k) for k in keys]
+    leaves, spec = _speedups.flatten(tree, None, None)
+    for _ in range(3):
+        got = _speedups.unflatten(spec, leaves)
+    # the split table's holder (an empty dict of it) is out of anyone's reach
+    reach = gc.get_referents(spec._plan)
+    reach += [o for r in reach if isinstance(r, list) for o in r]
+    assert not [o for o in reach if type(o) is dict and not o]
+    kept = got[2]
+    del got, spec
+    gc.collect()
+    assert list(kept) == keys and [kept[k] for k in keys] == [[0], [1], [2]]
+    kept["extra"] = 1  # into the shared table, if it is one
+    assert list(kept) == [*keys, "extra"]
+    del kept
+    gc.collect()
+    assert [sys.getrefcount(k) for k in keys] == before
 
 
 def test_unflatten_plan_follows_the_specs_own_nodes() -> None:
@@ -2082,8 +2205,10 @@ def test_dict_copies_keep_refcounts() -> None:
     vals = [Leaf(i) for i in range(3)]
     tree = [dict(zip(keys, vals)) for _ in range(50)]
     leaves, spec = _speedups.flatten(tree, None, None)
-    # a warm call: the template kept for these keys holds a reference to each
-    _speedups.unflatten(spec, leaves)
+    # warm calls: the template kept for these keys holds a reference to each,
+    # and so does the spec's plan (its split table, where split_tables is on)
+    for _ in range(2):
+        _speedups.unflatten(spec, leaves)
     before = [sys.getrefcount(x) for x in keys + vals]
     for _ in range(100):
         out = _speedups.unflatten(spec, leaves)

@@ -11,13 +11,14 @@
  *   build1  a copy of a template's table, values written in place (the C
  *           engine's dict_from_template, on the same layouts: 3.10 to 3.13,
  *           str keys only);
- *   build2  a split table: the dict shares the keys of a class's instances
- *           (made for the node by the script, its attributes set in the
- *           node's order) and has only its values of its own, as a copy of
- *           an instance's __dict__ has (3.11 to 3.13: the values laid out as
- *           Include/internal/pycore_dict.h says; 3.10: PyDict_Copy of the
- *           instance's __dict__, the values then written over). The C engine
- *           does not make dicts this way.
+ *   build2  a split table: the dict shares a keys table and has only its
+ *           values of its own, as a copy of an instance's __dict__ has (the
+ *           values laid out as Include/internal/pycore_dict.h says). On 3.10
+ *           to 3.12 the shared table is a copy of the template's made a
+ *           split table (of its few slots), as the C engine's split_tables
+ *           make it; on 3.13, where the engine makes none, the shared keys of
+ *           a class's instances (made for the node by the script, its
+ *           attributes set in the node's order).
  * Every unflatten must make these objects and walk these nodes, so no real
  * one can be faster on the same tree; its time bounds every ratio to a peer.
  * Not thread-safe, not reentrant. */
@@ -61,7 +62,8 @@ typedef struct {
     PyObject **keys; /* DICT: the template's keys */
     size_t size; /* DICT: the template's table in bytes */
     PyObject *split; /* DICT, or NULL: (instance, its __dict__), a split table */
-    Keys *shared; /* the shared keys of split's __dict__ */
+    Keys *shared; /* the shared keys build2 uses: split's __dict__'s (3.13), or
+                   * (3.10-3.12) a copy of tmpl's table made a split table */
 } Node;
 typedef struct {
     Py_ssize_t n, leaves;
@@ -144,6 +146,34 @@ compile(PyObject *self, PyObject *plan)
         Keys *k = (Keys *)((PyDictObject *)node->tmpl)->ma_keys;
         node->keys = (PyObject **)(k->dk_indices + INDEX_BYTES(k)) + KEY0;
         node->size = sizeof(Keys) + INDEX_BYTES(k) + ((SLOTS(k) << 1) / 3) * STEP * sizeof(PyObject *);
+#if PY_VERSION_HEX < 0x030D0000
+        if (node->shared != NULL && SLOTS(k) <= 32) {
+            /* the template's table made a split table (the C engine's way) */
+            Keys *sk = PyObject_Malloc(node->size);
+            if (sk == NULL) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            memcpy(sk, k, node->size);
+            sk->dk_refcnt = 1 << 30; /* (never freed: a bound's tables live on) */
+#if PY_VERSION_HEX >= 0x030B0000
+            sk->dk_version = 0;
+            sk->dk_kind = 2;
+#else
+            sk->dk_lookup = node->shared->dk_lookup; /* a split table's lookup */
+#endif
+            PyObject **e = (PyObject **)(sk->dk_indices + INDEX_BYTES(sk)) + KEY0;
+            for (Py_ssize_t j = 0; j < node->arity; j++) {
+                Py_INCREF(e[j * STEP]);
+                e[j * STEP + 1] = NULL;
+            }
+            node->shared = sk;
+        }
+        else {
+            Py_CLEAR(node->split); /* (no build2 for this plan: split_ok) */
+            node->shared = NULL;
+        }
+#endif
     }
     return cap;
 fail:
@@ -256,12 +286,7 @@ build(PyObject *list, int mode)
             sp -= a;
             break;
         default: /* DICT */
-#if PY_VERSION_HEX < 0x030B0000
-            /* (3.10's split tables: build2 starts from a copy of the instance's) */
-            o = mode == 2 ? PyDict_Copy(PyTuple_GET_ITEM(node->split, 1)) : PyDict_New();
-#else
             o = PyDict_New();
-#endif
             if (o == NULL) {
                 return NULL;
             }
@@ -278,8 +303,8 @@ build(PyObject *list, int mode)
                 PyDictObject *mp = (PyDictObject *)o;
                 Keys *sk = node->shared;
                 int track = 0;
-#if PY_VERSION_HEX >= 0x030B0000
                 size_t cap = (size_t)(sk->dk_nentries + sk->dk_usable);
+#if PY_VERSION_HEX >= 0x030B0000
 #if PY_VERSION_HEX >= 0x030D0000
                 /* capacity, size, embedded, valid; the values; the order after them */
                 typedef struct {
@@ -328,13 +353,21 @@ build(PyObject *list, int mode)
                 mp->ma_values = values;
                 mp->ma_used = a;
 #else
-                /* 3.10: o is a copy of the instance's __dict__ (its values None) */
-                (void)sk;
-                for (Py_ssize_t j = 0; j < a; j++) {
-                    PyObject *v = stack[sp - a + j];
-                    Py_SETREF(mp->ma_values[j], v);
-                    track |= PyObject_IS_GC(v);
+                /* 3.10: the values alone, in the keys' order */
+                PyObject **vals = PyMem_Malloc(cap * sizeof(PyObject *));
+                if (vals == NULL) {
+                    return PyErr_NoMemory();
                 }
+                for (size_t j = 0; j < cap; j++) {
+                    PyObject *v = (Py_ssize_t)j < a ? stack[sp - a + (Py_ssize_t)j] : NULL;
+                    vals[j] = v;
+                    track |= v != NULL && PyObject_IS_GC(v);
+                }
+                ((Keys *)mp->ma_keys)->dk_refcnt--; /* the shared empty table's */
+                sk->dk_refcnt++;
+                mp->ma_keys = (void *)sk;
+                mp->ma_values = vals;
+                mp->ma_used = a;
 #endif
                 if (track && !PyObject_GC_IsTracked(o)) {
                     PyObject_GC_Track(o);
