@@ -11,6 +11,7 @@
  *   split_values,      (3.12, 3.13) the same index into its __dict__'s split
  *   split_key_is       values (_classify.c's record_read)
  *   dict_table         (3.10-3.13) an exact dict's entries read in place
+ *                      (3.10-3.12: a split table's, copied to split_items)
  *                      (_classify.c's dict paths, _up_to.c)
  *   small_long         a small int's value without a call (_specread.c)
  *   odict_in_dict_order  whether an OrderedDict's own order is its dict's,
@@ -128,56 +129,192 @@ typedef struct {
 } DictEntry; /* entries of other tables */
 #define DICT_ENTRIES(k) ((void *)((k)->dk_indices + DICT_INDEX_BYTES(k)))
 
-/* An exact dict's table read directly, when it has no holes (every entry in
- * use, so entry i is the i-th item): 1 with *first pointing at the first
- * entry's key and *step the pointers from one entry to the next, the value
- * right after its key; 0 when PyDict_Next must read it. */
+/* Split tables of up to this many items are read by dict_table into
+ * split_items, as (key, value) pairs. Scratch space, not kept: each caller
+ * reads what dict_table gives before anything else runs (no user code, no
+ * other dict_table), and only with the GIL held (DICT_READS). */
+#define SPLIT_READ_MAX 32
+/* pointers from one item to the next there: as in the version's combined
+ * tables of str keys, so that a caller's step stays the one it knows (3.10:
+ * (hash, key, value), the hash left unset) */
+#define SPLIT_STEP (PY_VERSION_HEX >= 0x030B0000 ? 2 : 3)
+static PyObject *split_items[SPLIT_STEP * SPLIT_READ_MAX];
+
+#if PY_VERSION_HEX < 0x030D0000
+/* dict_table of a split table (mp's, of n items, its shared table k): its
+ * keys and values, in order, copied into buf (room for SPLIT_READ_MAX items,
+ * SPLIT_STEP pointers apart, the first key at buf[SPLIT_STEP - 2], each value
+ * after its key), when mp has a value for each key of its shared table in the
+ * table's order; 1, or 0. Out of line: the combined tables' read stays small
+ * where it is inlined. */
+static PK_NO_INLINE int
+dict_split_items(PyDictObject *mp, DictKeys *k, Py_ssize_t n, PyObject **buf)
+{
+    PyObject *const *v = (PyObject *const *)mp->ma_values;
+    if (n > SPLIT_READ_MAX) {
+        return 0;
+    }
+#if PY_VERSION_HEX >= 0x030B0000
+    /* a split table's entries are (key, value), its values NULL; the dict's
+     * order (its length, then its indexes) before its values */
+    const UnicodeEntry *e = DICT_ENTRIES(k);
+    const uint8_t *order = (const uint8_t *)v - 2;
+    if (k->dk_kind != 2 || order[0] != n) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (order[-1 - i] != i) {
+            return 0;
+        }
+        buf[2 * i] = e[i].me_key;
+        buf[2 * i + 1] = v[i];
+    }
+#else
+    /* 3.10 keeps a split dict in its table's order, each value set (as n
+     * says: checked) */
+    const DictEntry *e = DICT_ENTRIES(k);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (v[i] == NULL) {
+            return 0;
+        }
+        buf[3 * i + 1] = e[i].me_key;
+        buf[3 * i + 2] = v[i];
+    }
+#endif
+    return 1;
+}
+#endif
+
+/* An exact dict's items read directly, when its table has no holes (every
+ * entry in use, so entry i is the i-th item): 1 with *first pointing at the
+ * first item's key and *step the pointers from one item to the next, the
+ * value right after its key; 0 when PyDict_Next must read it. A combined
+ * table is read in place: entries of (key, value) (str keys, from 3.11) or
+ * (hash, key, value). On 3.10-3.12 a split table of up to SPLIT_READ_MAX
+ * items (an instance __dict__, a copy of one, the dicts split_tables makes)
+ * is read into split_items (as a combined table of str keys lays its
+ * entries out: SPLIT_STEP), when the dict has a value
+ * for each key of its shared table in the table's order (3.11, 3.12: its
+ * insertion order checked). */
 static inline int
 dict_table(PyObject *d, PyObject ***first, Py_ssize_t *step)
 {
     PyDictObject *mp = (PyDictObject *)d;
     DictKeys *k = (DictKeys *)mp->ma_keys;
     /* (an empty dict's shared empty table has no aligned entries to point at) */
-    if (!dict_reads_ok || mp->ma_values != NULL || k->dk_nentries != mp->ma_used ||
-        mp->ma_used == 0 || !DICT_COMBINED(k)) {
+    if (!dict_reads_ok || k->dk_nentries != mp->ma_used || mp->ma_used == 0) {
         return 0;
     }
-    PyObject **entries = (PyObject **)DICT_ENTRIES(k);
-    *step = DICT_STEP(k);
-    /* str keys (3.11 on): (key, value); else (hash, key, value) */
-    *first = *step == 2 ? entries : entries + 1;
-    return 1;
+    if (mp->ma_values == NULL && DICT_COMBINED(k)) {
+        PyObject **entries = (PyObject **)DICT_ENTRIES(k);
+        *step = DICT_STEP(k);
+        /* str keys (3.11 on): (key, value); else (hash, key, value) */
+        *first = *step == 2 ? entries : entries + 1;
+        return 1;
+    }
+#if PY_VERSION_HEX < 0x030D0000
+    if (mp->ma_values != NULL && dict_split_items(mp, k, mp->ma_used, split_items)) {
+        *first = split_items + (SPLIT_STEP - 2);
+        *step = SPLIT_STEP;
+        return 1;
+    }
+#endif
+    return 0;
+}
+
+/* Whether dict_table reads d as PyDict_Next gives it, item by item, with
+ * want_step pointers between items (0: any), or does not read it (when
+ * refuse_ok) */
+static int
+dict_table_agrees(PyObject *d, Py_ssize_t want_step, int refuse_ok)
+{
+    PyObject **p = NULL, *k, *v;
+    Py_ssize_t step = 0, pos = 0, i = 0, n = PyDict_GET_SIZE(d);
+    if (!dict_table(d, &p, &step)) {
+        return refuse_ok;
+    }
+    if (want_step != 0 && step != want_step) {
+        return 0;
+    }
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        if (i >= n || p[i * step] != k || p[i * step + 1] != v) {
+            return 0;
+        }
+        i++;
+    }
+    return i == n;
 }
 
 /* One dict of keys (a tuple) against dict_table: what PyDict_Next gives,
- * item by item, with want_step pointers between entries; 1 if so. */
+ * item by item, with want_step pointers between entries, read in place; 1 if
+ * so. */
 static int
 dict_reads_agree(PyObject *keys, Py_ssize_t want_step)
 {
-    Py_ssize_t n = PyTuple_GET_SIZE(keys), pos = 0, i = 0, step = 0;
-    PyObject *d = PyDict_New(), **p = NULL, *k, *v;
+    Py_ssize_t n = PyTuple_GET_SIZE(keys), step = 0;
+    PyObject *d = PyDict_New(), **p = NULL;
     int ok = d != NULL;
     for (Py_ssize_t j = 0; ok && j < n; j++) {
         PyObject *val = PyLong_FromSsize_t(1000 + j); /* not a cached int */
         ok = val != NULL && PyDict_SetItem(d, PyTuple_GET_ITEM(keys, j), val) == 0;
         Py_XDECREF(val);
     }
-    ok = ok && dict_table(d, &p, &step) && step == want_step;
-    while (ok && PyDict_Next(d, &pos, &k, &v)) {
-        ok = i < n && p[i * step] == k && p[i * step + 1] == v;
-        i++;
-    }
-    ok = ok && i == n;
+    ok = ok && dict_table_agrees(d, want_step, 0) && dict_table(d, &p, &step) &&
+         p != split_items + (SPLIT_STEP - 2); /* in place */
     /* a deleted key leaves a hole: the table is not read then */
-    ok = ok && PyDict_DelItem(d, PyTuple_GET_ITEM(keys, 0)) == 0 && !dict_table(d, &p, &step);
+    ok = ok && PyDict_DelItem(d, PyTuple_GET_ITEM(keys, 0)) == 0 &&
+         !dict_table(d, &p, &step);
     Py_XDECREF(d);
     return ok;
 }
 
+#if PY_VERSION_HEX < 0x030D0000
+/* Split tables against dict_table: the __dict__ of a class's instance (a
+ * split table), its three names set in the table's order, reads as
+ * PyDict_Next gives it (into split_items); a second instance's, set in
+ * another order, reads right or not at all; the first's after a delete, not
+ * at all; 1 if so. */
+static int
+split_items_agree(void)
+{
+    PyObject *cls = PyObject_CallFunction((PyObject *)&PyType_Type, "s(){}", "_Probe");
+    PyObject *obj[2] = {0}, *dict[2] = {0}, *names = NULL;
+    PyObject **p;
+    Py_ssize_t step;
+    int ok = cls != NULL &&
+             (names = Py_BuildValue("(NNN)", PyUnicode_InternFromString("first"),
+                                    PyUnicode_InternFromString("second"),
+                                    PyUnicode_InternFromString("third"))) != NULL;
+    for (int k = 0; ok && k < 2; k++) {
+        ok = (obj[k] = PyObject_CallNoArgs(cls)) != NULL;
+        for (int i = 0; ok && i < 3; i++) {
+            int at = k == 0 ? i : 2 - i; /* the second in another order */
+            PyObject *val = PyLong_FromLong(1000 + at);
+            ok = val != NULL && PyObject_SetAttr(obj[k], PyTuple_GET_ITEM(names, at), val) == 0;
+            Py_XDECREF(val);
+        }
+        ok = ok && (dict[k] = PyObject_GenericGetDict(obj[k], NULL)) != NULL;
+    }
+    ok = ok && ((PyDictObject *)dict[0])->ma_values != NULL && /* a split table */
+         dict_table_agrees(dict[0], SPLIT_STEP, 0) && dict_table(dict[0], &p, &step) &&
+         p == split_items + (SPLIT_STEP - 2) && dict_table_agrees(dict[1], 0, 1) &&
+         PyDict_DelItem(dict[0], PyTuple_GET_ITEM(names, 1)) == 0 &&
+         !dict_table(dict[0], &p, &step);
+    for (int k = 0; k < 2; k++) {
+        Py_XDECREF(dict[k]);
+        Py_XDECREF(obj[k]);
+    }
+    Py_XDECREF(names);
+    Py_XDECREF(cls);
+    return ok;
+}
+#endif
+
 /* Sets dict_reads_ok when an exact dict's table reads as dict_table expects:
  * for str keys and int keys (small and large tables), the entries are
  * PyDict_Next's items in order; a table with a hole and an empty dict are
- * not read. A failure of any kind leaves it off. */
+ * not read; on 3.10-3.12 split tables too (split_items_agree). A failure of
+ * any kind leaves it off. */
 static void
 dict_reads_check(void)
 {
@@ -198,6 +335,9 @@ dict_reads_check(void)
     const Py_ssize_t str_step = PY_VERSION_HEX >= 0x030B0000 ? 2 : 3;
     ok = ok && dict_reads_agree(s3, str_step) && dict_reads_agree(i3, 3) &&
          dict_reads_agree(s40, str_step) && !dict_table(e, &p, &step);
+#if PY_VERSION_HEX < 0x030D0000
+    ok = ok && split_items_agree();
+#endif
     Py_XDECREF(s3);
     Py_XDECREF(i3);
     Py_XDECREF(s40);
