@@ -1655,11 +1655,12 @@ classify_big_dict(Ctx *c, PyObject *obj, Found *f)
      * the dict or the entry */
     Py_ssize_t n = PyTuple_GET_SIZE(e->order);
     PyObject *order = Py_NewRef(e->order), *keys = Py_NewRef(e->keys);
-    PyObject *at_obj = Py_NewRef(e->at), *node = NULL;
-    PyObject *values = list_to_fill(n);
+    PyObject *at_obj = Py_NewRef(e->at), *node = NULL, *values = NULL;
     int r = -1;
-    if (values == NULL ||
-        (c->mode != WALK_LEAVES && (node = make_node(K_DICT, Py_None, n, keys)) == NULL)) {
+    /* the list last, filled at once: its items are not set (list_to_fill),
+     * so no allocation, which may run the collector, comes between */
+    if ((c->mode != WALK_LEAVES && (node = make_node(K_DICT, Py_None, n, keys)) == NULL) ||
+        (values = list_to_fill(n)) == NULL) {
         goto done;
     }
     r = big_order_read(obj, order, at_obj, ((PyListObject *)values)->ob_item);

@@ -784,6 +784,20 @@ dict_set_table(PyObject *d, DictKeys *empty, DictKeys *k, PyObject **vals, Py_ss
     mp->ma_used = n;
 }
 
+/* Memory for a dict's keys table, from the allocator CPython frees such a
+ * table with (free_keys_object): PyObject_Free up to 3.12, PyMem_Free from
+ * 3.13. The two are one allocator by default, but not under
+ * PYTHONMALLOC=debug or an allocator installed for one domain. */
+static inline DictKeys *
+keys_alloc(size_t size)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyMem_Malloc(size);
+#else
+    return PyObject_Malloc(size);
+#endif
+}
+
 /* Whether a value makes a dict holding it one the collector tracks, as
  * dict insertion decides it (MAINTAIN_TRACKING) */
 static inline int
@@ -828,7 +842,7 @@ dict_from_template(PyObject *tmpl, size_t size, int tuples, const Py_ssize_t *at
     if (d == NULL) {
         return failed ? -1 : 0;
     }
-    DictKeys *k = PyObject_Malloc(size);
+    DictKeys *k = keys_alloc(size);
     if (k == NULL) {
         Py_DECREF(d);
         PyErr_NoMemory();
@@ -957,7 +971,7 @@ split_holder_make(PyObject *tmpl, size_t size, Py_ssize_t n, PyObject **out)
     }
     Py_ssize_t cap = tk->dk_nentries + tk->dk_usable;
     PyObject **vals = split_values_new(cap);
-    DictKeys *k = vals != NULL ? PyObject_Malloc(size) : NULL;
+    DictKeys *k = vals != NULL ? keys_alloc(size) : NULL;
     if (k == NULL) {
         if (vals != NULL) {
             split_values_free(vals);

@@ -2584,6 +2584,71 @@ def test_spare_tuples_are_out_of_the_collectors_reach() -> None:
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
 
 
+# run by test_engine_under_the_debug_allocator in a subprocess
+_DEBUG_ALLOCATOR = """
+import gc
+from pytree_kit import _speedups, _pure
+# dicts made from templates (str, int and mixed keys) and, where on, as
+# split tables, each unflattened often enough to get a plan, then changed
+trees = [
+    [{"b": i, "a": [i], "c": (i,)} for i in range(6)],
+    [{3: "x", 1: [1], -2: None} for _ in range(4)],
+    [{"b": 1, 1: 2, "a": (3,)} for _ in range(3)],
+    {"z": {f"k{j}": [j] for j in reversed(range(40))}, "a": [{"q": 1, "p": 2}] * 3},
+]
+for tree in trees:
+    leaves, spec = _speedups.flatten(tree, None, None)
+    for _ in range(4):
+        got = _speedups.unflatten(spec, leaves)
+    assert got == tree
+    for d in (got if isinstance(got, list) else list(got.values())):
+        if isinstance(d, dict):
+            d["new"] = 1
+            d.pop(next(iter(d)))
+    assert _speedups.flatten(got, None, None)[1] == _pure.flatten(got, None, None)[1]
+    del got
+# a large dict of a remembered order, flattened while every allocation may
+# collect: the free lists of small tuples emptied and kept so, so that each
+# node tuple comes from the allocator
+names = [f"blocks.{i}.attn.weight" for i in range(40)]
+big = {k: [i] for i, k in reversed(list(enumerate(names)))}
+for _ in range(3):
+    _speedups.flatten(big, None, None)
+drain = [tuple(range(n)) for n in range(1, 9) for _ in range(3000)]
+kept = []
+gc.set_threshold(1)
+try:
+    for _ in range(300):
+        leaves, spec = _speedups.flatten(big, None, None)
+        kept.append(spec)
+        assert len(leaves) == 40
+finally:
+    gc.set_threshold(700, 10, 10)
+print("ok")
+"""
+
+
+def test_engine_under_the_debug_allocator() -> None:
+    """Under PYTHONMALLOC=debug (fresh memory filled with a pattern, each
+    block checked on release against the API that allocated it): the dicts
+    the C engine makes from templates and as split tables, changed and freed
+    by CPython, and a large dict flattened while any allocation may collect.
+    Caught: a list whose items were not yet set seen by the collector (3.10,
+    3.11, a crash), and template tables allocated by PyObject_Malloc that
+    CPython 3.13 frees with PyMem_Free (an abort on import)."""
+    import subprocess
+
+    env = dict(os.environ, PYTHONMALLOC="debug")
+    r = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", _DEBUG_ALLOCATOR],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
 @_KEEPS
 def test_spec_parts_are_shared_across_calls() -> None:
     """Flattening the same tree again gives a spec whose nodes and order

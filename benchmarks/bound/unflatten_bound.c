@@ -375,7 +375,11 @@ build(PyObject *list, int mode)
             }
             else {
                 PyDictObject *mp = (PyDictObject *)o;
+#if PY_VERSION_HEX >= 0x030D0000
+                Keys *k = PyMem_Malloc(node->size); /* (as CPython frees it from 3.13) */
+#else
                 Keys *k = PyObject_Malloc(node->size);
+#endif
                 if (k == NULL) {
                     return PyErr_NoMemory();
                 }
