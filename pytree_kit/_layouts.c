@@ -947,7 +947,8 @@ split_holder_make(PyObject *tmpl, size_t size, Py_ssize_t n, PyObject **out)
 {
     DictKeys *tk = (DictKeys *)((PyDictObject *)tmpl)->ma_keys;
     if (!split_tables_ok || n <= 0 || DICT_SLOTS(tk) > SPLIT_MAX_SLOTS ||
-        !template_plain(tmpl, n) || tk->dk_nentries + tk->dk_usable != (Py_ssize_t)((DICT_SLOTS(tk) << 1) / 3)) {
+        !template_plain(tmpl, n) ||
+        tk->dk_nentries + tk->dk_usable != (Py_ssize_t)((DICT_SLOTS(tk) << 1) / 3)) {
         return 0;
     }
 #if PY_VERSION_HEX >= 0x030B0000
@@ -1185,6 +1186,23 @@ done:
 #endif
 
 #if DICT_READS
+/* Whether d (a dict) has exactly the items of keys and vals (n), in that
+ * order, found by lookup too, and its size */
+static int
+dict_items_are(PyObject *d, PyObject *keys, PyObject *const *vals, Py_ssize_t n)
+{
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        if (i >= n || k != PyTuple_GET_ITEM(keys, i) || v != vals[i] ||
+            PyDict_GetItemWithError(d, k) != vals[i]) {
+            return 0;
+        }
+        i++;
+    }
+    return i == n && PyDict_GET_SIZE(d) == n;
+}
+
 /* Sets dict_layout_ok (3.10-3.13) when dict_reads_ok is set (dict_reads_check
  * checked the reads of a table) and dicts copied from a template and given
  * their values in place (dict_from_template) are what inserting gives: for
@@ -1227,14 +1245,7 @@ dict_layout_check(void)
         PyObject **p = NULL;
         Py_ssize_t step = 0;
         if (ok) {
-            Py_ssize_t pos = 0, i = 0;
-            PyObject *k, *v;
-            while (ok && PyDict_Next(d, &pos, &k, &v)) {
-                ok = i < 3 && k == PyTuple_GET_ITEM(keys, i) && v == vals[i] &&
-                     PyDict_GetItemWithError(d, k) == vals[i];
-                i++;
-            }
-            ok = ok && i == 3 && PyDict_GET_SIZE(d) == 3 &&
+            ok = dict_items_are(d, keys, vals, 3) &&
                  PyObject_RichCompareBool(d, want, Py_EQ) == 1 &&
                  PyObject_GC_IsTracked(d) == PyObject_GC_IsTracked(want) &&
                  PyObject_GC_IsTracked(d) &&
@@ -1285,23 +1296,6 @@ dict_layout_check(void)
 #endif
 
 #if SPLIT_TABLES
-/* Whether d (a dict) has exactly the items of keys and vals (n), in that
- * order, found by lookup too, and its size */
-static int
-dict_items_are(PyObject *d, PyObject *keys, PyObject *const *vals, Py_ssize_t n)
-{
-    Py_ssize_t pos = 0, i = 0;
-    PyObject *k, *v;
-    while (PyDict_Next(d, &pos, &k, &v)) {
-        if (i >= n || k != PyTuple_GET_ITEM(keys, i) || v != vals[i] ||
-            PyDict_GetItemWithError(d, k) != vals[i]) {
-            return 0;
-        }
-        i++;
-    }
-    return i == n && PyDict_GET_SIZE(d) == n;
-}
-
 /* Sets split_tables_ok (3.10-3.12) when dict_layout_ok is set and dicts made
  * by dict_split are what inserting gives and stay right as CPython changes
  * them: for a template of three str keys, values found by lookup, iteration

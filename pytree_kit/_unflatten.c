@@ -1000,14 +1000,12 @@ plan_make(PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
              * of a list of records, a chain) */
             if (t != last_t) {
                 r = split_holder_make(t, size, arity, &holder);
-                if (r > 0 && p->holders == NULL) {
+                if (r > 0) {
                     /* out of the collector's reach (see Plan): holders hold
                      * only str keys */
-                    if ((p->holders = PyList_New(0)) != NULL) {
+                    if (p->holders == NULL && (p->holders = PyList_New(0)) != NULL) {
                         PyObject_GC_UnTrack(p->holders);
                     }
-                }
-                if (r > 0) {
                     r = p->holders != NULL ? PyList_Append(p->holders, holder) : -1;
                     Py_DECREF(holder); /* (p->holders keeps it) */
                 }

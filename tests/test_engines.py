@@ -1960,14 +1960,8 @@ def test_unflattened_dicts_of_a_plan_behave_as_dicts(width: int, ops: list) -> N
             assert list(d.items()) == list(m.items()) and d == m and len(d) == len(m)
             assert all(d[k] is m[k] for k in m) and repr(d) == repr(m)
             assert pickle.loads(pickle.dumps(d)) == m
-        # the C engine reads them (in place where it can) as the pure engine does
-        lc, sc = _speedups.flatten(got, None, None)
-        lp, sp = _pure.flatten(got, None, None)
-        assert sc == sp and hash(sc) == hash(sp)
-        check_leaves_identical(lc, lp)
-        check_leaves_identical(_speedups.leaves(got, None, None), lp)
-        check_leaves_identical(_speedups.flatten_up_to(sp, got), lp)
-        assert_same_tree(_speedups.unflatten(sc, lc), _pure.unflatten(sp, lp))
+        # the C engine reads them (directly where it can) as the pure engine does
+        check_engines_agree(got)
 
     for which, (op, ki, v) in ops:
         d, m, k = got[which], models[which], _dict_key(ki)
@@ -2018,15 +2012,9 @@ def test_instance_dicts_flatten_as_the_pure_engine_does() -> None:
         pass
 
     def check(d: dict) -> None:
+        # (spec equality leaves insertion orders out: the rebuilt trees show them)
         for tree in (d, {"d": d, "list": [d, d]}):
-            lc, sc = _speedups.flatten(tree, None, None)
-            lp, sp = _pure.flatten(tree, None, None)
-            assert sc == sp
-            check_leaves_identical(lc, lp)
-            check_leaves_identical(_speedups.leaves(tree, None, None), lp)
-            check_leaves_identical(_speedups.flatten_up_to(sp, tree), lp)
-            # (spec equality leaves insertion orders out: the rebuilt trees show them)
-            assert_same_tree(_speedups.unflatten(sc, lc), _pure.unflatten(sp, lp))
+            check_engines_agree(tree)
 
     made = []
     for order in ((0, 1, 2), (2, 0, 1), (0, 1), (1,)):
