@@ -59,16 +59,23 @@ _then: Optional[Callable[[], None]] = None
 
 
 def register() -> bool:
-    """Register the pure engine as dynamo's stand-in for each C function.
+    """Tell the pure engine when dynamo traces it, and register it as
+    dynamo's stand-in for each C function.
 
     Idempotent; returns whether the substitutes are registered (False when
-    this torch has no ``torch.compiler.substitute_in_graph``, or before
-    :func:`install`, which the pure engine never calls).
+    this torch has no ``torch.compiler.substitute_in_graph``, or when
+    :func:`install` was given no C engine).
     """
     global _registered
     with _lock:
         if _registered:
             return True
+        try:
+            from torch.compiler import is_compiling
+        except ImportError:  # torch older than 2.3: traced walks check on entry
+            pass
+        else:
+            _pure.compiling = is_compiling
         if _c_engine is None:
             return False
         try:
@@ -142,7 +149,8 @@ def install(engine: Any, then: Optional[Callable[[], None]] = None) -> None:
     """Register now if ``torch._dynamo`` is imported, else when it is.
 
     ``engine`` is the C engine, whose functions get the pure engine's as
-    stand-ins; ``then`` runs once they are registered.
+    stand-ins, or None when the pure engine runs (it is only told when dynamo
+    traces it); ``then`` runs once the stand-ins are registered.
     """
     global _c_engine, _then
     _c_engine, _then = engine, then

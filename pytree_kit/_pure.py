@@ -275,6 +275,14 @@ def _outside(obj: Any, t: Any, cache: dict) -> list:
     fields, slots = _outside_layout(t, cache, obj)
     d = getattr(obj, "__dict__", None)
     extra = [] if d is None else [k for k in dict.keys(d) if k not in fields]
+    return _outside_slots(obj, t, slots, extra)
+
+
+def _outside_slots(obj: Any, t: Any, slots: tuple, extra: Any = None) -> list:
+    """``extra`` (names outside the fields, from the ``__dict__`` of ``obj``),
+    and the names of the set ``slots`` of ``obj``, less the cached values
+    (``_outside``)."""
+    extra = [] if extra is None else extra
     for name, desc in slots:
         try:
             desc.__get__(obj, t)
@@ -296,32 +304,93 @@ def _is_cached_property(t: Any, name: Any) -> bool:
     return False
 
 
+def _record_plan(t: Any, kind: int, cache: dict, obj: Any) -> tuple:
+    """What reading instances of the record class ``t`` takes, made once per
+    call: ``(hook, fields, plain, direct, slots, node)``. ``hook`` is
+    :func:`_customised`'s answer; ``fields`` is ``((name, static), ...)``;
+    ``plain`` the names when no field is static, else None; ``direct``
+    whether, when an instance's ``__dict__`` holds exactly the fields (keys
+    ``plain``, in order), its values are what ``getattr`` of each gives: no
+    field is a data descriptor or slot of the class; ``slots`` the
+    ``(name, descriptor)`` of the class's slots that are no field's;
+    ``node`` the node of every instance whose values are read directly, when
+    that is all there is to check (no such slot, and ``t`` is no dict).
+    """
+    hook = _customised(t)
+    if hook is not None:
+        return hook, _fields_info(t, cache, obj), None, False, (), None
+    fields = _fields_info(t, cache, obj)
+    plain = None
+    for _name, is_static in fields:
+        if is_static:
+            break
+    else:
+        plain = tuple(n for n, _ in fields)
+    slots = _outside_layout(t, cache, obj)[1]
+    direct = plain is not None and not any(_data_descriptor(t, n) for n in plain)
+    node = None
+    if direct and not slots and not issubclass(t, dict):
+        node = (kind, t, len(plain), (plain, (), (), None))
+    return None, fields, plain, direct, slots, node
+
+
+def _data_descriptor(t: Any, name: str) -> bool:
+    """Whether the class attribute ``name`` of ``t`` (the first in its MRO)
+    is a data descriptor, which ``getattr`` reads before the instance's dict."""
+    for c in t.__mro__:
+        if name in c.__dict__:
+            kind = type(c.__dict__[name])
+            return hasattr(kind, "__set__") or hasattr(kind, "__delete__")
+    return False
+
+
 def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tuple:
     """Node and children of a dataclass or attrs instance."""
-    key = (_customised, t)
-    hook = cache[key] if key in cache else cache.setdefault(key, _customised(t))
+    key = (_record_plan, t)
+    plan = cache.get(key)
+    if plan is None:
+        plan = cache[key] = _record_plan(t, kind, cache, obj)
+    hook, fields, plain, direct, slots, node = plan
     if hook is not None:
-        fields = [n for n, _ in _fields_info(t, cache, obj)]
-        raise _unfaithful(t, kind, stack, fields, hook)
-    names = []
-    children = []
-    static = []
-    absent = []
-    for name, is_static in _fields_info(t, cache, obj):
-        try:
-            value = getattr(obj, name)
-        except AttributeError:
-            absent.append(name)
-            continue
-        if is_static:
-            static.append((name, value))
-        else:
-            names.append(name)
-            children.append(value)
-    outside = _outside(obj, t, cache)
+        raise _unfaithful(t, kind, stack, [n for n, _ in fields], hook)
+    children = None
+    if direct:
+        # The values as the instance's __dict__ holds them, when its keys are
+        # exactly the fields in order (as __init__ sets them): what getattr
+        # reads (_record_plan says when), read with no call, so that
+        # torch.compile traces far less. Attribute names are interned: a
+        # setattr stores the very str of the field's name.
+        d = getattr(obj, "__dict__", None)
+        if type(d) is dict and len(d) == len(plain):
+            for k, name in zip(d, plain):
+                if k is not name:
+                    break
+            else:
+                children = list(d.values())
+                if node is not None and not isinstance(obj, dict):
+                    return node, children, _ATTR, plain
+    static: list = []
+    absent: list = []
+    if children is not None:
+        names: Any = plain
+        outside = _outside_slots(obj, t, slots) if slots else None
+    else:
+        names = []
+        children = []
+        for name, is_static in fields:
+            try:
+                value = getattr(obj, name)
+            except AttributeError:
+                absent.append(name)
+                continue
+            if is_static:
+                static.append((name, value))
+            else:
+                names.append(name)
+                children.append(value)
+        outside = _outside(obj, t, cache)
     if outside:
-        fields = [n for n, _ in _fields_info(t, cache, obj)]
-        raise _unfaithful(t, kind, stack, fields, outside)
+        raise _unfaithful(t, kind, stack, [n for n, _ in fields], outside)
     dict_keys = None
     if isinstance(obj, dict):
         # A dataclass that is also a dict (transformers' ModelOutput): its dict
@@ -331,8 +400,7 @@ def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tup
         present = dict(zip(names, children))
         present.update(static)
         for k in dict_keys:
-            # id() rather than `is`: torch.compile's tracer follows id() on tuples.
-            if k not in present or id(dict.__getitem__(obj, k)) != id(present[k]):
+            if k not in present or not _same_value(dict.__getitem__(obj, k), present[k]):
                 raise TypeError(
                     f"{where(_path(stack))}: {_qualname(t)} is a dict whose entry {k!r} "
                     "is not the value of its field of that name, so it cannot be rebuilt"
@@ -341,6 +409,28 @@ def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tup
     if static:
         _check_hashable(aux, stack, f"{_qualname(t)} (its static fields)")
     return (kind, t, len(children), aux), children, _ATTR, names
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Whether ``a`` is ``b``, or both are exact tuples of as many items that
+    are, pair by pair, the same values by this rule (a tuple is immutable: one
+    of the same items is the same value). The dict view of a record that is a
+    dict must hold its fields' values by this rule.
+
+    Never ``id()``, and ``is`` on no tuple: torch.compile's tracer guards an
+    ``id()`` on the object's identity, which a new batch fails (a recompile
+    per batch), and cannot trace ``is`` between tuples.
+    """
+    pairs = [(a, b)]
+    while pairs:
+        x, y = pairs.pop()
+        if type(x) is tuple:
+            if type(y) is not tuple or len(x) != len(y):
+                return False
+            pairs.extend(zip(x, y))
+        elif type(y) is tuple or x is not y:
+            return False
+    return True
 
 
 def _user_children(res: Any, stack: list, what: str) -> tuple:
@@ -447,6 +537,10 @@ def _is_namedtuple(obj: Any, t: Any) -> bool:
     return type(fields) is tuple and len(fields) == tuple.__len__(obj)
 
 
+#: the builtin containers ``classify`` reads by exact type
+_BUILTIN_CONTAINERS = frozenset({tuple, list, dict, _NoneType, OrderedDict, defaultdict, deque})
+
+
 def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
     """``(node, children, keymode, names)`` for a container, or None for a leaf.
 
@@ -460,29 +554,30 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
         if rule is not None:
             children, tail, names, mode = _rule_result(rule.flatten(obj), stack, t)
             return (RULE, t, len(children), (rule, *tail)), children, mode, names
-    if t is tuple:
-        return (TUPLE, None, len(obj), None), obj, _SEQ, None
-    if t is list:
-        children = tuple(obj)
-        return (LIST, None, len(children), None), children, _SEQ, None
-    if t is dict:
-        keys = _leaf_order(obj)
-        children = [obj[k] for k in keys]
-        return (DICT, None, len(keys), tuple(keys)), children, _MAP, keys
-    if t is _NoneType:
-        return NONE_NODE, (), _SEQ, None
-    if t is OrderedDict:
-        order = tuple(obj)
-        return (ORDEREDDICT, None, len(order), order), [obj[k] for k in order], _MAP, order
-    if t is defaultdict:
-        keys = _leaf_order(obj)
-        factory = obj.default_factory
-        node = (DEFAULTDICT, None, len(keys), (factory, tuple(keys)))
-        _check_hashable(factory, stack, "a defaultdict (its default_factory)")
-        return node, [obj[k] for k in keys], _MAP, keys
-    if t is deque:
-        children = tuple(obj)
-        return (DEQUE, None, len(children), obj.maxlen), children, _SEQ, None
+    if t in _BUILTIN_CONTAINERS:  # one test for the many types that are none of them
+        if t is tuple:
+            return (TUPLE, None, len(obj), None), obj, _SEQ, None
+        if t is list:
+            children = tuple(obj)
+            return (LIST, None, len(children), None), children, _SEQ, None
+        if t is dict:
+            keys = _leaf_order(obj)
+            children = [obj[k] for k in keys]
+            return (DICT, None, len(keys), tuple(keys)), children, _MAP, keys
+        if t is _NoneType:
+            return NONE_NODE, (), _SEQ, None
+        if t is OrderedDict:
+            order = tuple(obj)
+            return (ORDEREDDICT, None, len(order), order), [obj[k] for k in order], _MAP, order
+        if t is defaultdict:
+            keys = _leaf_order(obj)
+            factory = obj.default_factory
+            node = (DEFAULTDICT, None, len(keys), (factory, tuple(keys)))
+            _check_hashable(factory, stack, "a defaultdict (its default_factory)")
+            return node, [obj[k] for k in keys], _MAP, keys
+        if t is deque:
+            children = tuple(obj)
+            return (DEQUE, None, len(children), obj.maxlen), children, _SEQ, None
     if getattr(t, "__tree_flatten__", None) is not None:
         if not callable(getattr(t, "__tree_unflatten__", None)):
             raise TypeError(
@@ -547,12 +642,67 @@ def _visit(obj: Any, is_leaf: Any, rules: Any, stack: list, cache: dict, leaf_ty
     return found
 
 
+def _never() -> bool:
+    return False
+
+
+#: Whether torch.compile's tracer (dynamo) is tracing the call: ``_dynamo``
+#: sets it to ``torch.compiler.is_compiling`` when ``torch._dynamo`` is
+#: imported (nothing can trace before that); dynamo reads it as a constant.
+compiling = _never
+
+#: How deep a traced walk's path goes before the walk looks for cycles.
+#: dynamo guards on every ``id()`` it traces, so the check made on entry to
+#: each container, as in an eager call, would tie a compiled graph to the
+#: batch it was traced on (a recompile per batch). While tracing, no identity
+#: is read until the path is this deep: a cycle repeats its containers without
+#: end, so it always gets there, and the check made there finds the first
+#: container the path met again, with the error the check on entry gives.
+#: (The same, but for callbacks whose answers change between calls: those
+#: are called again down the cycle.) A traced tree deeper than this is
+#: guarded on the identity of the containers past this depth.
+CYCLE_DEPTH = 100
+
+#: what ``onpath`` holds once cycles are checked on entry (no id is negative)
+_CHECKING = -1
+
+
+def _onpath() -> set:
+    """A walk's set of the ids on its path: checked from the first container
+    (``_CHECKING`` in it), or from ``CYCLE_DEPTH`` while dynamo traces."""
+    return set() if compiling() else {_CHECKING}
+
+
 def _enter(stack: list, onpath: set, obj: Any, children: Any, keymode: int, names: Any) -> None:
     """Push a container's frame, refusing one already on the path (a cycle)."""
-    if id(obj) in onpath:
-        raise _cycle_error(stack, obj)
-    onpath.add(id(obj))
+    if onpath or len(stack) >= CYCLE_DEPTH:
+        _check_entry(stack, onpath, obj)
     stack.append([children, 0, keymode, names, obj])
+
+
+def _check_entry(stack: list, onpath: set, obj: Any) -> None:
+    """Refuse ``obj``, a container about to be entered below ``stack``, when
+    it is on the path (a cycle). Called when ``onpath`` holds ``_CHECKING``
+    (each entry is checked), or, while it is empty (tracing, no identity read
+    yet), when the path reaches ``CYCLE_DEPTH``."""
+    if onpath:
+        if id(obj) in onpath:
+            raise _cycle_error(stack, obj)
+        onpath.add(id(obj))
+    else:
+        _check_path(stack, onpath, obj)
+
+
+def _check_path(stack: list, onpath: set, obj: Any) -> None:
+    """Start checking for cycles: raise the error for the first container on
+    the path (``stack``'s, then ``obj``) that is one before it on the path,
+    else fill ``onpath`` with their ids."""
+    onpath.add(_CHECKING)
+    for j, o in enumerate([fr[4] for fr in stack] + [obj]):
+        if id(o) in onpath:
+            onpath.clear()
+            raise _cycle_error(stack[:j], o)
+        onpath.add(id(o))
 
 
 def _next_child(stack: list, onpath: set) -> Any:
@@ -565,24 +715,43 @@ def _next_child(stack: list, onpath: set) -> Any:
             fr[1] = i + 1
             return fr, i
         stack.pop()
-        onpath.discard(id(fr[4]))
+        if onpath:
+            onpath.discard(id(fr[4]))
     return None
 
 
 def _walk(tree: Any, is_leaf: Any, rules: Any, mode: int) -> tuple:
-    """Pre-order traversal. mode 0: leaves; 1: and the spec; 2: and paths."""
+    """Pre-order traversal. mode 0: leaves; 1: and the spec; 2: and paths.
+
+    The steps of ``iter_leaves`` (``_visit``, ``_enter``, ``_next_child``)
+    written out, with the top frame's children and position in locals
+    (``ch``, ``pos``): torch.compile's tracer traces this loop once per value
+    of the tree and pays for every call and subscript. ``pos`` is stored in
+    the frame before anything that reads the path (``classify``'s errors,
+    the cycle check) and when a container is entered."""
     leaves: list = []
     nodes: list = []
     orders: list = []
     paths: list = []
     keys: list = []  # the current path, when mode == 2
     stack: list = []  # frames: [children, position, keymode, names, obj]
-    onpath: set = set()
+    onpath = _onpath()
     cache: dict = {}
     leaf_types = _leaf_types(rules)
     obj = tree
+    fr: Any = None  # the top frame, stack[-1]
+    ch: Any = ()  # its children
+    n = pos = 0  # how many, and the position of the next one
+    runs = is_leaf is None and mode != 2  # leaves by type need no call (and no path)
     while True:
-        found = _visit(obj, is_leaf, rules, stack, cache, leaf_types)
+        if (is_leaf is not None and is_leaf(obj)) or type(obj) in leaf_types:
+            found = None
+        else:
+            if stack:
+                fr[1] = pos
+            found = classify(obj, type(obj), rules, stack, cache)
+            if found is None and not isinstance(obj, tuple):
+                leaf_types.add(type(obj))
         if found is None:
             leaves.append(obj)
             if mode:
@@ -598,15 +767,35 @@ def _walk(tree: Any, is_leaf: Any, rules: Any, mode: int) -> tuple:
                         orders.append((len(nodes), order))
                 nodes.append(node)
             if children:
-                _enter(stack, onpath, obj, children, keymode, names)
-        at = _next_child(stack, onpath)
-        if at is None:
+                if onpath or len(stack) >= CYCLE_DEPTH:
+                    _check_entry(stack, onpath, obj)
+                fr = [children, 0, keymode, names, obj]
+                stack.append(fr)
+                ch = children
+                n = len(children)
+                pos = 0
+        if runs:  # the run of children that are leaves by their type, taken here
+            while pos < n and type(ch[pos]) in leaf_types:
+                leaves.append(ch[pos])
+                if mode:
+                    nodes.append(LEAF_NODE)
+                pos += 1
+        while pos == n and stack:  # the top frame is done
+            done = stack.pop()
+            if onpath:
+                onpath.discard(id(done[4]))
+            if stack:
+                fr = stack[-1]
+                ch = fr[0]
+                n = len(ch)
+                pos = fr[1]
+        if pos == n:
             break
-        fr, i = at
-        obj = fr[0][i]
+        obj = ch[pos]
+        pos += 1
         if mode == 2:
             del keys[len(stack) - 1 :]
-            keys.append(_key(fr, i))
+            keys.append(_key(fr, pos - 1))
     if not mode:
         return leaves, None
     spec = TreeSpec._make(tuple(nodes), tuple(orders), len(leaves))
@@ -622,7 +811,7 @@ def iter_leaves(tree: Any, is_leaf: Any = None, rules: Any = None) -> Iterator[A
     shows only in containers not reached yet. As in one call, a type found
     to be a leaf type stays one for the rest of the iteration."""
     stack: list = []  # frames: [children, position, keymode, names, obj]
-    onpath: set = set()
+    onpath = _onpath()
     cache: dict = {}
     leaf_types = _leaf_types(rules)
     obj = tree
@@ -782,11 +971,12 @@ def unflatten(spec: TreeSpec, leaves: Any) -> Any:
     li = n
     # Reversed pre-order: popping a node's arity values gives its children in order.
     for idx in range(len(nodes) - 1, -1, -1):
-        kind, t, arity, aux = nodes[idx]
-        if kind == LEAF:
+        node = nodes[idx]
+        if node[0] == LEAF:
             li -= 1
             push(leaves[li])
             continue
+        kind, t, arity, aux = node
         if arity:
             children = stack[-arity:]
             del stack[-arity:]

@@ -299,3 +299,5 @@ def _spec_methods(fast: bool) -> None:
 if _impl is not _pure:
     _spec_methods(fast=True)
     _dynamo.install(_impl, then=lambda: _spec_methods(fast=False))
+else:
+    _dynamo.install(None)

@@ -218,6 +218,27 @@ def test_batches_benchmark_smoke(tmp_path: Path) -> None:
     assert loaders["plain"].split("|")[3].strip() == "1,000"
 
 
+@pytest.mark.once  # a script's smoke run (torch only): the C-engine job on 3.11
+def test_compiled_benchmark_smoke(tmp_path: Path) -> None:
+    """benchmarks/compiled.py --quick compiles the wrapper with each library,
+    checks every result, and counts one graph over 20 fresh batches for each;
+    no timing is judged here."""
+    pytest.importorskip("torch")
+    _run_quick("compiled.py", tmp_path)
+    report = (tmp_path / "compiled.md").read_text(encoding="utf-8")
+    rows = {
+        r.split("|")[1].strip(): r.split("|")[2:-1]
+        for r in report.splitlines()
+        if r.startswith("| ") and not r.startswith("| library")
+    }
+    assert {"pytree_kit", "torch.utils._pytree", "optree"} <= set(rows)
+    for name in ("pytree_kit", "torch.utils._pytree"):
+        compile_s, call_us, eager_us, guards, graphs = (c.strip() for c in rows[name])
+        assert float(compile_s) > 0 and float(call_us) > 0 and int(guards) > 0
+        assert graphs == "1", (name, graphs)
+    assert "Python 3." in report and "torch " in report
+
+
 def test_leaves_bound_smoke(tmp_path: Path) -> None:
     """benchmarks/leaves_bound.py compiles its bound, checks it gives the same
     leaves as pk.leaves on each tree, and reports a row per tree (no timing is

@@ -188,3 +188,392 @@ def test_registration_is_idempotent():
     import torch._dynamo  # noqa: F401
 
     assert _dynamo.register() and _dynamo.register()
+
+
+# -- one graph per structure ----------------------------------------------------
+#
+# A compiled function is called with a fresh batch every step, as a training
+# loop calls it: the graph dynamo made for the first batch must serve every
+# batch of the same structure. Each test calls a compiled function with at
+# least 10 new trees, counts the graphs, and checks every result against the
+# eager call; then a tree of another structure must compile once more (a
+# guard, not a stale graph) and give its own right result.
+
+import attrs  # noqa: E402
+
+from pytree_kit import _pure  # noqa: E402
+
+
+@dataclasses.dataclass
+class Target:
+    boxes: torch.Tensor
+    labels: torch.Tensor
+    split: str = dataclasses.field(default="train", metadata={"static": True})
+
+
+@attrs.define
+class AttrsPair:
+    x: torch.Tensor
+    y: object = None
+
+
+@attrs.define(slots=False)
+class AttrsDict:
+    x: torch.Tensor
+    y: object = None
+
+
+class Proto:
+    """A class that flattens itself (the protocol), with an aux that names its kind."""
+
+    def __init__(self, a, b, kind="p"):
+        self.a, self.b, self.kind = a, b, kind
+
+    def __tree_flatten__(self):
+        return [self.a, self.b], self.kind
+
+    @classmethod
+    def __tree_unflatten__(cls, aux, children):
+        return cls(*children, kind=aux)
+
+
+class Foreign:
+    """A class the caller cannot edit, flattened by a rule."""
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+
+RULES = {Foreign: pk.Rule(lambda o: ([o.a, o.b], None), lambda aux, ch: Foreign(*ch))}
+
+
+def _r(*shape):
+    return torch.randn(*(shape or (2,)))
+
+
+#: name -> make(variant): variant 0 is one structure (a new tree each call),
+#: variant 1 another structure of the same kind
+STRUCTURES = {
+    "dict": lambda v: {"b": _r(), "a": {"c": _r(), **({"d": _r()} if v else {})}},
+    "list": lambda v: [_r(), [_r() for _ in range(2 + v)]],
+    "tuple": lambda v: (_r(), (_r(),) * (1 + v)),
+    "namedtuple": lambda v: Point(_r(), {"z": _r()} if v == 0 else [_r()]),
+    "dataclass": lambda v: [Target(_r(), _r(1)), Target(_r(), _r(1), "val" if v else "train")],
+    "attrs": lambda v: [AttrsPair(_r(), [_r()] * (1 + v)), AttrsDict(_r())],
+    "protocol": lambda v: Proto(_r(), {"q": _r()}, kind="p" if v == 0 else "q"),
+    "rules": lambda v: {"f": Foreign(_r(), _r() if v == 0 else (_r(), _r()))},
+    "none_leaves": lambda v: {"a": None, "b": [_r(), None if v == 0 else _r()]},
+    "model_output": lambda v: EncoderOutput(
+        last_hidden_state=_r(), hidden_states=(_r(), _r())[: 2 - v]
+    ),
+    "ordereddict": lambda v: collections.OrderedDict([("z", _r()), ("a", [_r()])][:: 1 - 2 * v]),
+    "structseq": lambda v: (torch.max, torch.min)[v](torch.randn(2, 3), dim=1),
+}
+
+
+def _bump(x):
+    return x + 1 if isinstance(x, torch.Tensor) else x
+
+
+def _functions(rules):
+    """Every public function documented to work under torch.compile."""
+
+    def flatten_unflatten(tree):
+        leaves, spec = pk.flatten(tree, rules=rules)
+        return pk.unflatten(spec, [_bump(x) for x in leaves])
+
+    def tree_map(tree):
+        return pk.tree_map(_bump, tree, rules=rules)
+
+    def tree_map_two(tree):  # the second tree is read by flatten_up_to
+        return pk.tree_map(
+            lambda x, y: x + y if isinstance(x, torch.Tensor) else x, tree, tree, rules=rules
+        )
+
+    def leaves(tree):
+        return [_bump(x) for x in pk.leaves(tree, rules=rules)]
+
+    def structure(tree):
+        spec = pk.structure(tree, rules=rules)
+        return spec.unflatten([_bump(x) for x in pk.leaves(tree, rules=rules)]), spec.num_leaves
+
+    def flatten_with_path(tree):
+        pairs, spec = pk.flatten_with_path(tree, rules=rules)
+        return {pk.keystr(p): _bump(x) for p, x in pairs}, spec
+
+    def flatten_up_to(tree):
+        return [_bump(x) for x in pk.structure(tree, rules=rules).flatten_up_to(tree)]
+
+    return {
+        f.__name__: f
+        for f in (
+            flatten_unflatten,
+            tree_map,
+            tree_map_two,
+            leaves,
+            structure,
+            flatten_with_path,
+            flatten_up_to,
+        )
+    }
+
+
+def _assert_same(got, want):
+    """Two results: the same structure (pytree_kit's spec) and equal leaves."""
+    got_leaves, got_spec = pk.flatten(got, rules=RULES)
+    want_leaves, want_spec = pk.flatten(want, rules=RULES)
+    assert got_spec == want_spec
+    for a, b in zip(got_leaves, want_leaves):
+        if isinstance(b, torch.Tensor):
+            torch.testing.assert_close(a, b)
+        else:
+            assert a == b
+
+
+def _run_fresh(compiled, fn, make, variant, count):
+    for _ in range(count):
+        tree = make(variant)
+        _assert_same(compiled(tree), fn(tree))
+
+
+@pytest.mark.parametrize("kind", sorted(STRUCTURES))
+@pytest.mark.parametrize("function", sorted(_functions(None)))
+def test_one_graph_per_structure(function, kind):
+    fn = _functions(RULES if kind == "rules" else None)[function]
+    make = STRUCTURES[kind]
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(fn, fullgraph=True, backend=backend)
+    _run_fresh(compiled, fn, make, 0, 10)
+    assert backend.graphs == 1, f"{backend.graphs} graphs for 10 trees of one structure"
+    _run_fresh(compiled, fn, make, 1, 3)  # another structure: one graph more, its own result
+    assert backend.graphs == 2
+    _run_fresh(compiled, fn, make, 0, 2)  # the first structure's graph is still there
+    assert backend.graphs == 2
+
+
+def test_twenty_batches_under_fullgraph_stay_under_the_recompile_limit():
+    """With the default recompile limit (8): a recompile per batch made
+    fullgraph=True raise FailOnRecompileLimitHit at the 9th batch."""
+    fn = _functions(None)["tree_map"]
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(fn, fullgraph=True, backend=backend)
+    for _ in range(20):
+        batch = {"images": _r(3), "targets": [Target(_r(2, 4), _r(1)) for _ in range(4)]}
+        _assert_same(compiled(batch), fn(batch))
+    assert backend.graphs == 1
+
+
+def test_a_tree_built_anew_with_new_containers_each_step_is_one_graph():
+    """Nothing of one step's tree survives to the next (the containers, the
+    records and the tensors are all new), as a DataLoader hands them over."""
+    fn = _functions(None)["flatten_unflatten"]
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(fn, fullgraph=True, backend=backend)
+    kept = []
+    for _ in range(12):
+        tree = {k: [Target(_r(), _r(1)), (_r(), None)] for k in ("a", "b")}
+        _assert_same(compiled(tree), fn(tree))
+        kept.append(tree)  # alive together: ids are never reused between steps
+    assert backend.graphs == 1
+
+
+def _chain(depth, leaf):
+    tree = leaf
+    for i in range(depth):
+        tree = [tree] if i % 2 else {"k": tree}
+    return tree
+
+
+def test_a_tree_deeper_than_the_cycle_bound_compiles_right():
+    """Past ``CYCLE_DEPTH`` a traced walk checks the path for cycles (by
+    identity: dynamo then guards on those containers): still the right result."""
+    fn = _functions(None)["tree_map"]
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True, backend="eager")
+    for _ in range(2):
+        tree = _chain(_pure.CYCLE_DEPTH + 5, _r())
+        _assert_same(compiled(tree), fn(tree))
+
+
+def _cycles():
+    a = [_r()]
+    a.append({"k": a})
+    deep = _chain(_pure.CYCLE_DEPTH + 20, _r())
+    inner = deep
+    for _ in range(_pure.CYCLE_DEPTH // 2):
+        inner = inner[0] if type(inner) is list else inner["k"]
+    inner[0] = deep  # a cycle whose container repeats only past the bound
+    me = Sample(_r(), 1)
+    me.extra = {"me": [me]}
+    return {"list": a, "deep": deep, "record": me}
+
+
+@pytest.mark.parametrize("name", sorted(_cycles()))
+def test_a_cycle_under_compile_raises_the_eager_error(name):
+    """No identity is read while tracing until the bound, and the error is
+    the one an eager call raises (dynamo hands it on as it is without
+    fullgraph, and as the cause of its own error with fullgraph=True)."""
+    tree = _cycles()[name]
+    with pytest.raises(ValueError) as eager:
+        pk.flatten(tree)
+    message = str(eager.value)
+    assert "cycle: this container is the one at" in message
+    fn = _functions(None)["tree_map"]
+    torch._dynamo.reset()
+    with pytest.raises(ValueError) as compiled:
+        torch.compile(fn, backend="eager")(tree)
+    assert str(compiled.value) == message
+    torch._dynamo.reset()
+    with pytest.raises(Exception) as full:
+        torch.compile(fn, fullgraph=True, backend="eager")(tree)
+    assert message in str(full.value.__cause__) or message in str(full.value)
+
+
+def test_identity_is_read_only_past_the_bound_while_tracing():
+    """The pure engine's walk, told that it is traced, reads no id() on a
+    shallow tree (a guard on each container's identity was a recompile per
+    batch), and still raises the eager error for a cycle."""
+    calls = []
+    real_id = id
+
+    def counting_id(x):
+        calls.append(x)
+        return real_id(x)
+
+    tree = {"a": [Target(_r(), _r(1))], "b": (_r(), {"c": None})}
+    old = _pure.compiling
+    _pure.compiling = lambda: True
+    _pure.__dict__["id"] = counting_id
+    try:
+        for mode in (0, 1, 2):
+            _pure._walk(tree, None, None, mode)
+        list(_pure.iter_leaves(tree))
+        assert calls == []
+        a = [1]
+        a.append(a)
+        with pytest.raises(
+            ValueError, match=r"tree\[1\]: cycle: this container is the one at tree,"
+        ):
+            _pure.flatten(a)
+        assert calls
+    finally:
+        del _pure.__dict__["id"]
+        _pure.compiling = old
+
+
+# -- a compiled model in a training loop, and torch.export ---------------------
+
+
+class Teacher:
+    """Fresh batches of a fixed linear map, as a DataLoader would hand them over."""
+
+    def __init__(self):
+        gen = torch.Generator().manual_seed(0)
+        self.w = torch.randn(4, 2, generator=gen)
+        self.gen = gen
+
+    def batch(self):
+        x = torch.randn(8, 4, generator=self.gen)
+        targets = [Target(x[i : i + 2] @ self.w, torch.tensor([i])) for i in range(0, 8, 2)]
+        return {"x": x, "targets": targets, "meta": {"note": None}}
+
+
+class Wrapper(torch.nn.Module):
+    """A model wrapper that flattens its nested batch: tree_map over the batch,
+    then flatten and unflatten of the predictions."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Linear(4, 2)
+
+    def forward(self, batch):
+        batch = pk.tree_map(lambda t: t.float() if isinstance(t, torch.Tensor) else t, batch)
+        pred = self.net(batch["x"])
+        parts = [
+            Target(pred[i : i + 2], t.labels) for i, t in zip(range(0, 8, 2), batch["targets"])
+        ]
+        leaves, spec = pk.flatten({"pred": parts, "targets": batch["targets"]})
+        out = pk.unflatten(spec, leaves)
+        loss = sum(((p.boxes - t.boxes) ** 2).mean() for p, t in zip(out["pred"], out["targets"]))
+        return {"loss": loss, "pred": out["pred"]}
+
+
+class CountingAot(CountingBackend):
+    """Counts graphs and compiles each with aot_eager (forward and backward graphs)."""
+
+    def __call__(self, gm, example_inputs):
+        from torch._dynamo.backends.registry import lookup_backend
+
+        self.graphs += 1
+        return lookup_backend("aot_eager")(gm, example_inputs)
+
+
+def test_compiled_wrapper_in_a_training_loop_compiles_once():
+    teacher = Teacher()
+    model = Wrapper()
+    eager = Wrapper()
+    eager.load_state_dict(model.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.1)
+    torch._dynamo.reset()
+    backend = CountingAot()
+    compiled = torch.compile(model, fullgraph=True, backend=backend)
+    losses = []
+    for _ in range(30):
+        batch = teacher.batch()
+        out = compiled(batch)
+        want = eager(batch)
+        torch.testing.assert_close(out["loss"], want["loss"])
+        assert type(out["pred"][0]) is Target and out["pred"][0].split == "train"
+        for o, step_opt in ((out, opt), (want, eager_opt)):
+            step_opt.zero_grad()
+            o["loss"].backward()
+            step_opt.step()
+        losses.append(out["loss"].item())
+    assert backend.graphs == 1
+    assert losses[-1] < losses[0] / 4, losses
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p, q)
+
+
+class Doubler(torch.nn.Module):
+    def forward(self, batch):
+        leaves, spec = pk.flatten(batch)
+        return pk.unflatten(spec, [x * 2 for x in leaves])
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_exported_forward_that_flattens_serves_fresh_batches(strict):
+    """torch.export of a forward that flattens its input (strict: traced by
+    dynamo, so by the pure engine; non-strict: run as Python): one program,
+    right for any batch of the structure, and a batch of another structure
+    is refused rather than read wrong."""
+
+    def make(n=2):
+        return {"x": _r(3), "parts": [(_r(2), _r(1)) for _ in range(n)]}
+
+    program = torch.export.export(Doubler(), (make(),), strict=strict)
+    module = program.module()
+    for _ in range(10):
+        batch = make()
+        _assert_same(module(batch), Doubler()(batch))
+    with pytest.raises(ValueError, match="TreeSpec"):  # torch's check of the inputs' structure
+        module(make(3))
+
+
+def test_pkt_export_of_a_forward_that_flattens_a_dataclass_batch():
+    """pytree_kit.torch.export (nothing registered) of such a forward with
+    dataclass inputs: fresh batches after the export."""
+    import pytree_kit.torch as pkt
+
+    def make():
+        return {"images": _r(3), "targets": [Target(_r(2, 4), _r(2)) for _ in range(3)]}
+
+    exported = pkt.export(Doubler(), (make(),))
+    for _ in range(10):
+        batch = make()
+        _assert_same(exported(batch), Doubler()(batch))

@@ -856,3 +856,23 @@ def test_records_given_a_dict_by_copy_pickle_or_vars_are_still_plain(again):
     odd = again(_Derived(1))
     with pytest.raises(TypeError, match="outside its fields"):
         pk.leaves(odd)
+
+
+def test_dict_dataclass_entry_that_is_an_equal_tuple_of_the_same_items_is_its_field():
+    """An entry that is another tuple of the very items of its field's tuple is
+    the same value (tuples are immutable): accepted, and rebuilt with the
+    field's; a tuple of other items, even equal ones, is refused. torch.compile
+    cannot trace ``is`` between tuples, so the check compares their items."""
+    a, b = object(), [object()]
+    out = ModelOutput(logits=a, hidden=(b, (a,)))
+    OrderedDict.__setitem__(out, "hidden", (b, (a,)))  # a new tuple, the same items
+    leaves, spec = pk.flatten([out])
+    assert leaves[0] is a and leaves[1] is b[0] and leaves[2] is a
+    rebuilt = pk.unflatten(spec, leaves)[0]
+    assert rebuilt["hidden"] is rebuilt.hidden
+    for other in ((b, (object(),)), (list(b), (a,)), (b,), (b, [a])):
+        OrderedDict.__setitem__(out, "hidden", other)
+        with pytest.raises(
+            TypeError, match=r"tree\[0\]: ModelOutput is a dict whose entry 'hidden'"
+        ):
+            pk.flatten([out])
