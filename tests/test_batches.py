@@ -236,6 +236,88 @@ def test_bad_ragged_arguments_are_clear():
         collate([{"x": torch.ones(1)}, {"x": torch.ones(1, 2)}], ragged="pad")
 
 
+def coco(g: torch.Generator, k: int) -> dict:
+    """A COCO-like sample with ``k`` annotations (0 for an image with none)."""
+    ann = [
+        {
+            "bbox": torch.rand(4, generator=g),
+            "category": int(torch.randint(0, 9, (1,), generator=g)),
+        }
+        for _ in range(k)
+    ]
+    return {
+        "image": torch.rand(3, 4, generator=g),
+        "ann": ann,
+        "boxes": torch.rand(k, 4, generator=g),
+    }
+
+
+def test_a_list_selector_resolves_against_every_sample_not_the_first():
+    """Images with no annotations are normal in detection data: a batch whose
+    first sample has an empty list at a "list" path collates (it failed
+    with "no path of the samples"), each empty list an empty entry."""
+    g = torch.Generator().manual_seed(0)
+    samples = [coco(g, k) for k in (0, 2, 0, 1)]
+    batch = collate(samples, ragged={"['ann']": "list", "boxes": "pad"})
+    assert type(batch["ann"]) is SampleList and [len(a) for a in batch["ann"]] == [0, 2, 0, 1]
+    assert batch["boxes"].sizes[:, 0].tolist() == [0, 2, 0, 1]
+    for a, b in zip(samples, uncollate(batch)):
+        same(a, b)
+
+
+@pytest.mark.parametrize("mode", ["list", "pad", "nested"])
+def test_a_batch_whose_every_list_is_empty_gives_an_all_empty_entry(mode):
+    g = torch.Generator().manual_seed(1)
+    samples = [coco(g, 0) for _ in range(3)]
+    batch = collate(samples, ragged={"['ann']": mode, "boxes": mode})
+    if mode == "list":
+        assert (
+            list(batch["ann"]) == [[], [], []]
+            and [tuple(b.shape) for b in batch["boxes"]] == [(0, 4)] * 3
+        )
+    else:  # no leaf under the lists: the empty list is the batch's as it is each sample's
+        assert batch["ann"] == []
+        boxes = batch["boxes"]
+        if mode == "pad":
+            assert boxes.data.shape == (3, 0, 4) and boxes.sizes.tolist() == [[0, 4]] * 3
+        else:
+            assert boxes.is_nested and [tuple(b.shape) for b in boxes.unbind()] == [(0, 4)] * 3
+    for a, b in zip(samples, uncollate(batch)):
+        same(a, b)
+
+
+def test_a_selector_of_no_node_of_any_sample_still_raises():
+    g = torch.Generator().manual_seed(2)
+    samples = [coco(g, k) for k in (0, 1)]
+    with pytest.raises(ValueError, match=r"ragged= names \"\['anns'\]\", which is no path"):
+        collate(samples, ragged={"['ann']": "list", "['anns']": "list"})
+    # a path only a later sample has (its list is not empty there) is a path of the samples
+    batch = collate(samples, ragged={"['ann']": "list", "bbox": "list", "boxes": "list"})
+    assert [len(a) for a in batch["ann"]] == [0, 1]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.integers(0, 3), min_size=1, max_size=6),
+    st.sampled_from(["pad", "nested", "list"]),
+    st.integers(0, 2**16),
+    st.data(),
+)
+def test_batches_mixing_empty_and_full_lists_round_trip(counts, boxes_mode, seed, data):
+    """Any mix of images with and without annotations, in any order: collate
+    with ragged=, then uncollate gives every sample back, and select gives
+    each the same as uncollate."""
+    g = torch.Generator().manual_seed(seed)
+    samples = [coco(g, k) for k in counts]
+    batch = collate(samples, ragged={"['ann']": "list", "boxes": boxes_mode})
+    rows = uncollate(batch)
+    assert len(rows) == len(samples)
+    for a, b in zip(samples, rows):
+        same(a, b)
+    i = data.draw(st.integers(-len(samples), len(samples) - 1))
+    same(select(batch, i), rows[i])
+
+
 # -- uncollate and select ---------------------------------------------------------------
 
 shapes = st.lists(st.integers(0, 3), min_size=0, max_size=2).map(tuple)

@@ -20,7 +20,7 @@ import torch
 from .. import api
 from .._keys import DictKey, GetAttrKey, SequenceKey, keystr, where
 from .._kinds import LEAF_NODE, Rule
-from .._spec import TreeSpec, _subtree_end
+from .._spec import TreeSpec, _subtree_end, node_paths
 from . import _storage
 from ._hidden import first_hidden, hidden_message
 
@@ -152,107 +152,149 @@ def _check_mode(mode: Any, sel: Any) -> str:
     return str(mode)
 
 
-def _resolve(ragged: Ragged, paths: list[tuple]) -> list[Optional[tuple[str, int]]]:
-    """For each leaf path: (mode, depth of the node the mode applies to), or None.
+class _Decider:
+    """``ragged=``'s answer for a path: ``(mode, depth of the node it applies
+    to)`` or None. Each selector is tried on every prefix of the path,
+    shortest first; the first selector (in the mapping's order) that matches
+    some prefix decides. A callable ``ragged`` is asked once per prefix."""
 
-    Each selector is tried on every prefix of a path, shortest first; the first
-    selector (in the mapping's order) that matches some prefix decides.
-    """
-    if ragged is None:
-        return [None] * len(paths)
-    if isinstance(ragged, str):
-        mode = _check_mode(ragged, "every path")
-        return [(mode, len(p)) for p in paths]
-    if callable(ragged) and not isinstance(ragged, Mapping):
-        out: list[Optional[tuple[str, int]]] = []
-        for p in paths:
-            found = None
+    def __init__(self, ragged: Ragged) -> None:
+        self.mode: Optional[str] = None
+        self.ask: Optional[Callable[[tuple], Any]] = None
+        self.selectors: list = []
+        self.used: set = set()
+        self.asked: dict = {}
+        if isinstance(ragged, str):
+            self.mode = _check_mode(ragged, "every path")
+        elif callable(ragged) and not isinstance(ragged, Mapping):
+            self.ask = ragged
+        elif isinstance(ragged, Mapping):
+            self.selectors = [(sel, _check_mode(mode, sel)) for sel, mode in ragged.items()]
+        else:
+            raise TypeError(
+                "collate: ragged= takes a mode, a mapping from paths to modes, or a callable "
+                f"(path -> mode or None), got {type(ragged).__name__}"
+            )
+
+    def __call__(self, p: tuple) -> Optional[tuple[str, int]]:
+        if self.mode is not None:
+            return (self.mode, len(p))
+        if self.ask is not None:
             for d in range(len(p) + 1):
-                asked = ragged(p[:d])
-                if asked is not None:
-                    found = (_check_mode(asked, ragged), d)
-                    break
-            out.append(found)
-        return out
-    if not isinstance(ragged, Mapping):
-        raise TypeError(
-            "collate: ragged= takes a mode, a mapping from paths to modes, or a callable "
-            f"(path -> mode or None), got {type(ragged).__name__}"
-        )
-    selectors = [(sel, _check_mode(mode, sel)) for sel, mode in ragged.items()]
-    used = set()
-    out = []
-    for p in paths:
-        found = None
-        for n, (sel, mode) in enumerate(selectors):
+                prefix = p[:d]
+                if prefix not in self.asked:
+                    asked = self.ask(prefix)
+                    self.asked[prefix] = None if asked is None else _check_mode(asked, self.ask)
+                if self.asked[prefix] is not None:
+                    return (self.asked[prefix], d)
+            return None
+        for n, (sel, mode) in enumerate(self.selectors):
             for d in range(len(p) + 1):
                 if _selector_matches(sel, p[:d]):
-                    found = (mode, d)
-                    used.add(n)
-                    break
-            if found:
-                break
-        out.append(found)
-    for n, (sel, _) in enumerate(selectors):
-        if n not in used and not callable(sel):
-            examples = ", ".join(repr(keystr(p)) for p in paths[:3])
-            raise ValueError(
-                f"collate: ragged= names {sel!r}, which is no path of the samples "
-                f"(their leaves are at {examples}{', ...' if len(paths) > 3 else ''})"
-            )
-    return out
+                    self.used.add(n)
+                    return (mode, d)
+        return None
+
+    def unused(self) -> list:
+        """The selectors (not callables) that matched no path asked so far."""
+        found = enumerate(self.selectors)
+        return [n for n, (sel, _) in found if n not in self.used and not callable(sel)]
+
+    def names_a_node(self, n: int, paths: Iterable[tuple]) -> bool:
+        """Whether selector ``n`` matches a prefix of one of ``paths``."""
+        sel = self.selectors[n][0]
+        return any(_selector_matches(sel, p[:d]) for p in paths for d in range(len(p) + 1))
 
 
-def _collapse(spec: TreeSpec, paths: list[tuple], modes: list) -> tuple[TreeSpec, list, list]:
-    """Make every node that a "list" mode names above a leaf into a leaf of the
+def _node_paths(spec: TreeSpec) -> list[tuple]:
+    """The path of every node of ``spec``, in pre-order (containers too)."""
+    return [tuple(keys) for _node, keys in node_paths(spec._nodes)]
+
+
+def _resolve(
+    ragged: Ragged, spec: TreeSpec, samples: Any, rules: Rules
+) -> tuple[TreeSpec, list[tuple], list[Optional[tuple[str, int]]]]:
+    """The spec collate reads the samples with, the path of each of its leaves,
+    and each leaf's ``(mode, depth)`` or None.
+
+    The modes are decided on sample 0's nodes: each leaf's by its path; a
+    ``"list"`` mode named on a container (at a leaf's path or above it, or on
+    a container that holds no leaf, such as an empty list) makes that
+    container one leaf of the spec, so that each sample's whole subtree there
+    is one entry. A selector that names no node of sample 0 is looked for in
+    every other sample (whose list there may not be empty); one that names no
+    node of any sample raises ValueError.
+    """
+    decide = _Decider(ragged)
+    nodes = spec._nodes
+    all_paths = _node_paths(spec)
+    leaves_after = [0] * (len(nodes) + 1)  # leaves at node index >= i
+    for i in range(len(nodes) - 1, -1, -1):
+        leaves_after[i] = leaves_after[i + 1] + (nodes[i][0] == LEAF_NODE[0])
+    paths: list[tuple] = []
+    modes: list[Optional[tuple[str, int]]] = []
+    cuts: dict[int, tuple] = {}  # node index -> the path of the leaf it becomes
+    ancestors: list[int] = []  # the node index of each container on the path
+    for i, (node, p) in enumerate(zip(nodes, all_paths)):
+        del ancestors[len(p) :]
+        is_leaf = node[0] == LEAF_NODE[0]
+        empty = not is_leaf and leaves_after[i] == leaves_after[_subtree_end(nodes, i)]
+        if is_leaf or empty:
+            m = decide(p)
+            if is_leaf:
+                paths.append(p)
+                modes.append(m)
+            if m is not None and m[0] == "list" and (m[1] < len(p) or empty):
+                at = ancestors[m[1]] if m[1] < len(p) else i
+                cuts.setdefault(at, p[: m[1]])
+        ancestors.append(i)
+    unused = decide.unused()
+    for sample in samples[1:]:
+        if not unused:
+            break
+        theirs = _node_paths(api.structure(sample, rules=rules))
+        unused = [n for n in unused if not decide.names_a_node(n, theirs)]
+    if unused:
+        sel = decide.selectors[unused[0]][0]
+        examples = ", ".join(repr(keystr(p)) for p in paths[:3])
+        raise ValueError(
+            f"collate: ragged= names {sel!r}, which is no path of the samples "
+            f"(their leaves are at {examples}{', ...' if len(paths) > 3 else ''})"
+        )
+    return _collapse(spec, paths, modes, cuts)
+
+
+def _collapse(
+    spec: TreeSpec, paths: list[tuple], modes: list, cuts: dict[int, tuple]
+) -> tuple[TreeSpec, list, list]:
+    """Make every node of ``cuts`` (node index -> its path) a leaf of the
     spec, so each sample's whole subtree there becomes one entry of a list.
 
     Returns the new spec, and the paths and modes of its leaves.
     """
-    nodes = spec._nodes
-    # the node index of each leaf, and of each node's ancestors by depth
-    leaf_nodes = []
-    ancestors: list[int] = []  # the open nodes, root first
-    remaining: list[int] = []  # children left to visit in each open node
-    chains = []
-    for i, node in enumerate(nodes):
-        while remaining and remaining[-1] == 0:
-            remaining.pop()
-            ancestors.pop()
-        if remaining:
-            remaining[-1] -= 1
-        if node[0] == LEAF_NODE[0]:
-            leaf_nodes.append(i)
-            chains.append(list(ancestors))
-        elif node[2]:
-            ancestors.append(i)
-            remaining.append(node[2])
-    cut: dict[int, int] = {}  # node index -> the leaf index that names it
-    for j, m in enumerate(modes):
-        if m is not None and m[0] == "list" and m[1] < len(paths[j]):
-            start = chains[j][m[1]]
-            cut.setdefault(start, j)
-    if not cut:
+    if not cuts:
         return spec, paths, modes
+    nodes = spec._nodes
     new_nodes: list = []
     keep_orders = []
     new_paths, new_modes = [], []
     index = {}  # old node index -> new node index
-    i = 0
-    leaf_no = {n: j for j, n in enumerate(leaf_nodes)}
+    i = leaf = 0
     while i < len(nodes):
         index[i] = len(new_nodes)
-        if i in cut:
-            j = cut[i]
+        if i in cuts:
             new_nodes.append(LEAF_NODE)
-            new_paths.append(paths[j][: modes[j][1]])
-            new_modes.append(("list", modes[j][1]))
-            i = _subtree_end(nodes, i)
+            new_paths.append(cuts[i])
+            new_modes.append(("list", len(cuts[i])))
+            end = _subtree_end(nodes, i)
+            leaf += sum(1 for k in range(i, end) if nodes[k][0] == LEAF_NODE[0])
+            i = end
             continue
         new_nodes.append(nodes[i])
-        if i in leaf_no:
-            new_paths.append(paths[leaf_no[i]])
-            new_modes.append(modes[leaf_no[i]])
+        if nodes[i][0] == LEAF_NODE[0]:
+            new_paths.append(paths[leaf])
+            new_modes.append(modes[leaf])
+            leaf += 1
         i += 1
     for i, order in spec._orders:
         if i in index and nodes[i] is new_nodes[index[i]]:
@@ -528,13 +570,15 @@ def collate(
     ``path -> mode or None``. A path is a keystr (``"['boxes']"``, ``"[1].mask"``,
     ``tree`` in front or not), a dotted name matched at the end of a path
     (``"boxes"``, ``"target.boxes"``), a tuple of keys, or a callable on the
-    path; each is tried on every node, the outermost first. The modes:
+    path; each is tried on every node, the outermost first, and must name a
+    node of some sample of the batch (an empty list of the first sample, for
+    one, where later samples hold items). The modes:
 
     - ``"list"``: a :class:`SampleList` of each sample's value; named on a
       container, each sample's whole subtree there (torchvision's detection
       interface: ``ragged={"[0]": "list", "[1]": "list"}`` on ``(image,
       target)`` samples gives a list of images and a list of target dicts).
-      The subtrees may differ in structure.
+      The subtrees may differ in structure; an empty list is an empty entry.
     - ``"pad"``: a :class:`Padded` ``(data, sizes)``, padded with ``pad_value``.
     - ``"nested"``: a ``torch.nested`` jagged tensor.
 
@@ -573,10 +617,7 @@ def collate(
     spec = api.structure(samples[0], rules=rules)
     paths = modes = None
     if ragged is not None:
-        pairs, _ = api.flatten_with_path(samples[0], rules=rules)
-        paths = [p for p, _ in pairs]
-        modes = _resolve(ragged, paths)
-        spec, paths, modes = _collapse(spec, paths, modes)
+        spec, paths, modes = _resolve(ragged, spec, samples, rules)
     cols = _Columns(samples, rules, paths, strict)
     in_worker = torch.utils.data.get_worker_info() is not None
     if spec.is_leaf():  # the samples are the one column
