@@ -319,20 +319,6 @@ def _first(batch: list) -> Any:
     return batch
 
 
-@pytest.mark.timeout(180)
-@pytest.mark.parametrize("context", ["spawn", "forkserver"])
-def test_dataloader_workers(context: str) -> None:
-    samples = coco(64)
-    packed = PackedList(samples)
-    loader = torch.utils.data.DataLoader(
-        packed, batch_size=8, num_workers=2, collate_fn=_first, multiprocessing_context=context
-    )
-    seen = [s for batch in loader for s in batch]
-    assert len(seen) == 64
-    for got, want in zip(seen, samples):
-        same(got, want)
-
-
 def _fresh(*args: str, timeout: int = 200) -> str:
     """What a script run in a fresh process prints (no jax threads there to fork)."""
     out = subprocess.run(
@@ -344,6 +330,105 @@ def _fresh(*args: str, timeout: int = 200) -> str:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
+
+
+# -- a PackedList's life: epochs, processes, copies ----------------------------------
+#
+# tests/packed_lifecycle.py runs each in a fresh process and reads every sample
+# of every list the main process kept, after each epoch and each journey. A
+# list's buffers used to be read through bare addresses that pickling through
+# ForkingPickler (a spawn or forkserver DataLoader, an mp.Queue) left pointing
+# at freed memory: 2,967 of 3,000 reads failed after one spawn epoch, and a
+# store of 100,000 samples crashed the main process.
+
+LIFECYCLE = str(HERE / "packed_lifecycle.py")
+SIZES = [600, 100_000]
+
+
+def _lifecycle(*args: str, timeout: int) -> dict:
+    return json.loads(_fresh(LIFECYCLE, *args, timeout=timeout).splitlines()[-1])
+
+
+def _size(n: int) -> int:
+    """``n``, when this engine reads that many samples in CI's time (the pure
+    engine reads the 100,000-sample store's 920,000 samples far slower; what
+    is tested, memory that nothing moves, is the same for both engines)."""
+    if n > 10_000 and pk.ENGINE != "c":
+        pytest.skip("the 100,000-sample lifecycle runs with the C engine")
+    return n
+
+
+def _views(n: int) -> list:
+    """How many samples each list of packed_lifecycle.views holds."""
+    return [n, len(range(1, n, 3)), min(n, 5), len(range(0, n, 5))]
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+def test_dataloader_epochs_then_every_sample_reads_right(context: str, n: int) -> None:
+    """3 epochs with persistent workers off, then 3 with them on, over the
+    list, a slice, an index list and a mask: each epoch's workers see every
+    sample once, the main process then reads every sample of each right, and
+    no file descriptor or shared memory is left behind by an epoch."""
+    r = _lifecycle("loader", context, str(_size(n)), timeout=880)
+    assert r["epochs"] == 6 and r["read"] == 6 * sum(_views(n))
+    for kept in (r["fds"][:3], r["fds"][3:], r["shm"][:3], r["shm"][3:]):
+        assert len(set(kept)) == 1, r
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("n", SIZES)
+def test_a_list_travels_every_way_and_both_ends_read_right(n: int) -> None:
+    """An mp.Queue round trip to a spawned process; ForkingPickler then memory
+    churn; copy.deepcopy; torch.save and torch.load; a caller's own
+    share_memory_() of every buffer: for the list, a slice, an index list and
+    a mask, every sample of the original and of the copy read right."""
+    r = _lifecycle("paths", str(_size(n)), timeout=580)
+    sizes = _views(n)
+    assert r.pop("queue") == 2 * n and r.pop("original") == n
+    for k, m in enumerate(sizes):
+        for way in ("pickler", "deepcopy", "torch.save"):
+            assert r.pop(f"{way}{k}") == 2 * m
+        assert r.pop(f"share_memory_{k}") == m
+    assert not r
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("n", SIZES)
+def test_a_mapped_file_reaches_spawned_workers_by_its_path(n: int, tmp_path: Path) -> None:
+    """A list loaded with mmap=True is mapped again in each spawned worker,
+    from its path: its bytes are not copied into shared memory."""
+    r = _lifecycle("mapped", str(_size(n)), str(tmp_path), timeout=580)
+    assert r["read"] == n + len(range(0, n, 2))
+    assert r["shm_growth"] < max(r["file_bytes"] / 20, 64 << 10), r
+
+
+def test_a_mapped_file_changed_after_loading_is_refused_in_another_process(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store.pk"
+    PackedList(coco(20)).save(path)
+    packed = PackedList.load(path)
+    sent = bytes(ForkingPickler.dumps(packed))
+    PackedList(coco(21)).save(tmp_path / "new.pk")
+    os.replace(tmp_path / "new.pk", path)  # another file at the path
+    with pytest.raises(ValueError, match="changed after it was loaded"):
+        ForkingPickler.loads(sent)
+    assert len(packed) == 20  # the list that was loaded still reads its own mapping
+    for got, want in zip(packed, coco(20)):
+        same(got, want)
+
+
+def test_no_reader_keeps_an_address_into_memory_it_does_not_own() -> None:
+    """Each buffer a PackedList reads through a bare address is in shared
+    memory (which nothing moves), or a mapped file's or a bytearray's that
+    the list keeps."""
+    packed = PackedList(coco(30))
+    for part in (packed, packed[::2], packed[[3, 1]], copy.deepcopy(packed)):
+        assert all(t.is_shared() for t in part._store.tensors.values() if t.numel())
+        index_view = part._bufs[0]
+        assert index_view.obj is not None or part._index.is_shared()
 
 
 @pytest.mark.timeout(120)
@@ -486,7 +571,7 @@ def test_load_maps_and_reads_no_sample(tmp_path: Path) -> None:
     back = PackedList.load(path, mmap=True)
     assert back._index.untyped_storage().data_ptr() != packed._index.untyped_storage().data_ptr()
     # the mapped buffers are views of the file's mapping, copied on write only
-    assert type(back._store.file[0]).__name__ == "mmap"
+    assert type(back._store.file.memory).__name__ == "mmap"
     same(back[199], packed[199])
 
 

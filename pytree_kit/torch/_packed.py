@@ -36,6 +36,7 @@ import zlib
 from array import array
 from itertools import accumulate, chain
 from math import prod
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
 import torch
@@ -88,13 +89,69 @@ _PyBUF_READ = 0x100
 
 
 def _read_only(t: torch.Tensor, fmt: Any) -> memoryview:
-    """A read-only memoryview of a contiguous CPU tensor's memory, as items of ``fmt``
-    (the caller keeps the tensor alive)."""
+    """A read-only memoryview of a contiguous CPU tensor's memory, as items of ``fmt``.
+
+    The view holds a bare address: the caller keeps the tensor alive, and
+    uses the view only while nothing can move the tensor's memory (a
+    ``share_memory_()`` moves a storage that is not shared yet, and frees its
+    old memory). ``PackedList`` keeps such views only of memory that cannot
+    move (docs/reliability.md, "Addresses held")."""
     n = t.numel() * t.element_size()
     if n == 0:
         return memoryview(b"").cast(fmt)
     view: memoryview = _ROW_READ(t.data_ptr(), n, _PyBUF_READ)
     return view.cast(fmt)
+
+
+def _stable(t: torch.Tensor) -> torch.Tensor:
+    """``t``, its storage in shared memory: a shared storage is never moved
+    (``share_memory_()`` does nothing to it, and ForkingPickler sends it as
+    it is), so an address into it stays good while ``t`` lives."""
+    if t.numel() and not t.is_shared():
+        t.share_memory_()
+    return t
+
+
+def _shared_copy(data: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor in shared memory holding a copy of the bytes of ``data``
+    (an array, bytes, or a list of tensors to concatenate)."""
+    if isinstance(data, list):
+        n = sum(t.numel() for t in data)
+        out = torch.empty(n, dtype=dtype)
+        if n:
+            out.share_memory_()
+            torch.cat(data, out=out)
+        return out
+    item = torch.empty(0, dtype=dtype).element_size()
+    out = torch.empty(memoryview(data).nbytes // item, dtype=dtype)
+    if out.numel():
+        out.share_memory_()
+        out.copy_(torch.frombuffer(bytearray(data), dtype=dtype))
+    return out
+
+
+def _owned_index(index: torch.Tensor) -> tuple[torch.Tensor, memoryview]:
+    """A copy of ``index`` (int64) in a bytearray, as a tensor over it and a
+    read-only view of it. The view keeps the bytearray: if the tensor's
+    storage is later moved (pickled through ForkingPickler, or a caller's
+    ``share_memory_()``), the bytes the view reads stay where they are."""
+    owned = bytearray(index.numel() * 8)
+    if not owned:
+        return torch.empty(0, dtype=torch.int64), memoryview(b"").cast("q")
+    t = torch.frombuffer(owned, dtype=torch.int64)
+    t.copy_(index.reshape(-1))
+    return t, memoryview(owned).toreadonly().cast("q")
+
+
+class _File(NamedTuple):
+    """What a PackedList read from a file keeps of it."""
+
+    memory: Any  # the mapping (or the bytes read), which its tensors view
+    index: torch.Tensor  # the file's index, a view of ``memory``
+    path: Optional[str]  # where it was mapped from (None: read whole, not mapped)
+    identity: tuple  # (size, mtime_ns, inode, device) when it was mapped
+    start: int  # where the buffers start
+    entries: tuple  # (name, dtype name, offset, nbytes) of each buffer
 
 
 class Column(NamedTuple):
@@ -149,8 +206,14 @@ class _Store:
         self.pickled = pickled  # leaves stored pickled
         self.allowed = allowed  # None: pickled leaves are this process's own
         self.crcs = crcs  # buffer name -> CRC-32, for a store read from a file
-        self.file = file  # (its memory, its index), for a store read from a file
+        self.file: Optional[_File] = file  # for a store read from a file
         self._texts: list = [None] * len(specs)
+        if file is None:
+            # PackedList keeps bare addresses of these (_read_only): in shared
+            # memory, nothing moves them. A file's buffers view its mapping,
+            # which the store keeps.
+            for t in tensors.values():
+                _stable(t)
 
     def make(self, code: int, a: int, first: int, shape: Any) -> Any:
         """A pickled leaf (``shape`` is its payload) or a tensor/array leaf, rebuilt."""
@@ -250,12 +313,13 @@ class PackedList(Sequence):
 
     def _set(self, store: _Store, index: torch.Tensor) -> None:
         self._store = store
+        if (store.file is not None and index is store.file.index) or index.is_shared():
+            view = _read_only(index, "q")  # memory nothing moves (a file's, or shared)
+        else:
+            index, view = _owned_index(index)
         self._index = index
         t = store.tensors
-        self._bufs = (
-            _read_only(index, "q"),
-            *(_read_only(t[name], fmt) for name, fmt in _rows.BUFFERS[1:]),
-        )
+        self._bufs = (view, *(_read_only(t[name], fmt) for name, fmt in _rows.BUFFERS[1:]))
 
     @classmethod
     def _of(cls, store: _Store, index: torch.Tensor) -> PackedList:
@@ -409,7 +473,7 @@ class PackedList(Sequence):
         crcs, file = self._store.crcs, self._store.file
         if crcs is None or file is None:
             return
-        for name, t in [("index", file[1]), *_named_buffers(self._store)]:
+        for name, t in [("index", file.index), *_named_buffers(self._store)]:
             if _crc(t) != crcs[name]:
                 raise ValueError(f"PackedList: buffer {name!r} does not match its checksum")
 
@@ -418,6 +482,77 @@ def _unpickle(
     specs: list, tensors: dict, data: dict, pickled: int, allowed: Any, index: Any
 ) -> PackedList:
     return PackedList._of(_Store(specs, tensors, data, pickled, allowed), index)
+
+
+def _reduce_for_ipc(packed: PackedList) -> tuple:
+    """How ForkingPickler (a spawn or forkserver DataLoader's dataset, an
+    ``mp.Queue``, torch.multiprocessing) sends a PackedList: a mapped file's
+    by its path, to be mapped again (its bytes are not copied into shared
+    memory); any other by value, its buffers being in shared memory already."""
+    store, file = packed._store, packed._store.file
+    if file is None or file.path is None:
+        return packed.__reduce__()
+    index = None if packed._index is file.index else packed._index
+    return (
+        _remap,
+        (file.path, file.identity, file.start, file.entries, store.specs, store.pickled,
+         store.allowed, store.crcs, index),
+    )  # fmt: skip
+
+
+def _remap(
+    path: str,
+    identity: tuple,
+    start: int,
+    entries: tuple,
+    specs: list,
+    pickled: int,
+    allowed: Any,
+    crcs: dict,
+    index: Optional[torch.Tensor],
+) -> PackedList:
+    """A PackedList sent by :func:`_reduce_for_ipc`: the file mapped again,
+    when it is still the file that was mapped."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        if _identity(st) != tuple(identity):
+            raise ValueError(
+                f"PackedList: {path!r} changed after it was loaded, so it cannot be "
+                "mapped again in this process"
+            )
+        memory: Any = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_COPY) if st.st_size else b""
+    tensors, data = _map_buffers(memory, start, entries)
+    own = tensors.pop("index")
+    file = _File(memory, own, path, tuple(identity), start, tuple(entries))
+    store = _Store(specs, tensors, data, pickled, allowed, crcs, file)
+    return PackedList._of(store, own if index is None else index)
+
+
+def _identity(st: os.stat_result) -> tuple:
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+
+
+def _map_buffers(memory: Any, start: int, entries: Iterable[tuple]) -> tuple[dict, dict]:
+    """``(tensors by name, data by dtype number)``: views of ``memory`` at the
+    entries (checked by ``_load``)."""
+    tensors: dict = {}
+    data: dict = {}
+    for name, dtype_name, offset, nbytes in entries:
+        dtype = _NAME_DTYPE[dtype_name]
+        item = torch.empty(0, dtype=dtype).element_size()
+        t = (
+            torch.frombuffer(memory, dtype=dtype, count=nbytes // item, offset=start + offset)
+            if nbytes
+            else torch.empty(0, dtype=dtype)
+        )
+        if name.startswith("data."):
+            data[_DTYPE_ID[dtype]] = t
+        else:
+            tensors[name] = t
+    return tensors, data
+
+
+ForkingPickler.register(PackedList, _reduce_for_ipc)
 
 
 # -- packing ---------------------------------------------------------------------------
@@ -539,16 +674,17 @@ class _Columns:
             columns = list(zip(*lay.rows)) if lay.codes else []
             lay.rows = []  # let the leaves go as they are stored
             plans += chain.from_iterable(self.layout(lay, columns))
+        # in shared memory from the start: nothing moves them later (_stable)
         tensors = {
-            "layouts": _from_bytes(array("q", table)),
-            "plans": _from_bytes(array("q", plans)),
-            "meta": _from_bytes(array("q", self.meta)),
-            "ints": _from_bytes(array("q", self.ints)),
-            "floats": _from_bytes(array("d", self.floats)),
-            "bools": _from_bytes(bytes(self.bools)),
-            "text": _from_bytes(b"".join(self.text)),
+            "layouts": _shared_copy(array("q", table), torch.int64),
+            "plans": _shared_copy(array("q", plans), torch.int64),
+            "meta": _shared_copy(array("q", self.meta), torch.int64),
+            "ints": _shared_copy(array("q", self.ints), torch.int64),
+            "floats": _shared_copy(array("d", self.floats), torch.float64),
+            "bools": _shared_copy(bytes(self.bools), torch.uint8),
+            "text": _shared_copy(b"".join(self.text), torch.uint8),
         }
-        data = {d: torch.cat(parts) for d, parts in self.data.items()}
+        data = {d: _shared_copy(parts, DTYPES[d]) for d, parts in self.data.items()}
         store = _Store([lay.spec for lay in layouts], tensors, data, self.pickled, None)
         return store, _from_bytes(index)
 
@@ -863,7 +999,8 @@ def _load(cls: Any, path: Any, mapped: bool, allow: Iterable[Any], rules: Any) -
         raise ValueError("PackedList files are little-endian; this machine is not")
     allow = tuple(allow)
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+        st = os.fstat(f.fileno())
+        size = st.st_size
         head = f.read(len(MAGIC) + 12)
         if len(head) < len(MAGIC) + 12 or head[: len(MAGIC)] != MAGIC:
             raise _bad(path, "is not a PackedList file")
@@ -890,9 +1027,8 @@ def _load(cls: Any, path: Any, mapped: bool, allow: Iterable[Any], rules: Any) -
         raise _bad(path, f"has a malformed header ({type(e).__name__}: {e})") from None
     if written != size:
         raise _bad(path, f"is {size} bytes, not the {written} it was written as (cut short?)")
-    tensors: dict = {}
-    data: dict = {}
     crcs: dict = {}
+    checked = []
     for name, b in entries.items():
         try:
             dtype = _NAME_DTYPE[b["dtype"]]
@@ -902,20 +1038,14 @@ def _load(cls: Any, path: Any, mapped: bool, allow: Iterable[Any], rules: Any) -
         item = torch.empty(0, dtype=dtype).element_size()
         if offset < 0 or nbytes < 0 or nbytes % item or start + offset + nbytes > size:
             raise _bad(path, f"is cut short or damaged (buffer {name!r} is outside the file)")
-        t = (
-            torch.frombuffer(keep, dtype=dtype, count=nbytes // item, offset=start + offset)
-            if nbytes
-            else torch.empty(0, dtype=dtype)
-        )
         if name.startswith("data."):
             if _NAME_DTYPE.get(name[5:]) != dtype:
                 raise _bad(path, f"has a buffer {name!r} of dtype {b['dtype']}")
-            data[_DTYPE_ID[dtype]] = t
-        elif name == "index" or _FIXED.get(name) == dtype:
-            tensors[name] = t
-        else:
+        elif name != "index" and _FIXED.get(name) != dtype:
             raise _bad(path, f"has an unknown buffer {name!r} of dtype {b['dtype']}")
         crcs[name] = crc
+        checked.append((name, b["dtype"], offset, nbytes))
+    tensors, data = _map_buffers(keep, start, checked)
     index = tensors.pop("index", None)
     if index is None or set(tensors) != set(_FIXED) or index.numel() != 2 * samples:
         raise _bad(path, "lacks a buffer, or its index does not hold its samples")
@@ -926,7 +1056,9 @@ def _load(cls: Any, path: Any, mapped: bool, allow: Iterable[Any], rules: Any) -
     ):
         raise _bad(path, "has layouts that do not match its specs")
     allowed = {(getattr(x, "__module__", None), getattr(x, "__qualname__", None)): x for x in allow}
-    store = _Store(specs, tensors, data, pickled, allowed, crcs, (keep, index))
+    where = os.path.abspath(os.fspath(path)) if mapped else None
+    file = _File(keep, index, where, _identity(st), start, tuple(checked))
+    store = _Store(specs, tensors, data, pickled, allowed, crcs, file)
     packed = cls._of(store, index)
     if not mapped:
         packed.verify()
