@@ -426,9 +426,16 @@ def test_no_reader_keeps_an_address_into_memory_it_does_not_own() -> None:
     the list keeps."""
     packed = PackedList(coco(30))
     for part in (packed, packed[::2], packed[[3, 1]], copy.deepcopy(packed)):
-        assert all(t.is_shared() for t in part._store.tensors.values() if t.numel())
+        buffers = [
+            t for t in (*part._store.tensors.values(), *part._store.data.values()) if t.numel()
+        ]
+        assert all(t.is_shared() for t in buffers)
+        assert len({t.untyped_storage().data_ptr() for t in buffers}) == 1  # one storage
         index_view = part._bufs[0]
-        assert index_view.obj is not None or part._index.is_shared()
+        assert type(index_view.obj) is bytearray or part._index.is_shared()
+    fds = len(os.listdir("/proc/self/fd"))
+    kept = [PackedList(coco(3)) for _ in range(40)]
+    assert len(os.listdir("/proc/self/fd")) - fds <= len(kept)  # a file descriptor a store
 
 
 @pytest.mark.timeout(120)

@@ -45,6 +45,7 @@ from .. import _engine, _rows, api
 from .._keys import keystr
 from .._paths import _as_path, parse_keystr
 from .._spec import TreeSpec
+from ._storage import consolidate
 
 __all__ = ["PackedList", "Column"]
 
@@ -101,33 +102,6 @@ def _read_only(t: torch.Tensor, fmt: Any) -> memoryview:
         return memoryview(b"").cast(fmt)
     view: memoryview = _ROW_READ(t.data_ptr(), n, _PyBUF_READ)
     return view.cast(fmt)
-
-
-def _stable(t: torch.Tensor) -> torch.Tensor:
-    """``t``, its storage in shared memory: a shared storage is never moved
-    (``share_memory_()`` does nothing to it, and ForkingPickler sends it as
-    it is), so an address into it stays good while ``t`` lives."""
-    if t.numel() and not t.is_shared():
-        t.share_memory_()
-    return t
-
-
-def _shared_copy(data: Any, dtype: torch.dtype) -> torch.Tensor:
-    """A tensor in shared memory holding a copy of the bytes of ``data``
-    (an array, bytes, or a list of tensors to concatenate)."""
-    if isinstance(data, list):
-        n = sum(t.numel() for t in data)
-        out = torch.empty(n, dtype=dtype)
-        if n:
-            out.share_memory_()
-            torch.cat(data, out=out)
-        return out
-    item = torch.empty(0, dtype=dtype).element_size()
-    out = torch.empty(memoryview(data).nbytes // item, dtype=dtype)
-    if out.numel():
-        out.share_memory_()
-        out.copy_(torch.frombuffer(bytearray(data), dtype=dtype))
-    return out
 
 
 def _owned_index(index: torch.Tensor) -> tuple[torch.Tensor, memoryview]:
@@ -200,6 +174,14 @@ class _Store:
         crcs: Optional[dict] = None,
         file: Optional[tuple] = None,
     ) -> None:
+        if file is None and not all(
+            t.is_shared() for t in chain(tensors.values(), data.values()) if t.numel()
+        ):
+            # PackedList keeps bare addresses of these (_read_only): in shared
+            # memory nothing moves them, and in one storage they cost one file
+            # descriptor. (A file's buffers view its mapping, which the store
+            # keeps; buffers sent from another process are shared already.)
+            tensors, data = consolidate((tensors, data), shared=True)
         self.specs = specs
         self.tensors = tensors  # the buffers of _FIXED, by name
         self.data = data  # dtype number -> the elements of that dtype's tensor leaves
@@ -208,12 +190,6 @@ class _Store:
         self.crcs = crcs  # buffer name -> CRC-32, for a store read from a file
         self.file: Optional[_File] = file  # for a store read from a file
         self._texts: list = [None] * len(specs)
-        if file is None:
-            # PackedList keeps bare addresses of these (_read_only): in shared
-            # memory, nothing moves them. A file's buffers view its mapping,
-            # which the store keeps.
-            for t in tensors.values():
-                _stable(t)
 
     def make(self, code: int, a: int, first: int, shape: Any) -> Any:
         """A pickled leaf (``shape`` is its payload) or a tensor/array leaf, rebuilt."""
@@ -329,6 +305,9 @@ class PackedList(Sequence):
 
     def __reduce__(self) -> tuple:
         s = self._store
+        flat = _one_storage(s)
+        if flat is not None:  # torch.save takes no views of one storage as several dtypes
+            return (_unpickle_flat, (s.specs, *flat, s.pickled, s.allowed, self._index))
         return (
             _unpickle,
             (s.specs, s.tensors, s.data, s.pickled, s.allowed, self._index),
@@ -481,6 +460,43 @@ class PackedList(Sequence):
 def _unpickle(
     specs: list, tensors: dict, data: dict, pickled: int, allowed: Any, index: Any
 ) -> PackedList:
+    return PackedList._of(_Store(specs, tensors, data, pickled, allowed), index)
+
+
+def _one_storage(store: _Store) -> Optional[tuple]:
+    """``(whole, places)``, when the store's buffers are views of one storage
+    (a store made in memory): that storage as one uint8 tensor, and
+    ``((kind, key, dtype name, byte offset, elements), ...)`` of each buffer
+    (kind ``"t"`` for a buffer of ``tensors``, ``"d"`` for one of ``data``)."""
+    named = [("t", k, t) for k, t in store.tensors.items()]
+    named += [("d", k, t) for k, t in store.data.items()]
+    full = [t for _, _, t in named if t.numel()]
+    if not full or store.file is not None:
+        return None
+    storage = full[0].untyped_storage()
+    if any(t.untyped_storage().data_ptr() != storage.data_ptr() for t in full):
+        return None
+    whole = torch.empty(0, dtype=torch.uint8).set_(storage)
+    places = tuple(
+        (kind, k, _DTYPE_NAME[t.dtype], t.storage_offset() * t.element_size(), t.numel())
+        for kind, k, t in named
+    )
+    return whole, places
+
+
+def _unpickle_flat(
+    specs: list, whole: torch.Tensor, places: tuple, pickled: int, allowed: Any, index: Any
+) -> PackedList:
+    """A PackedList pickled by ``_one_storage``: its buffers, views of ``whole`` again."""
+    tensors: dict = {}
+    data: dict = {}
+    storage = whole.untyped_storage()
+    for kind, k, dtype_name, offset, n in places:
+        dtype = _NAME_DTYPE[dtype_name]
+        t = torch.empty(0, dtype=dtype)
+        if n:
+            t = t.set_(storage, offset // t.element_size(), (n,), (1,))
+        (tensors if kind == "t" else data)[k] = t
     return PackedList._of(_Store(specs, tensors, data, pickled, allowed), index)
 
 
@@ -674,17 +690,16 @@ class _Columns:
             columns = list(zip(*lay.rows)) if lay.codes else []
             lay.rows = []  # let the leaves go as they are stored
             plans += chain.from_iterable(self.layout(lay, columns))
-        # in shared memory from the start: nothing moves them later (_stable)
         tensors = {
-            "layouts": _shared_copy(array("q", table), torch.int64),
-            "plans": _shared_copy(array("q", plans), torch.int64),
-            "meta": _shared_copy(array("q", self.meta), torch.int64),
-            "ints": _shared_copy(array("q", self.ints), torch.int64),
-            "floats": _shared_copy(array("d", self.floats), torch.float64),
-            "bools": _shared_copy(bytes(self.bools), torch.uint8),
-            "text": _shared_copy(b"".join(self.text), torch.uint8),
+            "layouts": _from_bytes(array("q", table)),
+            "plans": _from_bytes(array("q", plans)),
+            "meta": _from_bytes(array("q", self.meta)),
+            "ints": _from_bytes(array("q", self.ints)),
+            "floats": _from_bytes(array("d", self.floats)),
+            "bools": _from_bytes(bytes(self.bools)),
+            "text": _from_bytes(b"".join(self.text)),
         }
-        data = {d: _shared_copy(parts, DTYPES[d]) for d, parts in self.data.items()}
+        data = {d: torch.cat(parts) for d, parts in self.data.items()}
         store = _Store([lay.spec for lay in layouts], tensors, data, self.pickled, None)
         return store, _from_bytes(index)
 
