@@ -329,7 +329,7 @@ def _record_plan(t: Any, kind: int, cache: dict, obj: Any) -> tuple:
     slots = _outside_layout(t, cache, obj)[1]
     direct = plain is not None and not any(_data_descriptor(t, n) for n in plain)
     node = None
-    if direct and not slots and not issubclass(t, dict):
+    if plain is not None and direct and not slots and not issubclass(t, dict):
         node = (kind, t, len(plain), (plain, (), (), None))
     return None, fields, plain, direct, slots, node
 

@@ -77,6 +77,9 @@ LAYERS: list[list[str]] = [
 INJECTIONS = {
     ("_engine", "_spec", "_impl"),
     ("_engine", "_keys", "_fast"),
+    # torch.compiler.is_compiling, once torch._dynamo is imported: the pure
+    # engine never imports torch, and must know when dynamo traces it
+    ("_dynamo", "_pure", "compiling"),
 }
 
 #: the modules that may change TreeSpec after its class body

@@ -121,7 +121,7 @@ class _File(NamedTuple):
     """What a PackedList read from a file keeps of it."""
 
     memory: Any  # the mapping (or the bytes read), which its tensors view
-    index: torch.Tensor  # the file's index, a view of ``memory``
+    file_index: torch.Tensor  # the file's index, a view of ``memory``
     path: Optional[str]  # where it was mapped from (None: read whole, not mapped)
     identity: tuple  # (size, mtime_ns, inode, device) when it was mapped
     start: int  # where the buffers start
@@ -172,7 +172,7 @@ class _Store:
         pickled: int,
         allowed: Optional[dict],
         crcs: Optional[dict] = None,
-        file: Optional[tuple] = None,
+        file: Optional[_File] = None,
     ) -> None:
         if file is None and not all(
             t.is_shared() for t in chain(tensors.values(), data.values()) if t.numel()
@@ -289,7 +289,7 @@ class PackedList(Sequence):
 
     def _set(self, store: _Store, index: torch.Tensor) -> None:
         self._store = store
-        if (store.file is not None and index is store.file.index) or index.is_shared():
+        if (store.file is not None and index is store.file.file_index) or index.is_shared():
             view = _read_only(index, "q")  # memory nothing moves (a file's, or shared)
         else:
             index, view = _owned_index(index)
@@ -452,7 +452,7 @@ class PackedList(Sequence):
         crcs, file = self._store.crcs, self._store.file
         if crcs is None or file is None:
             return
-        for name, t in [("index", file.index), *_named_buffers(self._store)]:
+        for name, t in [("index", file.file_index), *_named_buffers(self._store)]:
             if _crc(t) != crcs[name]:
                 raise ValueError(f"PackedList: buffer {name!r} does not match its checksum")
 
@@ -508,7 +508,7 @@ def _reduce_for_ipc(packed: PackedList) -> tuple:
     store, file = packed._store, packed._store.file
     if file is None or file.path is None:
         return packed.__reduce__()
-    index = None if packed._index is file.index else packed._index
+    index = None if packed._index is file.file_index else packed._index
     return (
         _remap,
         (file.path, file.identity, file.start, file.entries, store.specs, store.pickled,
