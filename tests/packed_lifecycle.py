@@ -16,11 +16,14 @@ came back. A reading of freed memory shows as a wrong value, a ValueError
 from __future__ import annotations
 
 import copy
+import gc
 import io
 import json
 import os
 import sys
+import time
 from multiprocessing.reduction import ForkingPickler
+from typing import Callable
 
 import torch
 import torch.multiprocessing as tmp
@@ -94,6 +97,19 @@ def fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def settled(measure: Callable[[], int]) -> int:
+    """``measure()`` once it holds still (three equal readings 50 ms apart, 3 s
+    at most): the last epoch's workers may still be closing their pipes."""
+    last = [measure()]
+    for _ in range(60):
+        time.sleep(0.05)
+        gc.collect()
+        last.append(measure())
+        if len(last) >= 3 and last[-1] == last[-2] == last[-3]:
+            break
+    return last[-1]
+
+
 def shm() -> int:
     """Bytes of shared memory this process maps (its /dev/shm mappings, unlinked
     ones included): other processes' shared memory is not counted."""
@@ -157,8 +173,8 @@ def loader(context: str, n: int) -> dict:
             report["epochs"] += 1
             # the main process reads every list it kept (which the workers were sent)
             report["read"] += sum(read_all(p, numbers) for p, numbers in parts)
-            report["fds"].append(fds())
-            report["shm"].append(shm())
+            report["fds"].append(settled(fds))
+            report["shm"].append(settled(shm))
         del dl
     return report
 

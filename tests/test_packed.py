@@ -373,8 +373,9 @@ def test_dataloader_epochs_then_every_sample_reads_right(context: str, n: int) -
     no file descriptor or shared memory is left behind by an epoch."""
     r = _lifecycle("loader", context, str(_size(n)), timeout=880)
     assert r["epochs"] == 6 and r["read"] == 6 * sum(_views(n))
+    # after each epoch, once the last workers are gone: no more than after the first
     for kept in (r["fds"][:3], r["fds"][3:], r["shm"][:3], r["shm"][3:]):
-        assert len(set(kept)) == 1, r
+        assert max(kept[1:]) <= kept[0], r
 
 
 @pytest.mark.timeout(600)

@@ -37,8 +37,9 @@ def _check(r: dict) -> None:
     assert r["read"] == [N] * EPOCHS, "the dataset did not read right in the main process"
     losses = r["losses"]
     assert losses[-1] < losses[0] / 10 and losses[1] < losses[0], losses
-    assert len(set(r["fds"])) == 1, f"file descriptors grew over the epochs: {r['fds']}"
-    assert len(set(r["shm"])) == 1, f"shared memory grew over the epochs: {r['shm']}"
+    # measured once the last epoch's workers are gone: no more than after the first
+    assert max(r["fds"][1:]) <= r["fds"][0], f"file descriptors grew over the epochs: {r['fds']}"
+    assert max(r["shm"][1:]) <= r["shm"][0], f"shared memory grew over the epochs: {r['shm']}"
 
 
 @pytest.mark.timeout(240)

@@ -32,6 +32,8 @@ import gc
 import json
 import os
 import sys
+import time
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -125,6 +127,19 @@ def fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def settled(measure: Callable[[], int]) -> int:
+    """``measure()`` once it holds still (three equal readings 50 ms apart, 3 s
+    at most): the last epoch's workers may still be closing their pipes."""
+    last = [measure()]
+    for _ in range(60):
+        time.sleep(0.05)
+        gc.collect()
+        last.append(measure())
+        if len(last) >= 3 and last[-1] == last[-2] == last[-3]:
+            break
+    return last[-1]
+
+
 def shm() -> int:
     """Bytes of shared memory this process maps (its /dev/shm mappings, unlinked
     ones included): other processes' shared memory is not counted."""
@@ -165,8 +180,8 @@ def train(
         report["seen"].append(sorted(ids))
         report["read"].append(read_all(dataset))
         gc.collect()
-        report["fds"].append(fds())
-        report["shm"].append(shm())
+        report["fds"].append(settled(fds))
+        report["shm"].append(settled(shm))
     return report
 
 
