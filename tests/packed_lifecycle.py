@@ -16,20 +16,18 @@ came back. A reading of freed memory shows as a wrong value, a ValueError
 from __future__ import annotations
 
 import copy
-import gc
 import io
 import json
 import os
 import sys
-import time
 from multiprocessing.reduction import ForkingPickler
-from typing import Callable
 
 import torch
 import torch.multiprocessing as tmp
 from torch.utils.data import DataLoader
 
 from pytree_kit.torch import PackedList
+from tests.process_use import fds, settled, shm
 
 
 def sample(i: int) -> dict:
@@ -91,35 +89,6 @@ def where_mapped(batch: list) -> list:
     info = torch.utils.data.get_worker_info()
     file = info.dataset._store.file
     return [(file.path if file is not None else None, numbers_of(s)) for s in batch]
-
-
-def fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def settled(measure: Callable[[], int]) -> int:
-    """``measure()`` once it holds still (three equal readings 50 ms apart, 3 s
-    at most): the last epoch's workers may still be closing their pipes."""
-    last = [measure()]
-    for _ in range(60):
-        time.sleep(0.05)
-        gc.collect()
-        last.append(measure())
-        if len(last) >= 3 and last[-1] == last[-2] == last[-3]:
-            break
-    return last[-1]
-
-
-def shm() -> int:
-    """Bytes of shared memory this process maps (its /dev/shm mappings, unlinked
-    ones included): other processes' shared memory is not counted."""
-    total = 0
-    with open("/proc/self/maps") as f:
-        for line in f:
-            if "/dev/shm/" in line or "/memfd:" in line:
-                lo, hi = line.split()[0].split("-")
-                total += int(hi, 16) - int(lo, 16)
-    return total
 
 
 def views(packed: PackedList, n: int) -> list:

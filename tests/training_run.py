@@ -32,8 +32,6 @@ import gc
 import json
 import os
 import sys
-import time
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -42,6 +40,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 import pytree_kit as pk
 import pytree_kit.torch as pkt
+from tests.process_use import fds, settled, shm
 
 N, BATCH, EPOCHS, FEATURES = 384, 16, 3, 16
 W_TRUE = torch.linspace(-1.0, 1.0, FEATURES)
@@ -121,35 +120,6 @@ def model_input(batch: dict, device: torch.device) -> dict:
     assert batch["boxes"].lengths.tolist() == [i % 4 for i in batch["id"].tolist()]
     tree = {"x": batch["image"], "target": Target(batch["score"], batch["boxes"].lengths)}
     return pkt.to_device(tree, device) if device.type != "cpu" else tree
-
-
-def fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def settled(measure: Callable[[], int]) -> int:
-    """``measure()`` once it holds still (three equal readings 50 ms apart, 3 s
-    at most): the last epoch's workers may still be closing their pipes."""
-    last = [measure()]
-    for _ in range(60):
-        time.sleep(0.05)
-        gc.collect()
-        last.append(measure())
-        if len(last) >= 3 and last[-1] == last[-2] == last[-3]:
-            break
-    return last[-1]
-
-
-def shm() -> int:
-    """Bytes of shared memory this process maps (its /dev/shm mappings, unlinked
-    ones included): other processes' shared memory is not counted."""
-    total = 0
-    with open("/proc/self/maps") as f:
-        for line in f:
-            if "/dev/shm/" in line or "/memfd:" in line:
-                lo, hi = line.split()[0].split("-")
-                total += int(hi, 16) - int(lo, 16)
-    return total
 
 
 def train(
