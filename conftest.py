@@ -12,6 +12,8 @@ starts a process group).
 """
 
 import importlib.util
+import re
+from pathlib import Path
 
 # tests/bridge_worker.py is a script run in fresh processes (it imports
 # transformers, whose registrations are global): never imported here; nor are
@@ -24,13 +26,22 @@ collect_ignore = [
 
 # Without torch (every Python but the one its wheel is for), the modules that
 # import torch at the top are not collected: pytree_kit.torch's doctests and
-# the helper modules of the torch tests, which are not tests themselves. The
+# the helper modules of the torch tests (tests/*.py not named test_*), which are
+# not tests themselves but --doctest-modules imports them. They are found by
+# reading their imports, so a new helper cannot be forgotten here (one was:
+# CI failed collecting tests/packed_lifecycle.py on 3.10, 3.12 and 3.13). The
 # torch tests skip on their own (pytest.importorskip).
+_IMPORTS_TORCH = re.compile(r"^(import|from) torch\b", re.MULTILINE)
+
+
+def _helpers_importing_torch() -> list[str]:
+    here = Path(__file__).resolve().parent
+    return sorted(
+        f"tests/{path.name}"
+        for path in (here / "tests").glob("*.py")
+        if not path.name.startswith("test_") and _IMPORTS_TORCH.search(path.read_text())
+    )
+
+
 if importlib.util.find_spec("torch") is None:
-    collect_ignore += [
-        "pytree_kit/torch",
-        "tests/dist_worker.py",
-        "tests/hf_models.py",
-        "tests/packed_worker.py",
-        "tests/tracing_models.py",
-    ]
+    collect_ignore += ["pytree_kit/torch", *_helpers_importing_torch()]
