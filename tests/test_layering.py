@@ -63,7 +63,7 @@ LAYERS: list[list[str]] = [
     ["_restructure"],
     ["__init__"],
     # pytree_kit.torch, on top of the core
-    ["torch/_bridge", "torch/_storage", "torch/_testing"],
+    ["torch/_bridge", "torch/_staging", "torch/_storage", "torch/_testing"],
     ["torch/_hidden"],
     ["torch/_data", "torch/_collate", "torch/_flatspec", "torch/_packed"],
     ["torch/_distributed", "torch/_arguments"],

@@ -10,6 +10,7 @@ import collections
 import dataclasses
 import gc
 import itertools
+import random
 import threading
 import warnings
 from typing import Any
@@ -209,69 +210,84 @@ def small_batch(n: int = 1000, seed: int = 0) -> dict:
     }
 
 
-def test_pack_copies_each_dtype_into_one_buffer_and_returns_views():
+def test_pack_copies_a_batch_into_one_buffer_group_by_group():
     pool = plain_pool()
     batch = small_batch(100)
     leaves, spec = pk.flatten(batch)
     packed = spec.unflatten(pool.pack(leaves))
-    assert pool.allocations == 2  # one float32 buffer, one int64 buffer
+    assert pool.allocations == 1  # float32 and int64 alike: one byte buffer per batch
     for a, b in zip(pk.leaves(batch), pk.leaves(packed)):
         if isinstance(a, torch.Tensor):
             torch.testing.assert_close(a, b)
-            assert a.dtype == b.dtype and a.shape == b.shape
+            assert a.dtype == b.dtype and a.shape == b.shape and b.is_contiguous()
         else:
             assert a is b
     storages = {
         t.untyped_storage().data_ptr() for t in pk.leaves(packed) if isinstance(t, torch.Tensor)
     }
-    assert len(storages) == 2
+    assert len(storages) == 1
     assert type(packed["meta"]) is Target and packed["meta"].labels == "keep me"
-    # aligned starts: 128 bytes apart at least
-    ptrs = sorted(t.data_ptr() for t in packed["feats"])
-    assert all((b - a) % 128 == 0 for a, b in itertools.pairwise(ptrs))
+    # a group's tensors lie end to end; each group starts on a 128-byte boundary
+    feats = [t.data_ptr() for t in packed["feats"]]
+    assert [b - a for a, b in itertools.pairwise(feats)] == [64 * 4] * 99
+    start = storages.pop()
+    for first in (packed["feats"][0], packed["ids"][0], packed["meta"].boxes):
+        assert (first.data_ptr() - start) % 128 == 0
+    assert packed["ids"][1].data_ptr() - packed["ids"][0].data_ptr() == 8
 
 
-def test_buffers_are_reused_only_when_no_view_is_alive():
+def test_pack_leaves_what_it_cannot_copy_as_it_is():
+    pool = plain_pool()
+    leaves = [
+        torch.ones(3, requires_grad=True),  # cat refuses it (grad is on): kept
+        torch.zeros(2).to_sparse(),
+        torch.arange(4),
+        torch.ones(2, device="meta"),
+        "text",
+    ]
+    out = pool.pack(leaves)
+    assert [a is b for a, b in zip(leaves, out)] == [True, True, False, True, True]
+    assert torch.equal(out[2], leaves[2]) and pool.buffer_of(out[2]) is not None
+    with torch.no_grad():  # as Tensor.to under no_grad: copied without its history
+        out = pool.pack(leaves)
+    assert out[0] is not leaves[0] and not out[0].requires_grad
+
+
+def test_buffers_are_reused_only_when_no_tensor_of_their_batch_is_alive():
     pool = plain_pool()
     leaves, spec = pk.flatten(small_batch(50))
     first = pool.pack(leaves)
     buf_ptr = first[0].untyped_storage().data_ptr()
-    int_ptr = first[50].untyped_storage().data_ptr()  # ids[0]: int64 (after 50 feats)
     second = pool.pack(leaves)  # the first batch is alive: a new buffer
-    assert second[0].untyped_storage().data_ptr() != buf_ptr
-    assert pool.allocations == 4
-    survivor = first[3][1:]  # a view of a view keeps the buffer in use
+    second_ptr = second[0].untyped_storage().data_ptr()
+    assert second_ptr != buf_ptr and pool.allocations == 2
+    survivor = first[60][1:]  # a view of one of its tensors keeps the buffer in use
     del first
     gc.collect()
     third = pool.pack(leaves)
-    # float32: the first batch's buffer is held by the survivor, the second's by
-    # the second batch: a new one. int64: the first batch's buffer is free again.
-    assert third[0].untyped_storage().data_ptr() not in (
-        buf_ptr,
-        second[0].untyped_storage().data_ptr(),
-    )
-    assert third[50].untyped_storage().data_ptr() == int_ptr
-    assert pool.allocations == 5
+    assert third[0].untyped_storage().data_ptr() not in (buf_ptr, second_ptr)
+    assert pool.allocations == 3
     before = survivor.clone()
-    del second, third
+    del second
     gc.collect()
-    fourth = pool.pack(leaves)  # buffers of the second and third batches are free again
-    assert pool.allocations == 5
+    fourth = pool.pack(leaves)  # the second batch's buffer is free again
+    assert fourth[0].untyped_storage().data_ptr() == second_ptr
+    assert pool.allocations == 3
     torch.testing.assert_close(survivor, before)  # never overwritten
-    del survivor, fourth
+    del survivor, third, fourth
     gc.collect()
     for _ in range(10):
         pool.pack(leaves)  # each result dropped at once: always reused
-    assert pool.allocations == 5
+    assert pool.allocations == 3
 
 
-def test_many_small_tensors_cost_one_allocation_per_dtype_per_batch():
+def test_many_small_tensors_cost_one_allocation_per_batch():
     pool = plain_pool()
     leaves, spec = pk.flatten(small_batch(1000))
     for _ in range(20):
         packed = spec.unflatten(pool.pack(leaves))
         del packed
-    assert pool.allocations == 2  # vs 20 * 2001 host allocations tensor by tensor
+    assert pool.allocations == 1  # vs 20 * 2001 host allocations tensor by tensor
 
 
 def test_pool_keeps_at_most_max_buffers_idle():
@@ -279,7 +295,7 @@ def test_pool_keeps_at_most_max_buffers_idle():
     sizes = [10, 1000, 100_000, 10, 1000]
     for n in sizes:
         pool.pack([torch.zeros(n)])
-    assert len(pool._buffers[torch.float32]) <= 2
+    assert len(pool._buffers) <= 2
 
 
 def test_pin_memory_coalesce_uses_the_pool(monkeypatch):
@@ -289,9 +305,26 @@ def test_pin_memory_coalesce_uses_the_pool(monkeypatch):
     out = pin_memory(batch, coalesce=True, pool=pool)
     assert type(out) is Sample and type(out.target) is Target and out.name == "img3"
     torch.testing.assert_close(out.image, batch.image)
-    assert pool.buffer_of(out.image) is pool.buffer_of(out.target.boxes) is not None or (
-        out.image.dtype != out.target.boxes.dtype
-    )
+    assert pool.buffer_of(out.image) is pool.buffer_of(out.target.boxes) is not None
+    assert pool.buffer_of(out.target.labels) is pool.buffer_of(out.image)  # int64 too
+
+
+def test_pin_memory_coalesce_pins_what_it_cannot_pack_on_its_own(monkeypatch):
+    monkeypatch.setattr(_data, "_pinning_available", lambda: True)
+    pinned = []
+
+    def fake_pin(self):
+        pinned.append(type(self))
+        return self.clone()
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", fake_pin)
+
+    class Marked(torch.Tensor):
+        pass
+
+    batch = {"plain": torch.ones(3), "marked": torch.ones(2).as_subclass(Marked), "n": 1}
+    out = pin_memory(batch, coalesce=True, pool=plain_pool())
+    assert pinned == [Marked] and type(out["marked"]) is Marked and out["n"] == 1
 
 
 def test_pin_memory_per_tensor_pins_every_tensor(monkeypatch):
@@ -338,8 +371,8 @@ def test_to_device_from_a_coalesced_batch_copies_once_per_buffer(device, monkeyp
     monkeypatch.setattr(torch.Tensor, "to", counting_to)
     out = to_device(packed, device, pool=pool, non_blocking=True)
     monkeypatch.undo()
-    # one per dtype buffer, not 401 (to the device they are on: no more than that)
-    assert len(copies) == 2 if device == "meta" else len(copies) <= 2
+    # one for the batch's buffer, not 401 (to the device they are on: none)
+    assert len(copies) == 1 if device == "meta" else len(copies) <= 1
     assert out["meta"].labels == "keep me" and type(out["meta"]) is Target
     for a, b in zip(pk.leaves(batch), pk.leaves(out)):
         if isinstance(a, torch.Tensor):
@@ -353,7 +386,7 @@ def test_to_device_moves_only_the_part_of_a_pool_buffer_its_batch_uses(monkeypat
     leaves, spec = pk.flatten({"feats": [torch.randn(64) for _ in range(200)]})
     packed = spec.unflatten(pool.pack(leaves))
     buf = pool.buffer_of(packed["feats"][0])
-    assert buf is not None and buf.used == 200 * 64 < buf.data.numel()  # room to grow
+    assert buf is not None and buf.used == 200 * 64 * 4 < buf.data.numel()  # room to grow
     moved_bytes = []
     real_to = torch.Tensor.to
 
@@ -374,11 +407,219 @@ def test_tensors_moved_together_are_not_views_of_one_another():
     one would then fail after an in-place change to another)."""
     pool = plain_pool()
     leaves, spec = pk.flatten([torch.randn(8) for _ in range(4)])
-    for batch in (spec.unflatten(pool.pack(leaves)), consolidate(spec.unflatten(leaves))):
-        out = to_device(batch, "meta", pool=pool)
+    packed = spec.unflatten(pool.pack(leaves))
+    for batch, coalesce in [
+        (packed, False),
+        (consolidate(spec.unflatten(leaves)), False),
+        (spec.unflatten(leaves), True),
+        (packed, True),
+    ]:
+        out = to_device(batch, "meta", pool=pool, coalesce=coalesce)
+        assert all(t._base is None for t in out)
         before = [t._version for t in out]
         out[0].add_(1)
         assert [t._version for t in out[1:]] == before[1:]
+    # and pin_memory's packed tensors, on the host
+    before = [t._version for t in packed]
+    packed[1].mul_(2)
+    assert [t._version for k, t in enumerate(packed) if k != 1] == [
+        v for k, v in enumerate(before) if k != 1
+    ]
+
+
+# -- to_device(coalesce=True): one staging buffer, one copy ---------------------------
+
+
+class Marked(torch.Tensor):
+    """A tensor subclass: never packed (it would come back a plain tensor)."""
+
+
+def copied_on_the_cpu(monkeypatch: Any) -> list:
+    """Make the staging buffer's one copy on the CPU instead of a device (none
+    here), so the values cut from it can be read back; returns the copies' sizes."""
+    copies: list = []
+
+    def transfer(flat: Any, device: Any, non_blocking: bool) -> Any:
+        copies.append(flat.nbytes)
+        return flat.clone()
+
+    monkeypatch.setattr(_data, "_transfer", transfer)
+    return copies
+
+
+DTYPES = [torch.float32, torch.int64, torch.bool, torch.float16, torch.uint8, torch.complex64]
+
+
+def mixed_batch(seed: int) -> tuple[Any, list]:
+    """A fresh batch of tensors of every kind staging meets, and its tensors' clones."""
+    g = torch.Generator().manual_seed(seed)
+    rnd = random.Random(seed)
+
+    def tensor() -> Any:
+        dtype = rnd.choice(DTYPES)
+        shape = tuple(rnd.randint(0, 4) for _ in range(rnd.randint(0, 3)))
+        x = (torch.randn(shape, generator=g) * 10).to(dtype)
+        kind = rnd.random()
+        if kind < 0.15 and x.dim() == 2:
+            x = x.t()  # not contiguous
+        elif kind < 0.2 and x.dim() >= 1:
+            x = x[::2]  # a strided view of a larger storage
+        return x
+
+    seqs = [torch.arange(rnd.randint(0, 6)) + seed for _ in range(rnd.randint(0, 5))]
+    batch = {
+        "seqs": seqs,  # one group: lengths differ
+        "mixed": [tensor() for _ in range(rnd.randint(1, 12))],
+        "target": Target(boxes=tensor(), labels=f"s{seed}"),
+        "pair": Pair(torch.tensor(float(seed)), rnd.randint(0, 9)),  # 0-d
+        "marked": torch.ones(2).as_subclass(Marked),
+        "grad": torch.ones(3, requires_grad=True),
+        "big": torch.full((_data.STAGE_LIMIT // 4 + 1,), float(seed)),
+    }
+    return batch, [t.clone() for t in pk.leaves(batch) if isinstance(t, torch.Tensor)]
+
+
+def test_staged_transfer_over_many_fresh_batches_gives_every_tensor_back(monkeypatch):
+    copies = copied_on_the_cpu(monkeypatch)
+    pool = plain_pool()
+    kept = []
+    for seed in range(150):
+        batch, originals = mixed_batch(seed)
+        out = to_device(batch, "meta", coalesce=True, pool=pool, non_blocking=seed % 2 == 0)
+        kept.append((seed, out))
+        assert type(out["target"]) is Target and type(out["pair"]) is Pair
+        assert out["target"].labels == f"s{seed}" and out["pair"].right == batch["pair"].right
+        assert type(out["marked"]) is Marked and out["marked"].device.type == "meta"
+        assert out["big"].device.type == "meta"  # over STAGE_LIMIT: moved on its own
+        assert out["grad"].device.type == "meta" and out["grad"].requires_grad
+        # the caller's batch is untouched
+        now = [t for t in pk.leaves(batch) if isinstance(t, torch.Tensor)]
+        assert all(torch.equal(a.detach(), b.detach()) for a, b in zip(now, originals))
+    assert len(copies) == 150 and pool.allocations <= 2
+    # every batch's staged tensors still hold their values after later batches
+    for seed, out in kept:
+        _, originals = mixed_batch(seed)
+        got = [t for t in pk.leaves(out) if isinstance(t, torch.Tensor)]
+        assert len(got) == len(originals)
+        for a, b in zip(originals, got):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            if b.device.type == "cpu":  # staged: cut from the copy
+                assert torch.equal(a.detach(), b) and b.is_contiguous() and b._base is None
+
+
+def test_staged_transfer_copies_once_and_keeps_big_tensors_apart(monkeypatch):
+    copies = copied_on_the_cpu(monkeypatch)
+    moved = []
+    real_to = torch.Tensor.to
+
+    def counting_to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        moved.append(self.nbytes)
+        return real_to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", counting_to)
+    batch = {
+        "feats": [torch.randn(64) for _ in range(1000)],
+        "ids": [torch.arange(n) for n in range(1, 200)],
+        "big": torch.zeros(_data.STAGE_LIMIT // 4 + 1),
+    }
+    out = to_device(batch, "meta", coalesce=True, pool=plain_pool())
+    assert len(copies) == 1 and moved == [batch["big"].nbytes]
+    assert copies[0] >= 1000 * 64 * 4 + sum(range(1, 200)) * 8
+    assert [t.shape[0] for t in out["ids"]] == list(range(1, 200))
+    assert out["big"].device.type == "meta"
+
+
+def test_staged_tensors_keep_a_backward_after_an_in_place_change_to_another(monkeypatch):
+    copied_on_the_cpu(monkeypatch)
+    pool = plain_pool()
+    emb = torch.nn.Embedding(50, 4)
+    for _ in range(3):
+        batch = {"input_ids": torch.randint(0, 50, (2, 6)), "labels": torch.randint(0, 50, (2, 6))}
+        out = to_device(batch, "meta", coalesce=True, pool=pool)
+        loss = emb(out["input_ids"]).sum()  # saves input_ids for its backward
+        out["labels"].masked_fill_(out["labels"] == 0, -100)  # in place, on its neighbour
+        loss.backward()  # a view of one base would fail here: version mismatch
+
+
+class HeldStream:
+    """A copy engine held back: each queued copy reads its source only when
+    ``run()`` lets it, as a DMA engine reads pinned memory after the host has
+    gone on. A staging buffer refilled too early shows in the values."""
+
+    def __init__(self, pool: PinnedPool) -> None:
+        self.pool = pool
+        self.queued: list = []
+        self.runs = 0
+
+    def transfer(self, flat: Any, device: Any, non_blocking: bool) -> Any:
+        # what a real copy holds of its source is its address, not a tensor: the
+        # pool's own tensor is used to read it, so the buffer's holders stay as
+        # they would be with a copy in flight on a device
+        buf = self.pool.buffer_of(flat)
+        assert buf is not None
+        start, dest = flat.storage_offset(), torch.empty_like(flat)
+        self.queued.append((buf.data, start, flat.nbytes, dest))
+        return dest
+
+    def fence(self, device: Any, non_blocking: bool) -> Any:
+        stream, runs = self, self.runs
+
+        class Event:  # passes once the stream has run after it was recorded
+            def query(self) -> bool:
+                return stream.runs > runs
+
+        return Event()
+
+    def run(self) -> None:
+        for data, start, nbytes, dest in self.queued:
+            dest.copy_(data[start : start + nbytes])
+        self.queued.clear()
+        self.runs += 1
+
+
+def test_a_staging_buffer_is_not_refilled_while_a_copy_from_it_may_run(monkeypatch):
+    pool = plain_pool()
+    stream = HeldStream(pool)
+    monkeypatch.setattr(_data, "_transfer", stream.transfer)
+    monkeypatch.setattr(_data, "_fence", stream.fence)
+
+    def batch(value: float) -> dict:
+        return {"x": [torch.full((64,), value) for _ in range(100)]}
+
+    for epoch in range(3):
+        outs = [
+            to_device(batch(v), "meta", coalesce=True, non_blocking=True, pool=pool)
+            for v in (1, 2, 3)
+        ]
+        # three copies in flight: three buffers, none refilled before its copy ran
+        assert pool.allocations == 3
+        stream.run()
+        for v, out in zip((1, 2, 3), outs):
+            assert all(bool((t == v).all()) for t in out["x"]), (epoch, v)
+    # copies done: the buffers are reused, with no new allocation
+    for v in range(5):
+        out = to_device(batch(v), "meta", coalesce=True, non_blocking=True, pool=pool)
+        stream.run()
+        assert all(bool((t == v).all()) for t in out["x"])
+    assert pool.allocations == 3
+
+
+def test_a_pinned_pool_buffer_is_not_refilled_while_its_copy_may_run(monkeypatch):
+    """pin_memory(coalesce=True) then to_device(non_blocking=True): the batch may
+    be dropped at once, but its buffer waits for the copy."""
+    pool = plain_pool()
+    stream = HeldStream(pool)
+    monkeypatch.setattr(_data, "_fence", stream.fence)
+    leaves, spec = pk.flatten({"x": [torch.full((64,), 1.0) for _ in range(100)]})
+    packed = spec.unflatten(pool.pack(leaves))
+    to_device(packed, "meta", non_blocking=True, pool=pool)
+    del packed
+    gc.collect()
+    pool.pack(leaves)
+    assert pool.allocations == 2  # the first buffer's copy has not run
+    stream.run()
+    pool.pack(leaves)
+    assert pool.allocations == 2
 
 
 def test_move_storage_moves_the_whole_storage_when_a_tensor_reaches_past_the_bytes_given():
@@ -467,3 +708,36 @@ def test_gpu_pinned_loader_delivers_pinned_dataclass_batches():
     for batch in PinnedLoader(loader, coalesce=True):
         assert type(batch) is Sample
         assert all(t.is_pinned() for t in pk.leaves(batch) if isinstance(t, torch.Tensor))
+
+
+@needs_cuda
+def test_gpu_staged_buffer_is_not_refilled_while_a_held_back_copy_runs():
+    pool = PinnedPool()
+    for _ in range(3):
+        torch.cuda._sleep(200_000_000)  # hold the stream back (~0.1 s)
+        outs = [
+            to_device(
+                {"x": [torch.full((64,), float(v)) for _ in range(1000)]},
+                "cuda",
+                non_blocking=True,
+                coalesce=True,
+                pool=pool,
+            )
+            for v in range(3)
+        ]
+        torch.cuda.synchronize()
+        for v, out in enumerate(outs):
+            assert all(bool((t == v).all()) for t in out["x"])
+    assert pool.allocations == 3
+
+
+@needs_cuda
+def test_gpu_staged_tensors_keep_a_backward_after_an_in_place_change_to_another():
+    emb = torch.nn.Embedding(50, 4).cuda()
+    for _ in range(3):
+        batch = {"input_ids": torch.randint(0, 50, (2, 6)), "labels": torch.randint(0, 50, (2, 6))}
+        out = to_device(batch, "cuda", coalesce=True, non_blocking=True)
+        loss = emb(out["input_ids"]).sum()
+        out["labels"].masked_fill_(out["labels"] == 0, -100)
+        loss.backward()
+        assert torch.equal(out["input_ids"].cpu(), batch["input_ids"])
