@@ -10,7 +10,9 @@ For each supported CPython (``VERSIONS``) it makes a virtual environment in
 ``-Werror``), then runs:
 
 - the suite on the C engine, then on the pure engine (``PYTREE_KIT_PURE=1``;
-  less the benchmark scripts' smoke runs, marked ``scripts``).
+  less the benchmark scripts' smoke runs, marked ``scripts``; 60 examples a
+  property test, the ``pure`` profile of ``tests/conftest.py``, where the
+  C-engine job, which runs the differential tests of both engines, runs 150).
   On ``FULL`` (3.11, the Python torch's wheel on this machine is for) that is
   the whole suite with torch, transformers, tensordict and the docs tools; on
   the others the core suite: torch is not installed there, and every torch
@@ -19,7 +21,9 @@ For each supported CPython (``VERSIONS``) it makes a virtual environment in
   changes) run only in FULL's C-engine job;
 - the engine tests against a build with every layout-reading fast path left
   out (``PYTREE_KIT_NO_FAST_PATHS=1``), in a copy of the repository;
-- ``scripts/sanitize.sh --quick`` (ASan + UBSan), on ``SANITIZED`` versions;
+- ``scripts/sanitize.sh --quick`` (ASan + UBSan), on ``SANITIZED`` versions,
+  with 50 examples a property test (the ``sanitize`` profile of
+  ``tests/conftest.py``; the engine jobs run 150);
 - the package: ``python -m build`` makes an sdist and, from it, a wheel, in a
   copy of the repository (sdists write into their source tree); the
   wheel must hold the compiled extension, and is installed into a fresh
@@ -31,7 +35,8 @@ Interpreters are found as people find them: ``python3.X`` on PATH, then pyenv's
 ``CI=true`` a missing one fails the run; otherwise its jobs are skipped, with
 a line saying so.
 
-Jobs run two at a time (the machine has 2 cores), those with the longest work
+Jobs run two at a time (the machine has 2 cores), with one thread for torch's
+and the BLAS libraries' pools in each (``THREAD_VARS``), those with the longest work
 behind them first (a setup before the suites that wait for it), each one's
 output in ``build/ci-logs/<job>.log``; a failed job's log tail is printed. The
 last line totals every pytest run (``ci: N passed, N failed, N skipped``). A
@@ -160,9 +165,17 @@ class Failed(Exception):
     pass
 
 
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
 def sh(cmd: list, log_path: Path, *, env: Optional[dict] = None, cwd: Path = ROOT) -> None:
     """Runs cmd, appending its output to the log; raises Failed on a nonzero exit."""
     full_env = dict(os.environ)
+    # two jobs at a time on 2 cores: torch's and the BLAS libraries' thread
+    # pools (a thread a core by default) in both jobs' processes, DataLoader
+    # workers included, would oversubscribe the cores; one thread each
+    for name in THREAD_VARS:
+        full_env.setdefault(name, "1")
     full_env.update(env or {})
     with open(log_path, "a") as f:
         f.write(f"\n$ {' '.join(map(str, cmd))}\n")
@@ -220,7 +233,10 @@ def job_c_engine(v: str, python: str, logp: Path) -> None:
 
 
 def job_pure_engine(v: str, python: str, logp: Path) -> None:
-    sh([*pytest_cmd(v), "-m", "not once and not scripts"], logp, env={"PYTREE_KIT_PURE": "1"})
+    # 60 examples a property test (tests/conftest.py's "pure" profile): the
+    # C-engine job runs the differential tests, both engines, at 150
+    env = {"PYTREE_KIT_PURE": "1", "HYPOTHESIS_PROFILE": "pure"}
+    sh([*pytest_cmd(v), "-m", "not once and not scripts"], logp, env=env)
 
 
 def job_no_fast_paths(v: str, python: str, logp: Path) -> None:
@@ -238,7 +254,10 @@ def job_no_fast_paths(v: str, python: str, logp: Path) -> None:
 
 
 def job_sanitizers(v: str, python: str, logp: Path) -> None:
-    sh(["bash", "scripts/sanitize.sh", "--quick"], logp, env={"PYTHON": str(venv_python(v))})
+    # property tests with 50 examples each, not CI's 150 (tests/conftest.py's
+    # "sanitize" profile): the engine jobs run them at full size
+    env = {"PYTHON": str(venv_python(v)), "HYPOTHESIS_PROFILE": "sanitize"}
+    sh(["bash", "scripts/sanitize.sh", "--quick"], logp, env=env)
 
 
 def job_package(v: str, python: str, logp: Path) -> None:
@@ -287,11 +306,14 @@ def make_jobs(pythons: dict) -> list:
         )
         previous_setup = needs
         jobs.append(
-            Job(f"{v} C engine", 660 if full else 260, partial(job_c_engine, v, python), needs)
+            Job(f"{v} C engine", 1470 if full else 260, partial(job_c_engine, v, python), needs)
         )
         jobs.append(
             Job(
-                f"{v} pure engine", 560 if full else 350, partial(job_pure_engine, v, python), needs
+                f"{v} pure engine",
+                1100 if full else 350,
+                partial(job_pure_engine, v, python),
+                needs,
             )
         )
         jobs.append(Job(f"{v} no fast paths", 90, partial(job_no_fast_paths, v, python), needs))

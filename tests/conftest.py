@@ -14,6 +14,15 @@ _common = dict(
 settings.register_profile("default", max_examples=150, **_common)
 settings.register_profile("ci", max_examples=150, derandomize=True, **_common)
 settings.register_profile("long", max_examples=5000, **_common)
+# CI's sanitizer jobs (scripts/ci.py): the engine tests run ~3x slower under
+# ASan, and their property tests' logic is checked at full size in every
+# engine job; here they are a sample that sends varied trees through the
+# instrumented C engine (scripts/long_runs.sh runs the whole suite sanitized)
+settings.register_profile("sanitize", max_examples=50, derandomize=True, **_common)
+# CI's pure-engine jobs: the pure engine is the specification, and the C-engine
+# job of the same Python already runs every differential test (both engines,
+# 150 examples); here every test still runs, on a smaller sample
+settings.register_profile("pure", max_examples=60, derandomize=True, **_common)
 settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default")
 )

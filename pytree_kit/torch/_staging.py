@@ -83,8 +83,8 @@ def tensors_in(leaves: list) -> tuple[list[int], list[int]]:
 
 
 def plan(leaves: list, idx: list[int], alignment: int = ALIGNMENT) -> tuple[list[Group], int]:
-    """The groups of the tensors ``leaves[idx]``, each starting on an
-    ``alignment``-byte boundary, and the bytes they take in all."""
+    """The groups of the tensors ``leaves[idx]``, each starting on a multiple
+    of ``alignment`` bytes and of its dtype's size, and the bytes they take in all."""
     tensors = leaves if len(idx) == len(leaves) else [leaves[i] for i in idx]
     keys = list(map(_dtype_and_shape, tensors))
     by_key: dict[tuple, list[int]] = {}
@@ -118,7 +118,8 @@ def plan(leaves: list, idx: list[int], alignment: int = ALIGNMENT) -> tuple[list
         if merged:  # positions ascending in every group (_members relies on it)
             pairs = sorted(zip(g.where, g.sizes))
             g.where, g.sizes = [i for i, _ in pairs], [n for _, n in pairs]
-        total = -(-total // alignment) * alignment
+        step = math.lcm(alignment, g.dtype.itemsize)  # a dtype's view needs its own too
+        total = -(-total // step) * step
         g.rows = sum(g.sizes)
         g.offset = total
         g.nbytes = g.rows * g.row_bytes()
