@@ -48,12 +48,12 @@ import os
 import platform
 import statistics
 import sys
-import time
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from batches import best_of  # seconds per call, best of interleaved rounds
 
 import pytree_kit as pk
 from pytree_kit.torch import PinnedPool, _data, _staging, consolidate, pin_memory, to_device
@@ -68,18 +68,6 @@ def batches() -> dict[str, dict]:
         "1,000 of 3 dtypes": {"x": [mixed[i % 3].clone() for i in range(1000)]},
         "10 x float32[1M]": {"x": [torch.randn(1 << 20) for _ in range(10)]},
     }
-
-
-def best_of(fns: dict[str, Callable[[], Any]], rounds: int, number: int) -> dict[str, float]:
-    """Milliseconds per call of each function: the best of interleaved rounds."""
-    best = {name: float("inf") for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(number):
-                fn()
-            best[name] = min(best[name], (time.perf_counter() - t0) / number * 1e3)
-    return best
 
 
 _device_memory: list[torch.Tensor] = [torch.empty(0, dtype=torch.uint8)]
@@ -141,7 +129,8 @@ def time_batch(
         "per tensor": lambda: to_device(batch, "meta"),
         "pin packing": lambda: spec.unflatten(pool.pack(pk.flatten(batch)[0])),
     }
-    return best_of({**parts, **bound, **wholes}, rounds, number), list(parts)
+    seconds = best_of({**parts, **bound, **wholes}, rounds, number)
+    return {name: t * 1e3 for name, t in seconds.items()}, list(parts)
 
 
 def floor(t: dict[str, float]) -> str:

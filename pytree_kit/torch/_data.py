@@ -338,7 +338,7 @@ def to_device(
     return spec.unflatten(out)
 
 
-def _small(leaves: list, groups: list, idx: list[int]) -> list[int]:
+def _small(groups: list, idx: list[int]) -> list[int]:
     """``idx`` without the tensors of more than ``STAGE_LIMIT`` bytes."""
     big: set[int] = set()
     for g in groups:
@@ -362,7 +362,7 @@ def _staged(leaves: list, device: torch.device, non_blocking: bool, pool: Pinned
         idx, others = [], others + idx
     groups, total = _staging.plan(leaves, idx, pool.alignment)
     staged = idx
-    small = _small(leaves, groups, idx)
+    small = _small(groups, idx)
     if small is not idx:
         staged = small
         groups, total = _staging.plan(leaves, staged, pool.alignment)
