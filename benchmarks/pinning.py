@@ -1,7 +1,7 @@
 """Moving nested batches to a device: the host-side work on any machine, and
 pinned host-to-device transfer where CUDA is present.
 
-    python benchmarks/pinning.py [--quick] [--out benchmarks/results]
+    python benchmarks/pinning.py [--quick] [--instructions N] [--out benchmarks/results]
 
 **Host side (every run, on the CPU).** For 1,000 small tensors (float32[64]),
 1,000 of three dtypes (float32[64], int64[32], bool[128]) and 10 large ones
@@ -21,6 +21,10 @@ by tensor to the meta device, and ``pin_memory(coalesce=True)``'s packing (what
 ``PinnedLoader``'s thread does). Best of interleaved rounds, milliseconds.
 Target (issue 51): the coalesced call's host work at most 1.5 ms per 1,000
 small tensors.
+
+``--instructions N`` also counts, under callgrind, the instructions of N whole
+calls and of N floors (see the table's legend) per small batch: the figures a
+noisy machine does not move (about five minutes).
 
 **With CUDA**, for 1,000 x float32[64] and 10 x float32[1M], pin + host-to-device
 copy, CUDA-event ms from before pinning to after the copies, median of the
@@ -44,10 +48,13 @@ timed repeats. Targets (issue 51): coalesced at least 6x per tensor for
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import statistics
 import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable
@@ -82,10 +89,9 @@ def to_cpu(flat: torch.Tensor, device: Any, non_blocking: bool) -> torch.Tensor:
     return _device_memory[0][: flat.numel()].copy_(flat)
 
 
-def time_batch(
-    batch: dict, pool: PinnedPool, rounds: int, number: int
-) -> tuple[dict[str, float], list[str]]:
-    """Milliseconds of each part of a coalesced to_device, and of the whole calls."""
+def callables(batch: dict, pool: PinnedPool) -> tuple[dict[str, Callable[[], Any]], list[str]]:
+    """The parts of a coalesced to_device, the floor's parts and the whole
+    calls, by name; and the names of the parts."""
     leaves, spec = pk.flatten(batch)
     idx, _ = _staging.tensors_in(leaves)
     groups, total = _staging.plan(leaves, idx)
@@ -103,25 +109,30 @@ def time_batch(
 
     parts = {
         "flatten": lambda: pk.flatten(batch),
-        "pack": lambda: _staging.write(_staging.plan(leaves, idx)[0], leaves, buf),
+        "pack": lambda: _staging.write(_staging.plan(leaves, idx)[0], buf),
         "copy": buf.clone,
         "rebuild": lambda: _staging.read(groups, copy, out),
         "unflatten": lambda: spec.unflatten(out),
     }
     # the floor: the three things any implementation that gives back 1,000
-    # tensors of 1,000 must do, each in one torch call and nothing else: read
-    # each tensor's dtype and shape, copy them all (one cat), and make (and,
-    # for the previous batch, free) the tensors on the copy
+    # tensors of 1,000 must do, each in the fewest torch calls and nothing
+    # else: read each tensor's dtype and shape, copy them (one cat per dtype
+    # and shape), and make (and, for the previous batch, free) the tensors on
+    # the copy (one unsafe_split per group)
     dtype_shape = attrgetter("dtype", "shape")
+    regions = [g.region(copy) for g in groups]
+    made: list = [None] * len(groups)
+
+    def make_tensors() -> None:
+        for k, (g, region) in enumerate(zip(groups, regions)):
+            made[k] = _staging.split(region, g.sizes)
+
     bound: dict[str, Callable[[], Any]] = {}
-    if len(groups) == 1:
-        typed = copy.view(leaves[0].dtype)
+    if all(g.rest is not None for g in groups):
         bound = {
             "read shapes": lambda: list(map(dtype_shape, leaves)),
-            "one cat": lambda: torch.cat(leaves, out=typed),
-            "make tensors": lambda: out.__setitem__(
-                slice(None), _staging.split(typed, groups[0].sizes)
-            ),
+            "one cat": lambda: [torch.cat(g.members, out=r) for g, r in zip(groups, regions)],
+            "make tensors": make_tensors,
         }
     wholes = {
         "cpu": whole_cpu,
@@ -129,14 +140,22 @@ def time_batch(
         "per tensor": lambda: to_device(batch, "meta"),
         "pin packing": lambda: spec.unflatten(pool.pack(pk.flatten(batch)[0])),
     }
-    seconds = best_of({**parts, **bound, **wholes}, rounds, number)
-    return {name: t * 1e3 for name, t in seconds.items()}, list(parts)
+    return {**parts, **bound, **wholes}, list(parts)
+
+
+def time_batch(
+    batch: dict, pool: PinnedPool, rounds: int, number: int
+) -> tuple[dict[str, float], list[str]]:
+    """Milliseconds of each part of a coalesced to_device, and of the whole calls."""
+    fns, parts = callables(batch, pool)
+    seconds = best_of(fns, rounds, number)
+    return {name: t * 1e3 for name, t in seconds.items()}, parts
 
 
 def floor(t: dict[str, float]) -> str:
-    """The floor's three calls and their sum, where the batch is one group."""
+    """The floor's three parts and their sum."""
     if "one cat" not in t:
-        return "(one group only)"
+        return "(0-d tensors)"
     calls = (t["read shapes"], t["one cat"], t["make tensors"])
     return f"{sum(calls):.3f} ({' + '.join(f'{x:.3f}' for x in calls)})"
 
@@ -173,13 +192,65 @@ def host_side(quick: bool) -> tuple[list[str], bool]:
         f"small tensors (the copy-to-CPU column, whose copy is a 256 KB memcpy): "
         f"{'met' if met else 'MISSED'}. The meta column stubs the copy, but tensors on the "
         "meta device cost more to make than on the CPU or a GPU. *Floor*: reading every "
-        "tensor's dtype and shape, one `torch.cat` of them, and making the 1,000 tensors "
-        "on the copy with one `unsafe_split` (freeing the previous 1,000), each alone: what "
-        "any implementation that gives back separate tensors pays. The large batch's "
+        "tensor's dtype and shape, one `torch.cat` per group (dtype and shape past the "
+        "first dimension), and making the 1,000 tensors on the copy with one "
+        "`unsafe_split` per group (freeing the previous 1,000), each alone: what any "
+        "implementation that gives back separate tensors pays. The large batch's "
         "tensors are over `STAGE_LIMIT` and move one by one: its columns time the copy "
         "of 40 MB, not host work per tensor.",
     ]
     return lines, met
+
+
+def op(label: str, name: str, n: int) -> None:
+    """What one process under callgrind runs: ``n`` calls of one callable
+    (``floor``: the floor's three parts) inside ``functools.reduce``."""
+    fns, _ = callables(batches()[label], PinnedPool(allocator=_plain_empty))
+    if name == "floor":
+        three = [fns["read shapes"], fns["one cat"], fns["make tensors"]]
+        fns["floor"] = lambda: [f() for f in three]
+    call = fns[name]
+    call(), call()  # warm: the pool's buffer and the copy's memory are made
+    functools.reduce(lambda _, __: call(), range(n), None)
+
+
+def _plain_empty(numel: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(numel, dtype=dtype)
+
+
+def instruction_counts(n: int) -> list[str]:
+    """Callgrind's instructions per call of the whole coalesced call (copy to
+    the CPU) and of the floor, for the two batches of 1,000 small tensors:
+    the figures a noisy machine does not move."""
+    from instructions import ROOT, count_instructions
+
+    cases = [(label, name) for label in list(batches())[:2] for name in ("cpu", "floor")]
+    with tempfile.TemporaryDirectory() as work, ThreadPoolExecutor(os.cpu_count()) as ex:
+        counts = list(
+            ex.map(
+                lambda case: count_instructions(
+                    __file__,
+                    ["--op", case[0], case[1], str(n)],
+                    ROOT,
+                    Path(work) / f"{abs(hash(case))}.out",
+                ),
+                cases,
+            )
+        )
+    per_call = {case: c / n for case, c in zip(cases, counts)}
+    lines = [
+        "## Instructions per call (callgrind)",
+        "",
+        f"Made by `python benchmarks/pinning.py --instructions {n}`: {n} calls counted "
+        "after two warm ones, each case in its own process.",
+        "",
+        "| batch | whole, copy to CPU | floor | whole / floor |",
+        "|---|---|---|---|",
+    ]
+    for label in list(batches())[:2]:
+        whole, low = per_call[(label, "cpu")], per_call[(label, "floor")]
+        lines.append(f"| {label} | {whole / 1e6:.2f} M | {low / 1e6:.2f} M | {whole / low:.2f} |")
+    return lines
 
 
 def host_allocs() -> dict[str, float]:
@@ -251,10 +322,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few repeats (smoke run)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser.add_argument(
+        "--instructions", type=int, metavar="N", help="also count N calls under callgrind"
+    )
+    parser.add_argument("--op", nargs=3, help=argparse.SUPPRESS)  # one callgrind case
     args = parser.parse_args()
+    if args.op:
+        op(args.op[0], args.op[1], int(args.op[2]))
+        return 0
     lines = ["# Moving nested batches to a device", ""]
     host, _ = host_side(args.quick)
     lines += [*host, ""]
+    if args.instructions:
+        lines += [*instruction_counts(args.instructions), ""]
     if torch.cuda.is_available():
         lines += on_gpu(args.quick)
     else:

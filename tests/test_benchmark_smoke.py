@@ -187,6 +187,17 @@ def test_pinning_benchmark_smoke(tmp_path: Path) -> None:
             assert way in report
     else:
         assert "No CUDA device here" in proc.stdout
+    # what --instructions runs under callgrind, one process per case (here
+    # without callgrind, two calls each): it must run for every batch and case
+    for batch in ("1,000 x float32[64]", "1,000 of 3 dtypes"):
+        for case in ("cpu", "floor"):
+            one = subprocess.run(
+                [sys.executable, str(ROOT / "benchmarks" / "pinning.py"), "--op", batch, case, "2"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert one.returncode == 0, one.stderr[-2000:]
 
 
 @pytest.mark.once  # a script's smoke run (torch only): the C-engine job on 3.11

@@ -498,7 +498,9 @@ def test_staged_transfer_over_many_fresh_batches_gives_every_tensor_back(monkeyp
         # the caller's batch is untouched
         now = [t for t in pk.leaves(batch) if isinstance(t, torch.Tensor)]
         assert all(torch.equal(a.detach(), b.detach()) for a, b in zip(now, originals))
-    assert len(copies) == 150 and pool.allocations <= 2
+    # buffers are reused: a few sizes in all (a batch with a tensor cat refuses
+    # is planned again, which may take a larger one), not one per batch
+    assert len(copies) == 150 and pool.allocations <= 3
     # every batch's staged tensors still hold their values after later batches
     for seed, out in kept:
         _, originals = mixed_batch(seed)
@@ -559,43 +561,61 @@ ALL_DTYPES = [
 ]
 
 
-@settings(max_examples=120, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(ALL_DTYPES),
-            st.lists(st.integers(0, 3), max_size=3),
-            st.booleans(),
-        ),
-        max_size=40,
-    ),
-    st.sampled_from([1, 8, 64, 128]),
+_SPEC = st.tuples(
+    st.sampled_from(ALL_DTYPES),
+    st.lists(st.integers(0, 3), max_size=3),
+    st.booleans(),
 )
-def test_plan_write_read_give_every_tensor_back(specs: list, alignment: int) -> None:
+# the orders of dtypes plan has a way for: any; each dtype in one run (a batch
+# of lists, field after field); repeating with a period (a list of samples of
+# a few fields), the last sample maybe cut short
+_LAYOUTS = st.one_of(
+    st.lists(_SPEC, max_size=40),
+    st.lists(_SPEC, max_size=40).map(lambda xs: sorted(xs, key=lambda x: str(x[0]))),
+    st.builds(
+        lambda sample, times, cut: (sample * times)[: max(0, len(sample) * times - cut)],
+        st.lists(_SPEC, min_size=1, max_size=5),
+        st.integers(1, 8),
+        st.integers(0, 4),
+    ),
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(_LAYOUTS, st.sampled_from([1, 8, 64, 128]), st.booleans())
+def test_plan_write_read_give_every_tensor_back(
+    specs: list, alignment: int, other_leaf: bool
+) -> None:
     """_staging on its own, over many dtypes (more than the grouping's fast
     paths take) and shapes: every tensor comes back equal, in one group, whose
     positions ascend; groups start aligned and do not overlap."""
     from pytree_kit.torch import _staging
 
-    leaves: list = ["not a tensor"]
+    leaves: list = ["not a tensor"] if other_leaf else []  # plan's two ways in
     for k, (dtype, shape, transposed) in enumerate(specs):
         x = (torch.arange(math.prod(shape), dtype=torch.float64) + k).view(shape).to(dtype)
         leaves.append(x.t() if transposed and x.dim() == 2 else x)
     idx, others = _staging.tensors_in(leaves)
-    assert idx == list(range(1, len(leaves))) and others == []
+    assert idx == list(range(int(other_leaf), len(leaves))) and others == []
     groups, total = _staging.plan(leaves, idx, alignment)
     assert sorted(i for g in groups for i in g.where) == idx
+    for g in groups:
+        assert len(g.members) == len(g.where)
+        assert all(leaves[i] is x for i, x in zip(g.where, g.members))
+        if g.span is not None:  # read assigns the slice: it must be where
+            assert list(range(len(leaves))[g.span]) == g.where
     end = 0
     for g in groups:
         assert g.where == sorted(g.where) and g.offset % alignment == 0 and g.offset >= end
         end = g.offset + g.nbytes
     assert end == total
     buf = torch.empty(total, dtype=torch.uint8)
-    _staging.write(groups, leaves, buf)
+    _staging.write(groups, buf)
     out = list(leaves)
     _staging.read(groups, buf, out)
-    assert out[0] == "not a tensor"
-    for a, b in zip(leaves[1:], out[1:]):
+    if other_leaf:
+        assert out[0] == "not a tensor"
+    for a, b in zip(leaves[int(other_leaf) :], out[int(other_leaf) :]):
         assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b) and b._base is None
 
 

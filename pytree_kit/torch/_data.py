@@ -155,9 +155,8 @@ class PinnedPool:
         groups, total = _staging.plan(leaves, idx, self.alignment)
         if not groups:
             return out
-        buf = self.take(total)
+        groups, total, buf = _packed(self, groups, total, leaves, idx, None)
         try:
-            groups, total = _write(groups, total, leaves, idx, buf, None, self.alignment)
             buf.used = total
             _staging.read(groups, buf.data, out)
         finally:
@@ -172,27 +171,35 @@ class PinnedPool:
             return self._by_ptr.get(t.untyped_storage().data_ptr())
 
 
-def _write(
+def _packed(
+    pool: PinnedPool,
     groups: list,
     total: int,
     leaves: list,
     idx: list[int],
-    buf: _Buffer,
     device: Optional[torch.device],
-    alignment: int,
-) -> tuple[list, int]:
-    """Write the planned groups into ``buf``. Where ``cat`` refuses a tensor (on
-    another device, sparse, nested, requiring grad), plan again with the
-    tensors that can be packed (no more bytes than before) and write those;
-    the rest stay where they are. Returns the groups written, and their bytes."""
+) -> tuple[list, int, _Buffer]:
+    """Take a buffer from ``pool`` and write the planned groups into it. Where
+    ``cat`` refuses a tensor (on another device, sparse, nested, requiring
+    grad), plan again with the tensors that can be packed and write those; the
+    rest stay where they are. Returns the groups written, their bytes, and the
+    buffer, reserved: the caller sets ``reserved`` back to False."""
+    buf = pool.take(total)
     try:
-        _staging.write(groups, leaves, buf.data)
-        return groups, total
-    except (RuntimeError, NotImplementedError, TypeError):
-        kept = [i for i in idx if _staging.stageable(leaves[i], device)]
-        groups, total = _staging.plan(leaves, kept, alignment)
-        _staging.write(groups, leaves, buf.data)
-        return groups, total
+        try:
+            _staging.write(groups, buf.data)
+            return groups, total, buf
+        except (RuntimeError, NotImplementedError, TypeError):
+            kept = [i for i in idx if _staging.stageable(leaves[i], device)]
+            groups, total = _staging.plan(leaves, kept, pool.alignment)
+            if total > buf.data.numel():  # fewer tensors may still make more groups
+                buf.reserved = False
+                buf = pool.take(total)
+            _staging.write(groups, buf.data)
+            return groups, total, buf
+    except BaseException:
+        buf.reserved = False
+        raise
 
 
 _default_pool: Optional[PinnedPool] = None
@@ -367,9 +374,8 @@ def _staged(leaves: list, device: torch.device, non_blocking: bool, pool: Pinned
         staged = small
         groups, total = _staging.plan(leaves, staged, pool.alignment)
     if groups:
-        buf = pool.take(total)
+        groups, total, buf = _packed(pool, groups, total, leaves, staged, device)
         try:
-            groups, total = _write(groups, total, leaves, staged, buf, device, pool.alignment)
             copy = _transfer(buf.data[:total], device, non_blocking)
             buf.fence = _fence(device, non_blocking)
         finally:

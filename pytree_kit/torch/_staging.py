@@ -7,8 +7,12 @@ and the making of tensors happen in one torch call per group:
 
 - ``plan(leaves, idx)`` groups the tensors ``leaves[idx]`` by dtype and shape
   past the first dimension (so sequences of varying length share a group) and
-  gives each group an aligned place in one byte buffer;
-- ``write(groups, leaves, buf)`` copies each group with one
+  gives each group an aligned place in one byte buffer. Where each dtype's
+  tensors are one run (a batch of lists, field after field) or the dtypes
+  repeat with a period (a list of samples of a few fields), a group's
+  tensors are a slice of the leaves, taken and put back with slicing in C;
+  otherwise one pass in Python sorts them by dtype;
+- ``write(groups, buf)`` copies each group with one
   ``torch.cat(..., out=)`` (``torch.stack`` for 0-d tensors). A tensor ``cat``
   refuses (on another device, sparse, nested, requiring grad while grad is
   enabled) makes it raise; the caller then keeps only the tensors
@@ -29,8 +33,7 @@ collectives lay them; each group starts on an ``ALIGNMENT``-byte boundary.
 from __future__ import annotations
 
 import math
-from itertools import compress, repeat
-from operator import attrgetter, eq
+from operator import attrgetter, itemgetter
 from typing import Any, Optional
 
 import torch
@@ -41,23 +44,29 @@ __all__ = ["ALIGNMENT", "Group", "plan", "read", "stageable", "tensors_in", "wri
 ALIGNMENT = 128
 
 _Tensor = torch.Tensor
-_dtype_and_shape = attrgetter("dtype", "shape")
+_dtype = attrgetter("dtype")
+_shape = attrgetter("shape")
+_rest = itemgetter(slice(1, None))  # a shape past its first dimension
+_first = itemgetter(0)
 _unsafe_split = getattr(torch, "unsafe_split_with_sizes", None)
 
 
 class Group:
     """Tensors of one dtype and one shape past the first dimension (``rest``;
     None for 0-d tensors), at ``offset`` in the buffer, ``nbytes`` long.
-    ``where[j]`` is the position in the leaves of the group's j-th tensor, and
-    ``sizes[j]`` its first dimension."""
+    ``where[j]`` is the position in the leaves of the group's j-th tensor,
+    ``members[j]`` that tensor, and ``sizes[j]`` its first dimension;
+    ``span``, where not None, is ``where`` as a slice."""
 
-    __slots__ = ("dtype", "nbytes", "offset", "rest", "rows", "sizes", "where")
+    __slots__ = ("dtype", "members", "nbytes", "offset", "rest", "rows", "sizes", "span", "where")
 
     def __init__(self, dtype: torch.dtype, rest: Optional[tuple]) -> None:
         self.dtype = dtype
         self.rest = rest
         self.where: list[int] = []
         self.sizes: list[int] = []
+        self.members: Any = []  # the tensors, in the order of where (a list or tuple)
+        self.span: Optional[slice] = None  # where, as a slice of the leaves, if it is one
         self.rows = 0
         self.offset = 0
         self.nbytes = 0
@@ -84,64 +93,137 @@ def tensors_in(leaves: list) -> tuple[list[int], list[int]]:
 
 def plan(leaves: list, idx: list[int], alignment: int = ALIGNMENT) -> tuple[list[Group], int]:
     """The groups of the tensors ``leaves[idx]``, each starting on a multiple
-    of ``alignment`` bytes and of its dtype's size, and the bytes they take in all."""
+    of ``alignment`` bytes and of its dtype's size, and the bytes they take in all.
+
+    Groups come by dtype (in the order each dtype first appears, or, in a
+    batch whose dtypes repeat with a period, one per place in the period),
+    then by shape past the first dimension; within a group, positions ascend."""
     tensors = leaves if len(idx) == len(leaves) else [leaves[i] for i in idx]
-    keys = list(map(_dtype_and_shape, tensors))
-    by_key: dict[tuple, list[int]] = {}
-    distinct = dict.fromkeys(keys) if keys and keys.count(keys[0]) != len(keys) else None
-    if distinct is None:
-        if keys:
-            by_key[keys[0]] = idx  # one dtype and shape: the usual batch
-    elif len(distinct) <= 8:  # a few: one pass in C for each
-        for key in distinct:
-            by_key[key] = list(compress(idx, map(eq, keys, repeat(key))))
-    else:
-        for i, key in zip(idx, keys):
-            positions = by_key.get(key)
-            if positions is None:
-                by_key[key] = [i]
-            else:
-                positions.append(i)
-    groups: dict[tuple, Group] = {}
-    merged = False
-    for (dtype, shape), positions in by_key.items():
-        rest = tuple(shape[1:]) if shape else None
-        g = groups.get((dtype, rest))
-        if g is None:
-            g = groups[(dtype, rest)] = Group(dtype, rest)
+    if not tensors:
+        return [], 0
+    every = tensors is leaves  # idx is range(len(leaves)): a position is its own index
+    dtypes = list(map(_dtype, tensors))
+    shapes = list(map(_shape, tensors))
+    groups: list[Group] = []
+    parts = _parts_by_dtype(dtypes)
+    if len(parts) == 1:  # one dtype: the usual batch
+        _by_shape(dtypes[0], idx, tensors, shapes, groups, slice(0, len(idx)) if every else None)
+        return groups, _place(groups, alignment)
+    for part in parts:
+        if type(part) is slice:  # a run, or every p-th tensor: slices in C
+            _by_shape(
+                dtypes[part.start],
+                idx[part],
+                tensors[part],
+                shapes[part],
+                groups,
+                part if every else None,
+            )
+        elif len(part) == 1:
+            i = part[0]
+            _by_shape(dtypes[i], [idx[i]], [tensors[i]], [shapes[i]], groups, None)
         else:
-            merged = True
-        g.where.extend(positions)
-        g.sizes.extend([shape[0] if shape else 1] * len(positions))
+            get = itemgetter(*part)  # one C call gathers each list
+            where = part if every else list(get(idx))
+            _by_shape(dtypes[part[0]], where, get(tensors), get(shapes), groups, None)
+    return groups, _place(groups, alignment)
+
+
+def _parts_by_dtype(dtypes: list) -> list:
+    """The positions of the tensors of each dtype in ``dtypes``, where possible
+    as a slice: one run per dtype (the fields of a batch of lists, one after
+    another), or dtypes that repeat with a period (a list of samples, each of
+    a few fields); otherwise a list per dtype, in order of first appearance.
+    Dtypes are compared by identity, in C; only the last way loops in Python."""
+    n = len(dtypes)
+    first = dtypes[0]
+    if dtypes.count(first) == n:
+        return [slice(0, n)]
+    runs = []
+    for dtype in sorted(set(dtypes), key=dtypes.index):
+        start = dtypes.index(dtype)
+        end = start + dtypes.count(dtype)
+        if dtypes[end - 1] is not dtype or dtypes[start:end].count(dtype) != end - start:
+            break
+        runs.append(slice(start, end))
+    else:
+        return runs
+    period = 0
+    for _ in range(8):  # the first few places where the first dtype comes again
+        try:
+            period = dtypes.index(first, period + 1)
+        except ValueError:
+            break
+        if dtypes[period:] == dtypes[:-period]:  # every dtype repeats after `period`
+            return [slice(j, n, period) for j in range(period)]
+    found: dict[torch.dtype, list[int]] = {}
+    for i, dtype in enumerate(dtypes):
+        pos = found.get(dtype)
+        if pos is None:
+            found[dtype] = [i]
+        else:
+            pos.append(i)
+    return list(found.values())
+
+
+def _place(groups: list[Group], alignment: int) -> int:
+    """Give each group its offset; the bytes they take in all."""
     total = 0
-    for g in groups.values():
-        if merged:  # positions ascending in every group (_members relies on it)
-            pairs = sorted(zip(g.where, g.sizes))
-            g.where, g.sizes = [i for i, _ in pairs], [n for _, n in pairs]
+    for g in groups:
         step = math.lcm(alignment, g.dtype.itemsize)  # a dtype's view needs its own too
         total = -(-total // step) * step
         g.rows = sum(g.sizes)
         g.offset = total
         g.nbytes = g.rows * g.row_bytes()
         total += g.nbytes
-    return list(groups.values()), total
+    return total
 
 
-def _members(g: Group, leaves: list) -> list:
-    """The group's tensors, in its order."""
-    if len(g.where) == len(leaves) and g.where[0] == 0 and g.where[-1] == len(leaves) - 1:
-        return leaves  # every leaf, in order (positions are distinct and ascending)
-    return [leaves[i] for i in g.where]
+def _by_shape(
+    dtype: torch.dtype,
+    where: list[int],
+    members: Any,
+    shapes: Any,
+    groups: list[Group],
+    span: Optional[slice],
+) -> None:
+    """Append the groups of one dtype's tensors ``members`` (at ``where``, of
+    ``shapes``; at ``span`` of the leaves, if that slice is where they are)."""
+    first = shapes[0]
+    if shapes.count(first) == len(shapes):  # one shape
+        g = Group(dtype, tuple(first[1:]) if first else None)
+        g.where, g.members, g.sizes = where, members, [first[0] if first else 1] * len(where)
+        g.span = span
+        groups.append(g)
+        return
+    if not shapes.count(()):  # no 0-d tensor: maybe one shape past the first dimension
+        rests = list(map(_rest, shapes))
+        if rests.count(rests[0]) == len(rests):  # sequences of varying length
+            g = Group(dtype, tuple(rests[0]))
+            g.where, g.members, g.sizes = where, members, list(map(_first, shapes))
+            g.span = span
+            groups.append(g)
+            return
+    found: dict[Optional[tuple], Group] = {}
+    for i, x, shape in zip(where, members, shapes):
+        rest = tuple(shape[1:]) if shape else None
+        group = found.get(rest)
+        if group is None:
+            group = found[rest] = Group(dtype, rest)
+            groups.append(group)
+        group.where.append(i)
+        group.members.append(x)
+        group.sizes.append(shape[0] if shape else 1)
 
 
-def write(groups: list[Group], leaves: list, buf: torch.Tensor) -> None:
+def write(groups: list[Group], buf: torch.Tensor) -> None:
     """Copy each group's tensors into its region of the byte buffer ``buf``."""
     for g in groups:
         region = g.region(buf)
         if g.rest is None:
-            torch.stack(_members(g, leaves), out=region)
+            torch.stack(g.members, out=region)
         else:
-            torch.cat(_members(g, leaves), out=region)
+            torch.cat(g.members, out=region)
 
 
 def read(groups: list[Group], flat: torch.Tensor, out: list) -> None:
@@ -151,8 +233,8 @@ def read(groups: list[Group], flat: torch.Tensor, out: list) -> None:
             pieces = [p.data for p in g.region(flat).unbind(0)]
         else:
             pieces = split(g.region(flat), g.sizes)
-        if len(g.where) == len(out) and g.where[0] == 0 and g.where[-1] == len(out) - 1:
-            out[:] = pieces
+        if g.span is not None:  # one slice assignment, in C
+            out[g.span] = pieces
             continue
         for i, piece in zip(g.where, pieces):
             out[i] = piece
