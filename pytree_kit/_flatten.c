@@ -491,6 +491,7 @@ typedef struct {
     PyObject *rules;   /* strong or NULL; w.c borrows it */
     Py_ssize_t next;   /* w.leaves[next:] are found and not yet returned */
     int state;         /* LI_WALKING, LI_RUNNING (in walk_run) or LI_DONE */
+    PyObject *weakrefs; /* weak references to it, as to the pure engine's generator */
 } LeafIter;
 
 enum { LI_WALKING, LI_RUNNING, LI_DONE };
@@ -589,6 +590,9 @@ static void
 leafiter_dealloc(LeafIter *it)
 {
     PyObject_GC_UnTrack(it);
+    if (it->weakrefs != NULL) {
+        PyObject_ClearWeakRefs((PyObject *)it);
+    }
     leafiter_release(it);
     PyObject_GC_Del(it);
 }
@@ -602,6 +606,7 @@ static PyTypeObject LeafIter_Type = {
     .tp_doc = "The leaves of a tree, in order, found as they are asked for.",
     .tp_traverse = (traverseproc)leafiter_traverse,
     .tp_clear = (inquiry)leafiter_clear,
+    .tp_weaklistoffset = offsetof(LeafIter, weakrefs),
     .tp_iter = PyObject_SelfIter,
     .tp_iternext = (iternextfunc)leafiter_next,
 };
@@ -621,6 +626,7 @@ sp_iter_leaves(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (it == NULL) {
         return NULL;
     }
+    it->weakrefs = NULL;
     it->is_leaf = is_leaf == Py_None ? NULL : Py_NewRef(is_leaf);
     it->rules = rules == Py_None ? NULL : Py_NewRef(rules);
     it->next = 0;

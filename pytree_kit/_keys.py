@@ -31,6 +31,7 @@ class DictKey(_Key):
     """
 
     __slots__ = ("key",)
+    __match_args__ = ("key",)  # case DictKey(x): as jax's keys
     key: Any
 
     def __init__(self, key: Any) -> None:
@@ -61,6 +62,7 @@ class SequenceKey(_Key):
     """
 
     __slots__ = ("idx",)
+    __match_args__ = ("idx",)  # case SequenceKey(x): as jax's keys
     idx: int
 
     def __init__(self, idx: int) -> None:
@@ -91,6 +93,7 @@ class GetAttrKey(_Key):
     """
 
     __slots__ = ("name",)
+    __match_args__ = ("name",)  # case GetAttrKey(x): as jax's keys
     name: str
 
     def __init__(self, name: str) -> None:

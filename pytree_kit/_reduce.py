@@ -190,14 +190,25 @@ def tree_reduce(
 
 
 def tree_sum(tree: Any, start: Any = 0, *, is_leaf: IsLeaf = None, rules: Any = None) -> Any:
-    """``sum(leaves, start)``, as optree's ``tree_sum``.
+    """``sum(leaves, start)``, as optree's ``tree_sum``: where ``start`` is a
+    str, bytes or bytearray (which ``sum`` refuses) the leaves are joined to it
+    instead, and the result is a str, bytes or bytearray as ``start`` is.
 
     Examples:
         >>> import pytree_kit as pk
         >>> pk.tree_sum({"a": [1, 2], "b": 3}), pk.tree_sum({"a": [1.5, 2]}, start=10)
         (6, 13.5)
+        >>> pk.tree_sum({"x": "a", "y": ("b", None)}, start="")
+        'ab'
     """
-    return sum(_leaves(tree, is_leaf, rules), start)
+    leaves = _leaves(tree, is_leaf, rules)
+    if isinstance(start, str):
+        return "".join([start, *leaves])
+    if isinstance(start, bytes):
+        return b"".join([start, *leaves])
+    if isinstance(start, bytearray):  # b"".join would give bytes
+        return bytearray().join([start, *leaves])
+    return sum(leaves, start)
 
 
 def tree_max(

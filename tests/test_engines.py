@@ -3380,3 +3380,26 @@ def test_large_dict_nodes_whose_keys_are_not_their_arity() -> None:
             x, y = same_outcome("flatten_up_to", edited, tree)
             if x[0] == "ok":
                 check_leaves_identical(x[1], y[1])
+
+
+def test_leaf_iterators_take_weak_references_on_both_engines() -> None:
+    """tree_iter's iterator, fresh, part read, done, or failed, takes a weak
+    reference on each engine (the pure one's is a generator), and the
+    reference dies with it, its callback called once."""
+    import weakref
+
+    def boom(x: Any) -> bool:
+        raise ValueError("no")
+
+    for impl in (_pure, _speedups):
+        for read, is_leaf in ((0, None), (1, None), (9, None), (1, boom)):
+            it = impl.iter_leaves({"a": [1, 2], "b": (3,)}, is_leaf, None)
+            with contextlib.suppress(ValueError):
+                for _ in range(read):
+                    next(it, None)
+            died: list = []
+            ref = weakref.ref(it, died.append)
+            assert ref() is it
+            del it
+            gc.collect()
+            assert ref() is None and died == [ref], (impl.NAME, read)

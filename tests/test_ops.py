@@ -180,6 +180,14 @@ def test_empty_trees_and_the_reductions_errors() -> None:
     with pytest.raises(ValueError, match="empty"):
         pk.tree_min([])
     assert pk.tree_any({}) is False and pk.tree_all({}) is True and pk.tree_sum([]) == 0
+    # a str, bytes or bytearray start joins the leaves (sum() refuses them), as optree's
+    assert pk.tree_sum({"x": "a", "y": ("b", None)}, start="") == "ab"
+    assert pk.tree_sum([b"a", (b"b",)], start=b">") == b">ab"
+    joined = pk.tree_sum([b"a"], start=bytearray(b">"))
+    assert joined == bytearray(b">a") and type(joined) is bytearray
+    assert pk.tree_sum([], start="") == "" and pk.tree_sum([1.5], start=1) == 2.5
+    with pytest.raises(TypeError):
+        pk.tree_sum(["a", 1], start="")  # a leaf that is not a str: join's own error
     with pytest.raises(TypeError, match="tree_any_only expects a type"):
         pk.tree_any_only(lambda x: x, bool, [1])
     with pytest.raises(TypeError, match="tree_map_only expects a type"):
@@ -257,6 +265,11 @@ def test_reductions_match_optree(tree: Any) -> None:
     add = operator.add
     as_float = pk.tree_map(lambda x: float(hash(x) % 7), tree)
     assert pk.tree_sum(as_float) == optree.tree_sum(as_float)
+    as_str = pk.tree_map(lambda x: str(hash(x) % 7), tree)  # sum() refuses a str start
+    for start in ("", "s", b"", bytearray(b"b")):
+        leaves = as_str if isinstance(start, str) else pk.tree_map(str.encode, as_str)
+        mine, theirs = pk.tree_sum(leaves, start=start), optree.tree_sum(leaves, start=start)
+        assert mine == theirs and type(mine) is type(theirs) is type(start)
     assert pk.tree_reduce(add, as_float, 1.0) == optree.tree_reduce(add, as_float, 1.0)
     for fill in (None, 0):
         mine = pk.tree_partition(lambda x: hash(x) % 2, tree, fillvalue=fill)

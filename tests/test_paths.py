@@ -519,3 +519,30 @@ def test_a_position_out_of_range_is_named_not_wrapped() -> None:
         KeyError, match=r"tree is a dict with keys \['a', 't'\], which has no \[\['x'\]\]"
     ):
         pk.tree_get(tree, (pk.DictKey(["x"]),))  # an unhashable key
+
+
+def _step(key: Any) -> str:
+    """A path key taken apart with ``match``, as jax's keys allow."""
+    match key:
+        case pk.DictKey(k):
+            return f"dict {k!r}"
+        case pk.SequenceKey(i):
+            return f"seq {i}"
+        case pk.GetAttrKey(name):
+            return f"attr {name}"
+    raise AssertionError(key)
+
+
+@settings(max_examples=60, deadline=None)
+@given(trees())
+def test_path_keys_match_by_position(tree: Any) -> None:
+    """``case DictKey(k):`` (``__match_args__``) on every key of every path,
+    on both engines' paths: each binds the key's one field."""
+    for path, _ in pk.flatten_with_path(tree, rules=RULES)[0]:
+        for key in path:
+            if type(key) is pk.DictKey:
+                assert _step(key) == f"dict {key.key!r}"
+            elif type(key) is pk.SequenceKey:
+                assert _step(key) == f"seq {key.idx}"
+            else:
+                assert _step(key) == f"attr {key.name}"
