@@ -143,6 +143,11 @@ def callables(batch: dict, pool: PinnedPool) -> tuple[dict[str, Callable[[], Any
     return {**parts, **bound, **wholes}, list(parts)
 
 
+def _plain_empty(numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """The host-side pool's buffers: plain memory (a CPU build cannot pin)."""
+    return torch.empty(numel, dtype=dtype)
+
+
 def time_batch(
     batch: dict, pool: PinnedPool, rounds: int, number: int
 ) -> tuple[dict[str, float], list[str]]:
@@ -163,7 +168,7 @@ def floor(t: dict[str, float]) -> str:
 def host_side(quick: bool) -> tuple[list[str], bool]:
     """The host-side table, and whether every small batch met the target."""
     rounds, number = (2, 3) if quick else (15, 40)
-    pool = PinnedPool(allocator=lambda n, dtype: torch.empty(n, dtype=dtype))
+    pool = PinnedPool(allocator=_plain_empty)
     lines = [
         "## Host side, on the CPU",
         "",
@@ -212,10 +217,6 @@ def op(label: str, name: str, n: int) -> None:
     call = fns[name]
     call(), call()  # warm: the pool's buffer and the copy's memory are made
     functools.reduce(lambda _, __: call(), range(n), None)
-
-
-def _plain_empty(numel: int, dtype: torch.dtype) -> torch.Tensor:
-    return torch.empty(numel, dtype=dtype)
 
 
 def instruction_counts(n: int) -> list[str]:
