@@ -140,8 +140,8 @@ def _parts_by_dtype(dtypes: list) -> list:
     if dtypes.count(first) == n:
         return [slice(0, n)]
     runs = []
-    for dtype in sorted(set(dtypes), key=dtypes.index):
-        start = dtypes.index(dtype)
+    for start in sorted(map(dtypes.index, set(dtypes))):  # each dtype's first place
+        dtype = dtypes[start]
         end = start + dtypes.count(dtype)
         if dtypes[end - 1] is not dtype or dtypes[start:end].count(dtype) != end - start:
             break
