@@ -26,15 +26,22 @@ small tensors.
 calls and of N floors (see the table's legend) per small batch: the figures a
 noisy machine does not move (about five minutes).
 
-**With CUDA**, for 1,000 x float32[64] and 10 x float32[1M], pin + host-to-device
-copy, CUDA-event ms from before pinning to after the copies, median of the
-repeats after a warm-up:
+**With CUDA**, for the same three batches, pin + host-to-device copy,
+CUDA-event ms from before pinning to after the copies, median of the repeats
+after a warm-up:
 
 - coalesced: ``to_device(batch, "cuda", non_blocking=True, coalesce=True)``: the
-  batch staged in one reused pinned buffer, one copy;
+  batch staged in one reused pinned buffer, one copy (tensors over
+  ``STAGE_LIMIT`` through the same buffer, a copy each, packing the next while
+  the one before moves);
 - pinned, then coalesced: ``pin_memory(coalesce=True)`` (``PinnedLoader``'s
-  thread), then ``to_device(..., non_blocking=True)``: one copy of its buffer;
+  thread), then ``to_device(..., non_blocking=True, coalesce=True)``, as the
+  docs advise;
+- pinned coalesced, moved by storage: the same without ``coalesce`` in
+  ``to_device``: one copy of the pinned buffer, the tensors rebuilt one by one;
 - per tensor: ``pin_memory(batch)`` then ``to_device(..., non_blocking=True)``;
+- per tensor, unpinned: ``to_device(..., non_blocking=True)`` from ordinary
+  memory (the driver stages each copy);
 - consolidated: a batch made by ``consolidate`` beforehand (one storage, as a
   DataLoader worker makes it), then ``pin_memory`` and ``to_device``;
 - torch: the DataLoader's own pinning (``torch.utils.data._utils.pin_memory``)
@@ -54,6 +61,7 @@ import platform
 import statistics
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from operator import attrgetter
 from pathlib import Path
@@ -66,6 +74,7 @@ import pytree_kit as pk
 from pytree_kit.torch import PinnedPool, _data, _staging, consolidate, pin_memory, to_device
 
 HOST_TARGET_MS = 1.5  # per 1,000 small tensors
+DEVICE = "cuda"  # where the GPU section moves batches
 
 
 def batches() -> dict[str, dict]:
@@ -259,22 +268,25 @@ def host_allocs() -> dict[str, float]:
     return {k: float(v) for k, v in stats.items() if "alloc" in k and isinstance(v, (int, float))}
 
 
-def measure(fn: Callable[[], Any], repeats: int) -> tuple[float, dict[str, float]]:
+def measure(fn: Callable[[], Any], repeats: int) -> tuple[float, float, dict[str, float]]:
+    """Median CUDA-event ms, median ms the call held the host, host allocations."""
     fn()  # warm-up
     torch.cuda.synchronize()
     before = host_allocs()
-    times = []
+    times, host = [], []
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
+        t0 = time.perf_counter()
         out = fn()
+        host.append((time.perf_counter() - t0) * 1e3)
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
         del out
     after = host_allocs()
     delta = {k: after[k] - before.get(k, 0.0) for k in after}
-    return statistics.median(times), delta
+    return statistics.median(times), statistics.median(host), delta
 
 
 def on_gpu(quick: bool) -> list[str]:
@@ -289,33 +301,40 @@ def on_gpu(quick: bool) -> list[str]:
         f"Python {platform.python_version()}; median of {repeats} repeats after a warm-up, "
         "CUDA-event ms from before pinning to after the copies.",
         "",
-        "| batch | way | ms | speedup vs per tensor | host allocation counters (change) |",
-        "|---|---|---|---|---|",
+        "| batch | way | ms | host ms | vs per tensor | host allocation counters (change) |",
+        "|---|---|---|---|---|---|",
     ]
     for label, batch in batches().items():
-        if label == "1,000 of 3 dtypes":
-            continue
         whole = consolidate(batch)  # made beforehand, as a DataLoader worker does
         ways: dict[str, Callable[[], Any]] = {
             "coalesced": lambda b=batch: to_device(
-                b, "cuda", non_blocking=True, coalesce=True, pool=pool
+                b, DEVICE, non_blocking=True, coalesce=True, pool=pool
             ),
             "pinned, then coalesced": lambda b=batch: to_device(
-                pin_memory(b, coalesce=True, pool=pool), "cuda", non_blocking=True, pool=pool
+                pin_memory(b, coalesce=True, pool=pool),
+                DEVICE,
+                non_blocking=True,
+                coalesce=True,
+                pool=pool,
             ),
-            "per tensor": lambda b=batch: to_device(pin_memory(b), "cuda", non_blocking=True),
+            "pinned coalesced, moved by storage": lambda b=batch: to_device(
+                pin_memory(b, coalesce=True, pool=pool), DEVICE, non_blocking=True, pool=pool
+            ),
+            "per tensor": lambda b=batch: to_device(pin_memory(b), DEVICE, non_blocking=True),
+            "per tensor, unpinned": lambda b=batch: to_device(b, DEVICE, non_blocking=True),
             "consolidated (beforehand)": lambda b=whole: to_device(
-                pin_memory(b), "cuda", non_blocking=True
+                pin_memory(b), DEVICE, non_blocking=True
             ),
             "torch DataLoader pinning": lambda b=batch: [
-                t.to("cuda", non_blocking=True) for t in pk.leaves(torch_pin(b))
+                t.to(DEVICE, non_blocking=True) for t in pk.leaves(torch_pin(b))
             ],
         }
         results = {name: measure(fn, repeats) for name, fn in ways.items()}
         base = results["per tensor"][0]
-        for name, (ms, allocs) in results.items():
+        for name, (ms, host, allocs) in results.items():
             shown = ", ".join(f"{k} {v:+.0f}" for k, v in sorted(allocs.items()) if v)
-            lines.append(f"| {label} | {name} | {ms:.3f} | {base / ms:.2f}x | {shown or 'none'} |")
+            cells = [label, name, f"{ms:.3f}", f"{host:.3f}", f"{base / ms:.2f}x", shown or "none"]
+            lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 

@@ -493,14 +493,17 @@ def test_staged_transfer_over_many_fresh_batches_gives_every_tensor_back(monkeyp
         assert type(out["target"]) is Target and type(out["pair"]) is Pair
         assert out["target"].labels == f"s{seed}" and out["pair"].right == batch["pair"].right
         assert type(out["marked"]) is Marked and out["marked"].device.type == "meta"
-        assert out["big"].device.type == "meta"  # over STAGE_LIMIT: moved on its own
+        # over STAGE_LIMIT: non-blocking, through the buffer with a copy of its
+        # own (here to the CPU); blocking, moved on its own
+        assert out["big"].device.type == ("cpu" if seed % 2 == 0 else "meta")
         assert out["grad"].device.type == "meta" and out["grad"].requires_grad
         # the caller's batch is untouched
         now = [t for t in pk.leaves(batch) if isinstance(t, torch.Tensor)]
         assert all(torch.equal(a.detach(), b.detach()) for a, b in zip(now, originals))
+    # one copy a batch, and one more for the big tensor when non-blocking;
     # buffers are reused: a few sizes in all (a batch with a tensor cat refuses
     # is planned again, which may take a larger one), not one per batch
-    assert len(copies) == 150 and pool.allocations <= 3
+    assert len(copies) == 150 + 75 and pool.allocations <= 3
     # every batch's staged tensors still hold their values after later batches
     for seed, out in kept:
         _, originals = mixed_batch(seed)
@@ -532,6 +535,38 @@ def test_staged_transfer_copies_once_and_keeps_big_tensors_apart(monkeypatch):
     assert copies[0] >= 1000 * 64 * 4 + sum(range(1, 200)) * 8
     assert [t.shape[0] for t in out["ids"]] == list(range(1, 200))
     assert out["big"].device.type == "meta"
+
+
+def test_non_blocking_staging_streams_big_tensors_each_with_a_copy_of_its_own(monkeypatch):
+    """Over STAGE_LIMIT, non-blocking: each big tensor is packed after the small
+    ones' copy has been queued and gets its own copy, in order, so that packing
+    the next overlaps the copy of the one before; what comes out is no view."""
+    copies = copied_on_the_cpu(monkeypatch)
+    pool = plain_pool()
+    n = _data.STAGE_LIMIT // 4 + 1
+    for seed in range(4):  # fresh batches, one buffer reused
+        g = torch.Generator().manual_seed(seed)
+        big = [
+            torch.randn(n, generator=g),
+            torch.randn(3, n, generator=g)[:, ::3],  # strided: packed contiguous
+            torch.randint(0, 9, (n,), generator=g),
+        ]
+        batch = {"small": [torch.randn(8, generator=g) for _ in range(50)], "big": big}
+        originals = [t.clone() for t in big]
+        del copies[:]
+        out = to_device(batch, "meta", coalesce=True, non_blocking=True, pool=pool)
+        assert copies == [50 * 8 * 4] + [t.nbytes for t in big]
+        for a, b, orig in zip(big, out["big"], originals):
+            assert torch.equal(a, orig)  # the caller's tensors are untouched
+            assert b.dtype == a.dtype and b.shape == a.shape and torch.equal(a, b)
+            assert b._base is None and b.is_contiguous()
+        before = [t._version for t in out["big"]]
+        out["big"][0].add_(1)  # its own version counter: the others' do not move
+        assert [t._version for t in out["big"]][1:] == before[1:]
+        # blocking: big tensors are moved as they are, with to()
+        out = to_device(batch, "meta", coalesce=True, pool=pool)
+        assert all(t.device.type == "meta" for t in out["big"])
+    assert pool.allocations == 1
 
 
 def test_staged_tensors_keep_a_backward_after_an_in_place_change_to_another(monkeypatch):
@@ -661,24 +696,32 @@ def test_a_staging_buffer_is_not_refilled_while_a_copy_from_it_may_run(monkeypat
     monkeypatch.setattr(_data, "_transfer", stream.transfer)
     monkeypatch.setattr(_data, "_fence", stream.fence)
 
+    big = _data.STAGE_LIMIT // 4 + 1  # over the limit: a copy of its own, same buffer
+
     def batch(value: float) -> dict:
-        return {"x": [torch.full((64,), value) for _ in range(100)]}
+        return {
+            "x": [torch.full((64,), value) for _ in range(100)],
+            "big": [torch.full((big,), value), torch.full((big // 2 + 1,), value).double()],
+        }
+
+    def check(out: dict, v: float) -> bool:
+        return all(bool((t == v).all()) for t in out["x"] + out["big"])
 
     for epoch in range(3):
         outs = [
             to_device(batch(v), "meta", coalesce=True, non_blocking=True, pool=pool)
             for v in (1, 2, 3)
         ]
-        # three copies in flight: three buffers, none refilled before its copy ran
-        assert pool.allocations == 3
+        # three batches' copies in flight: three buffers, none refilled before its copies ran
+        assert pool.allocations == 3 and len(stream.queued) == 9
         stream.run()
         for v, out in zip((1, 2, 3), outs):
-            assert all(bool((t == v).all()) for t in out["x"]), (epoch, v)
+            assert check(out, v), (epoch, v)
     # copies done: the buffers are reused, with no new allocation
     for v in range(5):
         out = to_device(batch(v), "meta", coalesce=True, non_blocking=True, pool=pool)
         stream.run()
-        assert all(bool((t == v).all()) for t in out["x"])
+        assert check(out, v)
     assert pool.allocations == 3
 
 
@@ -795,7 +838,11 @@ def test_gpu_staged_buffer_is_not_refilled_while_a_held_back_copy_runs():
         torch.cuda._sleep(200_000_000)  # hold the stream back (~0.1 s)
         outs = [
             to_device(
-                {"x": [torch.full((64,), float(v)) for _ in range(1000)]},
+                {
+                    "x": [torch.full((64,), float(v)) for _ in range(1000)],
+                    # over STAGE_LIMIT: each its own copy, from the same buffer
+                    "big": [torch.full((_data.STAGE_LIMIT // 4 + 1,), float(v))] * 2,
+                },
                 "cuda",
                 non_blocking=True,
                 coalesce=True,
@@ -805,7 +852,8 @@ def test_gpu_staged_buffer_is_not_refilled_while_a_held_back_copy_runs():
         ]
         torch.cuda.synchronize()
         for v, out in enumerate(outs):
-            assert all(bool((t == v).all()) for t in out["x"])
+            assert all(bool((t == v).all()) for t in out["x"] + out["big"])
+            assert out["big"][0].data_ptr() != out["big"][1].data_ptr()
     assert pool.allocations == 3
 
 

@@ -178,13 +178,15 @@ def _packed(
     leaves: list,
     idx: list[int],
     device: Optional[torch.device],
+    extra: int = 0,
 ) -> tuple[list, int, _Buffer]:
     """Take a buffer from ``pool`` and write the planned groups into it. Where
     ``cat`` refuses a tensor (on another device, sparse, nested, requiring
     grad), plan again with the tensors that can be packed and write those; the
-    rest stay where they are. Returns the groups written, their bytes, and the
-    buffer, reserved: the caller sets ``reserved`` back to False."""
-    buf = pool.take(total)
+    rest stay where they are. The buffer has ``extra`` bytes more, past the
+    groups. Returns the groups written, their bytes, and the buffer, reserved:
+    the caller sets ``reserved`` back to False."""
+    buf = pool.take(total + extra)
     try:
         try:
             _staging.write(groups, buf.data)
@@ -192,9 +194,9 @@ def _packed(
         except (RuntimeError, NotImplementedError, TypeError):
             kept = [i for i in idx if _staging.stageable(leaves[i], device)]
             groups, total = _staging.plan(leaves, kept, pool.alignment)
-            if total > buf.data.numel():  # fewer tensors may still make more groups
+            if total + extra > buf.data.numel():  # fewer tensors may make more groups
                 buf.reserved = False
-                buf = pool.take(total)
+                buf = pool.take(total + extra)
             _staging.write(groups, buf.data)
             return groups, total, buf
     except BaseException:
@@ -288,9 +290,10 @@ def _pin_leaves(leaves: list, coalesce: bool, pool: Optional[PinnedPool]) -> lis
     return out
 
 
-#: bytes above which a tensor is not staged by ``to_device(..., coalesce=True)``
-#: but copied on its own: packing it would cost a host copy as long as the
-#: transfer it saves little on
+#: bytes above which ``to_device(..., coalesce=True)`` does not pack a tensor
+#: with the others (that would hold its copy back until all are packed) but
+#: gives it a copy of its own: through the staging buffer when non-blocking,
+#: as it is otherwise
 STAGE_LIMIT = 1 << 20
 
 
@@ -317,8 +320,10 @@ def to_device(
     apart on the device: a few torch calls in all, not one per tensor. The
     buffer is reused once that copy has finished (an event is queried). Every
     tensor that comes out is its own: it shares the device memory of its
-    batch, but is not a view, and has its own version counter. Other tensors
-    move one by one.
+    batch, but is not a view, and has its own version counter. Tensors over
+    ``STAGE_LIMIT`` go, with ``non_blocking=True``, through the same buffer
+    with a copy each, so that packing one overlaps the copy of the one before.
+    Other tensors move one by one.
 
     Without it, each tensor moves on its own, except tensors that share one
     storage (a consolidated batch, or one ``pin_memory(..., coalesce=True)``
@@ -345,14 +350,17 @@ def to_device(
     return spec.unflatten(out)
 
 
-def _small(groups: list, idx: list[int]) -> list[int]:
-    """``idx`` without the tensors of more than ``STAGE_LIMIT`` bytes."""
+def _small(groups: list, idx: list[int]) -> tuple[list[int], list[int]]:
+    """``idx`` split into the tensors of at most ``STAGE_LIMIT`` bytes and the
+    larger ones (``idx`` itself, and no large one, where all are small)."""
     big: set[int] = set()
     for g in groups:
         row = g.row_bytes()
         if max(g.sizes) * row > STAGE_LIMIT:
             big.update(i for i, n in zip(g.where, g.sizes) if n * row > STAGE_LIMIT)
-    return [i for i in idx if i not in big] if big else idx
+    if not big:
+        return idx, []
+    return [i for i in idx if i not in big], [i for i in idx if i in big]
 
 
 def _transfer(flat: torch.Tensor, device: torch.device, non_blocking: bool) -> torch.Tensor:
@@ -362,31 +370,80 @@ def _transfer(flat: torch.Tensor, device: torch.device, non_blocking: bool) -> t
 
 
 def _staged(leaves: list, device: torch.device, non_blocking: bool, pool: PinnedPool) -> list:
-    """The leaves moved to ``device``, the small CPU tensors through one buffer."""
+    """The leaves moved to ``device``: the small CPU tensors through one buffer
+    and one copy; with ``non_blocking``, the large ones through the same
+    buffer, each with its own copy, so that packing one overlaps the copy of
+    the one before."""
     out = list(leaves)
     idx, others = _staging.tensors_in(leaves)
     if device.type == "cpu":  # where CPU tensors are already: nothing to stage
         idx, others = [], others + idx
     groups, total = _staging.plan(leaves, idx, pool.alignment)
-    staged = idx
-    small = _small(groups, idx)
-    if small is not idx:
-        staged = small
+    staged, big = _small(groups, idx)
+    if big:
         groups, total = _staging.plan(leaves, staged, pool.alignment)
-    if groups:
-        groups, total, buf = _packed(pool, groups, total, leaves, staged, device)
+    if non_blocking and big:  # pinned ones need no packing: they move as they are
+        stageable = _staging.stageable
+        big = [i for i in big if stageable(leaves[i], device) and not leaves[i].is_pinned()]
+    else:
+        big = []
+    if groups or big:
+        extra = _big_bytes(leaves, big, pool.alignment)
+        groups, total, buf = _packed(pool, groups, total, leaves, staged, device, extra)
         try:
-            copy = _transfer(buf.data[:total], device, non_blocking)
+            if groups:
+                copy = _transfer(buf.data[:total], device, non_blocking)
+            _streamed(leaves, big, buf.data, total, device, pool.alignment, out)
             buf.fence = _fence(device, non_blocking)
         finally:
             buf.reserved = False
-        _staging.read(groups, copy, out)
-    if len(staged) != len(idx) or sum(len(g.where) for g in groups) != len(staged):
+        if groups:
+            _staging.read(groups, copy, out)
+    if len(staged) + len(big) != len(idx) or sum(len(g.where) for g in groups) != len(staged):
         others = others + idx  # some were left out: those not staged move below
     for i in others:
         if out[i] is leaves[i]:
             out[i] = leaves[i].to(device, non_blocking=non_blocking)
     return out
+
+
+def _aligned(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+def _big_bytes(leaves: list, big: list[int], alignment: int) -> int:
+    """The bytes the large tensors ``leaves[big]`` take after the groups (each
+    on an ``alignment`` boundary), counting the padding before the first."""
+    total = 0
+    for i in big:
+        total = _aligned(total, alignment) + leaves[i].nbytes
+    return total + alignment if big else 0
+
+
+def _streamed(
+    leaves: list,
+    big: list[int],
+    flat: torch.Tensor,
+    start: int,
+    device: torch.device,
+    alignment: int,
+    out: list,
+) -> None:
+    """Copy each large tensor into the byte buffer ``flat`` from ``start`` on,
+    and from there to ``device`` with a copy of its own: a non-blocking copy
+    from pinned memory returns at once, so the next tensor is packed while
+    the one before is on its way (``pin_memory`` then ``to`` packs them all
+    first; ``to`` from ordinary memory copies through the driver's own
+    staging, waiting for each)."""
+    offset = _aligned(start, alignment)
+    for i in big:
+        x = leaves[i]
+        n = x.nbytes
+        region = flat[offset : offset + n]
+        region.view(x.dtype).view(x.shape).copy_(x)
+        moved = _transfer(region, device, True)
+        out[i] = moved.view(x.dtype).view(x.shape).data  # no base: its own version counter
+        offset = _aligned(offset + n, alignment)
 
 
 def _moved(
