@@ -109,11 +109,40 @@ def _node_json(node: tuple, order: Any) -> Any:
     return out
 
 
+def _memo_key(node: tuple) -> Any:
+    """A key under which a node's line can be kept for its equals in the same
+    spec (the leaves, and the many equal containers of a batch), or None.
+    Equal nodes can write differently (a dict key ``1`` and ``1.0`` are equal),
+    (or ``(1,)`` and ``(1.0,)``), so only nodes whose aux holds no user value
+    are kept, and dict nodes whose keys are all str."""
+    kind = node[0]
+    if kind == LEAF or kind == NONE or kind == TUPLE or kind == LIST:
+        return node
+    if kind == DICT or kind == ORDEREDDICT:
+        for k in node[3]:
+            if type(k) is not str:
+                return None
+        return node
+    if (kind == DATACLASS or kind == ATTRS) and not node[3][1]:  # no static values
+        return node
+    return None
+
+
 def nodes_to_json(nodes: tuple, orders: tuple, num_leaves: int) -> str:
     """The document of a spec's nodes, orders and leaf count (``TreeSpec.to_json``)."""
     by_index = dict(orders)
+    memo: dict = {}
+    lines = []
     try:
-        lines = [json.dumps(_node_json(node, by_index.get(i))) for i, node in enumerate(nodes)]
+        for i, node in enumerate(nodes):
+            order = by_index.get(i) if by_index else None
+            key = _memo_key(node) if order is None else None
+            line = memo.get(key) if key is not None else None
+            if line is None:
+                line = json.dumps(_node_json(node, order))
+                if key is not None:
+                    memo[key] = line
+            lines.append(line)
     except ValueError as e:  # e.g. an int beyond sys.get_int_max_str_digits()
         raise TypeError(f"cannot write this spec to JSON: {e}") from None
     head = json.dumps({"format": FORMAT, "version": VERSION, "num_leaves": num_leaves})

@@ -779,6 +779,32 @@ def test_round_trip_generated_trees(tree: Any) -> None:
     assert again.to_json() == text
 
 
+def _unmemoized(spec: TreeSpec) -> str:
+    """The document written node by node, as nodes_to_json did before it kept
+    the lines of equal nodes."""
+    from pytree_kit import _json
+
+    by_index = dict(spec._orders)
+    lines = [
+        json.dumps(_json._node_json(node, by_index.get(i))) for i, node in enumerate(spec._nodes)
+    ]
+    head = json.dumps(
+        {"format": _json.FORMAT, "version": _json.VERSION, "num_leaves": spec.num_leaves}
+    )
+    return head[:-1] + ', "nodes": [\n' + ",\n".join(lines) + "\n]}\n"
+
+
+# keys that are equal (and hash alike) but write differently
+_ALIKE = st.sampled_from([1, 1.0, True, (1,), (1.0,), (True,), "1", 0, 0.0, -0.0, False])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(trees, st.lists(st.dictionaries(_ALIKE, st.integers(), max_size=3), max_size=6)))
+def test_equal_nodes_share_a_line_only_where_they_write_alike(tree: Any) -> None:
+    spec = pk.structure(tree)
+    assert spec.to_json() == _unmemoized(spec)
+
+
 # --------------------------------------------------------------------------
 # 2. allow= semantics
 
