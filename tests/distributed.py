@@ -24,8 +24,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(scenario: str, world: int = 2, timeout: float = 240) -> list[list[dict]]:
-    """Each rank's list of ``{"case", "ok", "detail"}``, in rank order."""
+def run_ranks(
+    scenario: str,
+    world: int = 2,
+    timeout: float = 240,
+    *,
+    worker: Path = WORKER,
+    args: tuple[str, ...] = (),
+) -> list[list[dict]]:
+    """Each rank's list of ``{"case", "ok", "detail"}``, in rank order. The
+    ranks run ``worker`` (``SCENARIO RANK WORLD PORT OUT`` then ``args``)."""
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
     with tempfile.TemporaryDirectory() as tmp:
         outs = [Path(tmp, f"rank{r}.json") for r in range(world)]
@@ -34,13 +42,13 @@ def run_ranks(scenario: str, world: int = 2, timeout: float = 240) -> list[list[
         procs = []
         for r in range(world):
             with open(logs[r], "w") as log:
-                cmd = [sys.executable, str(WORKER), scenario, str(r), str(world), str(port)]
+                cmd = [sys.executable, str(worker), scenario, str(r), str(world), str(port)]
                 procs.append(
                     subprocess.Popen(
-                        [*cmd, str(outs[r])], env=env, stdout=log, stderr=subprocess.STDOUT
+                        [*cmd, str(outs[r]), *args], env=env, stdout=log, stderr=subprocess.STDOUT
                     )
                 )
-        failed = []
+        failed: list = []
         try:
             for r, p in enumerate(procs):
                 if p.wait(timeout=timeout) != 0:

@@ -67,7 +67,7 @@ LAYERS: list[list[str]] = [
     ["torch/_hidden"],
     ["torch/_data", "torch/_collate", "torch/_flatspec", "torch/_packed"],
     ["torch/_distributed", "torch/_arguments"],
-    ["torch/_tracing"],
+    ["torch/_tracing", "torch/checkpoint"],
     ["torch/__init__"],
 ]
 
