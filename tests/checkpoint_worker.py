@@ -112,7 +112,16 @@ def scenario_save(ckdir: str, rank: int, world: int, mesh: Any) -> dict[str, Cal
         )
         return "saved"
 
-    return {"ours": ours, "plain dcp": plain_dcp, "ddp": ddp_model}
+    def one_rank_refuses() -> str:
+        # a leaf only rank 1 cannot save: every rank raises, none waits in DCP
+        state: dict = {"w": torch.ones(2), "x": object() if rank == 1 else 1}
+        try:
+            checkpoint.save(state, os.path.join(ckdir, "refused"))
+        except (TypeError, ValueError) as e:
+            return f"{type(e).__name__}: {str(e)[:60]}"
+        return "saved"
+
+    return {"ours": ours, "plain dcp": plain_dcp, "ddp": ddp_model, "refused": one_rank_refuses}
 
 
 def model_and_optimizer(seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -138,7 +147,17 @@ def scenario_load(ckdir: str, rank: int, world: int, mesh: Any) -> dict[str, Cal
         check(out.step == 7 and out.name == "run-7", f"plain values {out.step} {out.name}")
         return f"rng {out.rng.value.tolist()}"
 
-    return {"ours": ours}
+    def strict() -> str:
+        # strict: a rank with no per-rank value of its own raises, and so does
+        # every other rank (none is left waiting in DCP's load)
+        template = sharded_state(mesh, rank, full_tensors(), step=0)
+        try:
+            checkpoint.load(template, ckdir, allow=[Sharded, Pair])
+        except ValueError as e:
+            return f"ValueError: {str(e)[:60]}"
+        return "loaded"
+
+    return {"ours": ours, "strict": strict}
 
 
 def main() -> None:

@@ -326,10 +326,13 @@ def _ok(results: list[list[dict]]) -> list[list[str]]:
     return [[c["detail"] for c in rank] for rank in results]
 
 
+_SAVED: dict[str, list[list[str]]] = {}
+
+
 @pytest.fixture(scope="module")
 def two_rank_checkpoint(tmp_path_factory: Any) -> Path:
     d = tmp_path_factory.mktemp("two_ranks")
-    _ok(run_ranks("save", 2, timeout=180, worker=WORKER, args=(str(d),)))
+    _SAVED["details"] = _ok(run_ranks("save", 2, timeout=180, worker=WORKER, args=(str(d),)))
     return d
 
 
@@ -382,9 +385,20 @@ def test_one_rank_saves_two_load_resharded(tmp_path: Path, two_rank_checkpoint: 
     checkpoint.save(W.plain_state(values, 7, rank=0), tmp_path)
     # strict=False: rank 1 finds no per-rank value of its own and keeps its template's
     details = _ok(run_ranks("load", 2, timeout=180, worker=WORKER, args=(str(tmp_path),)))
-    assert details == [["rng [0, 1, 2, 3]"], ["rng [0, 0, 0, 0]"]]
+    assert [d[0] for d in details] == ["rng [0, 1, 2, 3]", "rng [0, 0, 0, 0]"]
+    # strict: rank 1 has no value of its own and raises; rank 0 hears of it and
+    # raises too instead of waiting in DCP's collective
+    assert details[0][1].startswith("ValueError: pytree_kit.torch.checkpoint.load: rank 1 f")
+    assert details[1][1].startswith("ValueError: pytree_kit.torch.checkpoint.load: tree.rng[")
     # two ranks save, two load: each rank gets back its own per-rank value
     details = _ok(
         run_ranks("load", 2, timeout=180, worker=WORKER, args=(str(two_rank_checkpoint),))
     )
-    assert details == [["rng [0, 1, 2, 3]"], ["rng [100, 101, 102, 103]"]]
+    assert details == [["rng [0, 1, 2, 3]", "loaded"], ["rng [100, 101, 102, 103]", "loaded"]]
+
+
+@pytest.mark.timeout(240)
+def test_a_leaf_one_rank_cannot_save_fails_every_rank(two_rank_checkpoint: Path) -> None:
+    details = _SAVED["details"]
+    assert details[1][3].startswith("TypeError: pytree_kit.torch.checkpoint.save: tree['x']")
+    assert details[0][3].startswith("ValueError: pytree_kit.torch.checkpoint.save: rank 1 failed")

@@ -43,7 +43,7 @@ import pickle
 import sys
 import warnings
 from concurrent.futures import Future
-from typing import Any, Iterable, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -350,7 +350,7 @@ def save(
         >>> restored["step"], restored["name"], restored["w"] is template["w"]
         (7, ('run', 1), True)
     """
-    flat = _prepare(state, rules, fallback, process_group)
+    flat = _agreed(lambda: _prepare(state, rules, fallback, process_group), process_group, "save")
     _dcp_save(flat, path, process_group)
 
 
@@ -384,7 +384,9 @@ def async_save(
     background. Returns DCP's future; call ``.result()`` before relying on
     the checkpoint. Changing the state after this returns does not change
     what is written."""
-    flat = _prepare(state, rules, fallback, process_group)
+    flat = _agreed(
+        lambda: _prepare(state, rules, fallback, process_group), process_group, "async_save"
+    )
     with _one_process():
         future = dcp.async_save(flat, checkpoint_id=path, process_group=process_group)
     done: Any = getattr(future, "upload_completion", None)  # an AsyncSaveResponse's
@@ -427,17 +429,29 @@ def load(
     if fallback not in (None, "pickle"):
         raise ValueError(f"fallback must be None or 'pickle', got {fallback!r}")
     rank, _ = _rank_world(process_group)
-    flat = _Flat(state, rules, rank, "load")
     where_ = os.fspath(path)
-    reader, metadata = _read_metadata(path)
-    meta, meta_rank = _read_meta(reader, path, metadata, rank, process_group)
-    entries = _entries(meta, where_)
-    if strict:
-        plan = _strict_plan(flat, meta["spec"], entries, meta_rank, rank, allow, rules, where_)
-        unexpected: list[str] = []
-    else:
-        plan, unexpected = _loose_plan(flat, meta, entries, meta_rank, rank, allow, rules, where_)
-    wanted, leaves, missing = _targets(flat, plan, metadata, allow, rules, fallback, where_)
+
+    def find() -> tuple:
+        flat = _Flat(state, rules, rank, "load")
+        reader, metadata = _read_metadata(path)
+        return (flat, reader, metadata, *_document_target(path, metadata, rank))
+
+    flat, reader, metadata, key, blob, meta_rank = _agreed(find, process_group, "load")
+    _dcp_load({key: blob}, reader, path, process_group)
+
+    def plan() -> tuple:
+        meta = _parse_document(blob, path)
+        entries = _entries(meta, where_)
+        if strict:
+            plan = _strict_plan(flat, meta["spec"], entries, meta_rank, rank, allow, rules, where_)
+            unexpected: list[str] = []
+        else:
+            plan, unexpected = _loose_plan(
+                flat, meta, entries, meta_rank, rank, allow, rules, where_
+            )
+        return (*_targets(flat, plan, metadata, allow, rules, fallback, where_), unexpected)
+
+    wanted, leaves, missing, unexpected = _agreed(plan, process_group, "load")
     _dcp_load(wanted, reader, path, process_group)
     for i, value in leaves.items():
         if type(value) is _Numpy:
@@ -492,11 +506,10 @@ def _dcp_load(wanted: dict, reader: _Reader, path: PathLike, process_group: Any)
         raise _corrupt(path, e) from e
 
 
-def _read_meta(
-    reader: _Reader, path: PathLike, metadata: Any, rank: int, process_group: Any
-) -> tuple[dict, int]:
-    """This rank's metadata document (rank 0's where this rank wrote none:
-    the checkpoint was written by fewer ranks), and the rank that wrote it."""
+def _document_target(path: PathLike, metadata: Any, rank: int) -> tuple[str, torch.Tensor, int]:
+    """The key of this rank's document (rank 0's where this rank wrote none:
+    the checkpoint was written by fewer ranks), a tensor to load it into, and
+    the rank that wrote it."""
     items = metadata.state_dict_metadata
     meta_rank = rank if f"{_META}{rank}" in items else 0
     key = f"{_META}{meta_rank}"
@@ -506,8 +519,10 @@ def _read_meta(
             f"pytree_kit.torch.checkpoint.load: {os.fspath(path)!r} is a DCP checkpoint, "
             "but not one pytree_kit.torch.checkpoint.save wrote (no metadata document)"
         )
-    blob = torch.empty(info.size[0], dtype=torch.uint8)
-    _dcp_load({key: blob}, reader, path, process_group)
+    return key, torch.empty(info.size[0], dtype=torch.uint8), meta_rank
+
+
+def _parse_document(blob: torch.Tensor, path: PathLike) -> dict:
     try:
         meta = json.loads(blob.numpy().tobytes())
         if type(meta) is not dict or meta.get("format") != FORMAT:
@@ -520,7 +535,32 @@ def _read_meta(
             raise ValueError("no values")
     except (ValueError, UnicodeDecodeError) as e:
         raise _corrupt(path, e) from e
-    return meta, meta_rank
+    return meta
+
+
+def _agreed(step: Callable[[], Any], process_group: Any, what: str) -> Any:
+    """``step()``, the work a rank does alone before a DCP collective; with
+    several ranks, every rank learns whether any raised, and raises too, so
+    that none waits in the collective for a rank that has left."""
+    try:
+        out, error = step(), None
+    except Exception as e:
+        out, error = None, e
+    if dist.is_available() and dist.is_initialized():
+        world = dist.get_world_size(process_group)
+        if world > 1:
+            said = None if error is None else f"{type(error).__name__}: {error}"
+            heard: list = [None] * world
+            dist.all_gather_object(heard, said, group=process_group)
+            failed = [r for r, m in enumerate(heard) if m is not None]
+            if error is None and failed:
+                raise ValueError(
+                    f"pytree_kit.torch.checkpoint.{what}: rank {failed[0]} failed: "
+                    f"{heard[failed[0]]}"
+                )
+    if error is not None:
+        raise error
+    return out
 
 
 def _entries(meta: dict, where_: str) -> list[tuple[str, Any]]:
