@@ -184,6 +184,12 @@ class Opaque:
         self.v = v
 
 
+def test_per_rank_compares_its_value_as_a_tree() -> None:
+    assert PerRank({"g": torch.ones(3)}) == PerRank({"g": torch.ones(3)})
+    assert PerRank({"g": torch.ones(3)}) != PerRank({"g": torch.zeros(3)})
+    assert PerRank(1) != 1 and repr(PerRank(2)) == "PerRank(2)"
+
+
 def test_other_leaves_are_refused_by_path_unless_pickled(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match=r"tree\['f'\]: cannot pickle"):
         checkpoint.save({"f": lambda: 0}, tmp_path / "d", fallback="pickle")

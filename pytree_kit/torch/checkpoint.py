@@ -51,7 +51,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from .. import api
-from .._compare import first_difference, mismatch_text
+from .._compare import first_difference, mismatch_text, tree_equal
 from .._jsonvalues import Malformed, decode, encode, resolver
 from .._keys import keystr, where
 from .._kinds import Rule
@@ -98,7 +98,7 @@ class PerRank:
         return f"PerRank({self.value!r})"
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is PerRank and self.value == other.value
+        return type(other) is PerRank and tree_equal(self.value, other.value)
 
     __hash__ = None  # type: ignore[assignment]
 
