@@ -58,7 +58,7 @@ LAYERS: list[list[str]] = [
     ["_engine"],
     # the public functions; api makes TreeSpec's methods FastCalls
     ["api", "_reduce"],
-    ["_paths", "testing"],
+    ["_paths", "testing", "_predicates"],
     ["_compare"],
     ["_restructure"],
     ["__init__"],
