@@ -9,6 +9,7 @@ to rebuild dicts as they were; equality and hashing ignore them.
 
 from __future__ import annotations
 
+import collections
 from typing import Any, Iterable, Iterator, Optional
 
 from ._json import nodes_from_json, nodes_to_json
@@ -20,6 +21,7 @@ from ._kinds import (
     DEFAULTDICT,
     DEQUE,
     DICT,
+    KIND_NAMES,
     LEAF,
     LEAF_NODE,
     LIST,
@@ -157,6 +159,57 @@ class TreeSpec:
             2
         """
         return int(self._nodes[0][2])
+
+    @property
+    def type(self) -> Any:
+        """The class of the root node, or None for a leaf, as optree's
+        ``PyTreeSpec.type`` (``type(None)`` for None).
+
+        Examples:
+            >>> import pytree_kit as pk
+            >>> pk.structure({"a": 1}).type, pk.structure(1).type
+            (<class 'dict'>, None)
+        """
+        node = self._nodes[0]
+        if node[0] == LEAF:
+            return None
+        builtin = _BUILTIN_TYPES.get(node[0])
+        return builtin if builtin is not None else node[1]
+
+    @property
+    def kind(self) -> str:
+        """The kind of the root node, as ``to_json`` names it: ``"leaf"``,
+        ``"none"``, ``"tuple"``, ``"list"``, ``"dict"``, ``"ordereddict"``,
+        ``"defaultdict"``, ``"deque"``, ``"namedtuple"``, ``"structseq"``,
+        ``"dataclass"``, ``"attrs"``, ``"custom"`` (the protocol) or ``"rule"``
+        (optree gives an enum of its own kinds instead).
+
+        Examples:
+            >>> import pytree_kit as pk
+            >>> pk.structure([1]).kind, pk.structure(None).kind, pk.structure(1).kind
+            ('list', 'none', 'leaf')
+        """
+        return KIND_NAMES[self._nodes[0][0]]
+
+    def entries(self) -> list:
+        """What names each child of the root in a path, in leaf order: a
+        dict's keys, a sequence's indices, the field names of a namedtuple,
+        dataclass, attrs class or named structseq, a protocol class's keys or
+        entries. Empty for a leaf and for None. (optree gives indices for a
+        namedtuple's and a structseq's children.)
+
+        Examples:
+            >>> import pytree_kit as pk
+            >>> pk.structure({"b": 1, "a": 2}).entries(), pk.structure((5, 6)).entries()
+            (['a', 'b'], [0, 1])
+        """
+        node = self._nodes[0]
+        out = []
+        for i in range(node[2]):
+            key = child_key(node, i)
+            t = type(key)
+            out.append(key.key if t is DictKey else key.idx if t is SequenceKey else key.name)
+        return out
 
     @classmethod
     def leaf(cls) -> TreeSpec:
@@ -559,3 +612,14 @@ def _render(nodes: tuple, orders: dict, leaves: list | None = None) -> str:
 
 
 _LEAF_SPEC = TreeSpec._make((LEAF_NODE,), (), 1)
+
+#: the class of each builtin kind's node, which the node does not keep
+_BUILTIN_TYPES = {
+    NONE: type(None),
+    TUPLE: tuple,
+    LIST: list,
+    DICT: dict,
+    ORDEREDDICT: collections.OrderedDict,
+    DEFAULTDICT: collections.defaultdict,
+    DEQUE: collections.deque,
+}

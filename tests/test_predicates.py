@@ -147,3 +147,66 @@ def test_is_leaf_and_rules_reach_the_questions() -> None:
     assert pk.all_leaves([]) is True
     with pytest.raises(TypeError):  # not iterable
         pk.all_leaves(3)  # type: ignore[arg-type]
+
+
+# -- a spec's root: type, kind, entries -----------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(leaves_and_nodes)
+def test_a_specs_root_type_and_entries_agree_with_optree(tree: Any) -> None:
+    spec = pk.structure(tree)
+    assert spec.kind == pk._kinds.KIND_NAMES[spec._nodes[0][0]]
+    named = _root_entries(spec)
+    if len(named) == spec.num_children:  # every child holds a leaf: paths name them all
+        assert spec.entries() == named
+    optree = pytest.importorskip("optree")
+    theirs = optree.tree_structure(tree)
+    assert spec.type is theirs.type
+    if not isinstance(tree, Point):  # optree names a namedtuple's children by index
+        assert spec.entries() == ([] if theirs.is_leaf() else list(theirs.entries()))
+
+
+def _root_entries(spec: pk.TreeSpec) -> list:
+    """The root's entries, read off the paths of its leaves' first keys."""
+    out: list = []
+    for path in spec.paths():
+        if path:
+            k = path[0]
+            raw = getattr(k, "key", getattr(k, "idx", getattr(k, "name", None)))
+            if not out or out[-1] != raw:
+                out.append(raw)
+    return out
+
+
+KINDS = [
+    (1, "leaf", None, []),
+    (None, "none", type(None), []),
+    ((1, 2), "tuple", tuple, [0, 1]),
+    ([1], "list", list, [0]),
+    ({"b": 1, "a": 2}, "dict", dict, ["a", "b"]),
+    (collections.OrderedDict(b=1, a=2), "ordereddict", collections.OrderedDict, ["b", "a"]),
+    (collections.defaultdict(int, b=1, a=2), "defaultdict", collections.defaultdict, ["a", "b"]),
+    (collections.deque([1, 2]), "deque", collections.deque, [0, 1]),
+    (Point(1, 2), "namedtuple", Point, ["x", "y"]),
+    (time.gmtime(0), "structseq", time.struct_time, list(time.struct_time.__match_args__)),
+    (DC(1), "dataclass", DC, ["x"]),
+    (Flattens((1, 2)), "custom", Flattens, [0, 1]),
+]
+
+
+@pytest.mark.parametrize(("tree", "kind", "cls", "entries"), KINDS, ids=[k[1] for k in KINDS])
+def test_every_kind_of_root_names_its_type_and_entries(
+    tree: Any, kind: str, cls: Any, entries: list
+) -> None:
+    spec = pk.structure(tree)
+    assert (spec.kind, spec.type, spec.entries()) == (kind, cls, entries)
+    # a spec read back from JSON says the same
+    again = pk.TreeSpec.from_json(spec.to_json(), allow=[Point, DC, Flattens, time.struct_time])
+    assert (again.kind, again.type, again.entries()) == (kind, cls, entries)
+
+
+def test_a_rule_root_is_named_by_its_class() -> None:
+    rules = {complex: pk.Rule(lambda c: ((c.real, c.imag), None), lambda aux, ch: complex(*ch))}
+    spec = pk.structure(1j, rules=rules)
+    assert (spec.kind, spec.type, spec.entries()) == ("rule", complex, [0, 1])
