@@ -725,6 +725,29 @@ def test_a_staging_buffer_is_not_refilled_while_a_copy_from_it_may_run(monkeypat
     assert pool.allocations == 3
 
 
+def test_a_buffer_whose_copy_was_queued_before_an_error_waits_for_it(monkeypatch):
+    pool = plain_pool()
+    stream = HeldStream(pool)
+    monkeypatch.setattr(_data, "_transfer", stream.transfer)
+    monkeypatch.setattr(_data, "_fence", stream.fence)
+    streamed = _data._streamed
+
+    def fails(*args: Any) -> None:
+        raise RuntimeError("a large tensor could not be packed")
+
+    batch = {"x": [torch.ones(64) for _ in range(10)]}
+    monkeypatch.setattr(_data, "_streamed", fails)
+    with pytest.raises(RuntimeError, match="could not be packed"):
+        to_device(batch, "meta", coalesce=True, non_blocking=True, pool=pool)
+    monkeypatch.setattr(_data, "_streamed", streamed)
+    assert len(stream.queued) == 1  # the small tensors' copy was queued
+    to_device(batch, "meta", coalesce=True, non_blocking=True, pool=pool)
+    assert pool.allocations == 2  # the first buffer waits for its copy
+    stream.run()
+    to_device(batch, "meta", coalesce=True, non_blocking=True, pool=pool)
+    assert pool.allocations == 2
+
+
 def test_a_pinned_pool_buffer_is_not_refilled_while_its_copy_may_run(monkeypatch):
     """pin_memory(coalesce=True) then to_device(non_blocking=True): the batch may
     be dropped at once, but its buffer waits for the copy."""

@@ -394,8 +394,8 @@ def _staged(leaves: list, device: torch.device, non_blocking: bool, pool: Pinned
             if groups:
                 copy = _transfer(buf.data[:total], device, non_blocking)
             _streamed(leaves, big, buf.data, total, device, pool.alignment, out)
+        finally:  # a copy queued before an error may still be reading the buffer
             buf.fence = _fence(device, non_blocking)
-        finally:
             buf.reserved = False
         if groups:
             _staging.read(groups, copy, out)
