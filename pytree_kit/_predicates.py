@@ -4,10 +4,9 @@ namedtuple or a structseq class (jax's ``all_leaves``, optree's
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Iterable
 
-from ._kinds import Rule
-from .api import structure
+from .api import IsLeaf, Rules, structure
 
 __all__ = [
     "all_leaves",
@@ -19,9 +18,6 @@ __all__ = [
     "is_structseq_instance",
     "tree_is_leaf",
 ]
-
-IsLeaf = Optional[Callable[[Any], bool]]
-Rules = Optional[Mapping[type, Rule]]
 
 
 def tree_is_leaf(tree: Any, is_leaf: IsLeaf = None, *, rules: Rules = None) -> bool:

@@ -11,18 +11,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import datetime
-import gc
-import json
 import os
 import sys
-import traceback
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
-import torch.distributed as dist
 from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
 
 from pytree_kit.torch import checkpoint
@@ -163,33 +158,14 @@ def scenario_load(ckdir: str, rank: int, world: int, mesh: Any) -> dict[str, Cal
 def main() -> None:
     scenario, rank_s, world_s, port, out, ckdir = sys.argv[1:7]
     rank, world = int(rank_s), int(world_s)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=60),
-    )
-    mesh = init_device_mesh("cpu", (world,))
     # the classes as tests.checkpoint_worker's, not __main__'s: the spec names them
     from tests import checkpoint_worker as me
+    from tests.dist_worker import join, report
 
+    join(rank, world, port)
+    mesh = init_device_mesh("cpu", (world,))
     scenarios = {"save": me.scenario_save, "load": me.scenario_load}
-    cases = scenarios[scenario](ckdir, rank, world, mesh)
-    results = []
-    for name, case in cases.items():
-        try:
-            results.append({"case": name, "ok": True, "detail": case()})
-        except Exception:
-            results.append({"case": name, "ok": False, "detail": traceback.format_exc()})
-        dist.barrier()
-    with open(out, "w", encoding="utf-8") as f:
-        json.dump(results, f)
-    dist.destroy_process_group()
-    gc.collect()  # then leave without torch's teardown at exit (see dist_worker.py)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    report(scenarios[scenario](ckdir, rank, world, mesh), out)
 
 
 if __name__ == "__main__":

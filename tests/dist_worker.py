@@ -604,15 +604,20 @@ def nccl_one_rank(out: str) -> None:
 # --------------------------------------------------------------------------
 
 
-def main() -> None:
-    scenario, rank, world, port, out = sys.argv[1:6]
+def join(rank: int, world: int, port: str) -> None:
+    """Join the gloo group of the run on 127.0.0.1:PORT."""
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{port}",
-        rank=int(rank),
-        world_size=int(world),
+        rank=rank,
+        world_size=world,
         timeout=datetime.timedelta(seconds=60),
     )
+
+
+def main() -> None:
+    scenario, rank, world, port, out = sys.argv[1:6]
+    join(int(rank), int(world), port)
     if scenario.startswith("ddp-"):
         cases = scenario_ddp(scenario[4:])
     elif scenario == "collectives":
@@ -621,6 +626,12 @@ def main() -> None:
         cases = scenario_bridges()
     else:
         raise SystemExit(f"unknown scenario {scenario}")
+    report(cases, out)
+
+
+def report(cases: dict[str, Callable[[], str]], out: str) -> None:
+    """Run every case, the ranks in step, write the results to OUT and leave
+    the process (see below for why it leaves with os._exit)."""
     results = []
     for name, case in cases.items():
         try:
