@@ -5,7 +5,7 @@ pytree_kit must give the same leaves (the same objects, in the same order),
 the same node and leaf counts, the same ``tree_map`` result and the same
 path strings.
 
-Part 2 backs the README's comparison table: one test per cell, named
+Part 2 backs the comparison table of docs/index.md: one test per cell, named
 ``test_claim_<row>_<library>``, asserting what each library does here (the
 versions pinned in constraints.txt).
 """
@@ -416,7 +416,7 @@ def test_entries_protocol_matches_optree(a: Any, b: Any, c: Any) -> None:
 
 
 # --------------------------------------------------------------------------
-# Part 2: the README's comparison table, one test per cell
+# Part 2: docs/index.md's comparison table, one test per cell
 
 
 @dataclasses.dataclass

@@ -1,0 +1,851 @@
+#!/usr/bin/env python3
+"""The benchmarks page, made from the recorded results, so the two cannot drift.
+
+    python benchmarks/report.py           # docs/benchmarks.md, docs/assets/bench-*.png
+    python benchmarks/report.py --check   # exit 1: page or chart not what the results give
+
+Every figure on ``docs/benchmarks.md`` is read here from ``benchmarks/results/``
+(the JSON and Markdown files the benchmark scripts write), and nothing else. A
+chart's PNG carries a digest of the data it plots (its ``Description`` text
+chunk), so ``--check`` needs no matplotlib: it rebuilds the page's text and
+each chart's data, and compares the text and the digests. ``tests/test_report.py``
+runs it. Rerun a benchmark, then this script, and commit both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import struct
+import sys
+import zlib
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+PAGE = ROOT / "docs" / "benchmarks.md"
+ASSETS = ROOT / "docs" / "assets"
+VERSIONS = ("3.10", "3.11", "3.12", "3.13")
+OPS = ("flatten", "unflatten", "leaves", "tree_map", "flatten_up_to")
+OP_CALLS = {
+    "flatten": "`pk.flatten(tree)` against each peer's `tree_flatten`",
+    "unflatten": "`pk.unflatten(spec, leaves)` against each peer's `tree_unflatten`",
+    "leaves": "`pk.leaves(tree)` against each peer's `tree_leaves` (dm-tree's `flatten`)",
+    "tree_map": "`pk.tree_map(f, tree)` against each peer's `tree_map` (dm-tree's `map_structure`)",
+    "flatten_up_to": (
+        "`spec.flatten_up_to(tree)`, the call for trees of a known structure, against"
+        " pytree_kit's own `flatten` of the same tree (the peers' `flatten_up_to` is"
+        " slower than their `flatten`)"
+    ),
+}
+X = "\N{MULTIPLICATION SIGN}"  # the speedup sign
+CHART_STYLE = {"figure.dpi": 100, "font.size": 9, "svg.hashsalt": "pytree_kit"}
+COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
+
+
+class ResultsError(Exception):
+    """A results file is missing, or no longer has what the page reads from it."""
+
+
+# -- reading the results -----------------------------------------------------------------
+
+
+def _read(path: Path) -> str:
+    if not path.exists():
+        raise ResultsError(f"{path.relative_to(ROOT)} is missing")
+    return path.read_text()
+
+
+def md_table(path: Path, heading: Optional[str] = None) -> List[List[str]]:
+    """The first Markdown table in the file from the line that starts with
+    ``heading`` (the whole file when None; a heading that starts with '|' is
+    the table's header row): its header row, then its rows,
+    without the separator line."""
+    lines = _read(path).splitlines()
+    start = 0
+    if heading is not None:
+        for i, line in enumerate(lines):
+            if line.startswith(heading):
+                start = i if heading.startswith("|") else i + 1  # a table's own header
+                break
+        else:
+            raise ResultsError(f"{path.relative_to(ROOT)} has no line starting {heading!r}")
+    rows: List[List[str]] = []
+    for line in lines[start:]:
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not all(re.fullmatch(r":?-+:?", c) for c in cells):
+                rows.append(cells)
+        elif rows:
+            break
+    if not rows:
+        raise ResultsError(f"{path.relative_to(ROOT)} has no table after {heading!r}")
+    return rows
+
+
+def md_line(path: Path, pattern: str) -> re.Match:
+    """The first match of pattern in the file."""
+    m = re.search(pattern, _read(path), flags=re.M)
+    if m is None:
+        raise ResultsError(f"{path.relative_to(ROOT)} has nothing matching {pattern!r}")
+    return m
+
+
+def number(cell: str) -> float:
+    """A table cell's leading number: '1,538' -> 1538.0, '**1.341**' -> 1.341, '6.9x' -> 6.9."""
+    m = re.search(r"-?[\d,]*\.?\d+", cell.replace("*", ""))
+    if m is None:
+        raise ResultsError(f"no number in the cell {cell!r}")
+    return float(m.group(0).replace(",", ""))
+
+
+def corpus(version: str) -> Dict[str, Any]:
+    path = RESULTS / f"python{version}" / "corpus.json"
+    return json.loads(_read(path))
+
+
+def columns(rows: List[List[str]], *names: str) -> List[List[str]]:
+    """The named columns of a table (header first), in the order named."""
+    header = rows[0]
+    try:
+        index = [header.index(n) for n in names]
+    except ValueError as e:
+        raise ResultsError(f"a table has columns {header}, not all of {names}") from e
+    return [[row[i] for i in index] for row in rows]
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def table(rows: Sequence[Sequence[str]], align: str = "") -> str:
+    """rows (header first) as a Markdown table; align: one 'l' or 'r' a column."""
+    header, body = rows[0], rows[1:]
+    seps = ["---:" if a == "r" else "---" for a in (align or "l" + "r" * (len(header) - 1))]
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(seps) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(out)
+
+
+class Chart:
+    """A chart's data and how to draw it; its digest goes into the PNG."""
+
+    def __init__(self, name: str, alt: str, kind: str, data: Dict[str, Any]):
+        self.name, self.alt, self.kind, self.data = name, alt, kind, data
+
+    @property
+    def file(self) -> str:
+        return f"bench-{self.name}.png"
+
+    @property
+    def digest(self) -> str:
+        text = json.dumps([self.kind, self.data], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def markdown(self) -> str:
+        return f"![{self.alt}](assets/{self.file})"
+
+    def draw(self, folder: Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        with plt.rc_context(CHART_STYLE):
+            fig = DRAW[self.kind](plt, self.data)
+            fig.savefig(
+                folder / self.file,
+                metadata={"Software": None, "Description": self.digest},
+            )
+            plt.close(fig)
+
+
+def _grouped(plt, data):
+    """Grouped vertical bars: data = {title, ylabel, groups, series: {name: values}, line}."""
+    groups, series = data["groups"], data["series"]
+    fig, ax = plt.subplots(figsize=(10, 3.6))
+    width = 0.8 / len(series)
+    for k, (name, values) in enumerate(series.items()):
+        values = [float("nan") if x is None else x for x in values]
+        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(groups))]
+        ax.bar(xs, values, width, label=name, color=COLORS[k % len(COLORS)])
+    if data.get("line") is not None:
+        ax.axhline(data["line"], color="black", linewidth=0.8, linestyle="--")
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups, rotation=40, ha="right")
+    if data.get("log"):
+        ax.set_yscale("log")
+    ax.set_ylabel(data["ylabel"])
+    ax.set_title(data["title"])
+    ax.legend(ncol=len(series), fontsize=8, loc="upper right")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def _horizontal(plt, data):
+    """Grouped horizontal bars, one row a label: data as _grouped's."""
+    groups, series = data["groups"], data["series"]
+    fig, ax = plt.subplots(figsize=(8, max(3.0, 1.2 + 0.09 * len(groups) * (len(series) + 1))))
+    height = 0.8 / len(series)
+    for k, (name, values) in enumerate(series.items()):
+        values = [float("nan") if x is None else x for x in values]
+        ys = [i + (k - (len(series) - 1) / 2) * height for i in range(len(groups))]
+        ax.barh(ys, values, height, label=name, color=COLORS[k % len(COLORS)])
+    if data.get("line") is not None:
+        ax.axvline(data["line"], color="black", linewidth=0.8, linestyle="--")
+    ax.set_yticks(range(len(groups)))
+    ax.set_yticklabels(groups)
+    ax.invert_yaxis()
+    if data.get("log"):
+        ax.set_xscale("log")
+    ax.set_xlabel(data["ylabel"])
+    ax.set_title(data["title"])
+    if len(series) > 1:
+        ax.legend(fontsize=8, loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+DRAW = {"grouped": _grouped, "horizontal": _horizontal}
+
+
+# -- the sections ------------------------------------------------------------------------------
+
+
+def _corpus_rows(op: str) -> Tuple[List[str], Dict[str, List[float]], List[List[str]]]:
+    """The labels, per-Python values and table rows of one operation: each
+    family's worst tree, then the six named trees one by one."""
+    data = {v: corpus(v) for v in VERSIONS}
+    labels: List[str] = []
+    values: Dict[str, List[float]] = {v: [] for v in VERSIONS}
+    rows = [["tree"] + [f"Python {data[v]['python']}" for v in VERSIONS]]
+    first = data[VERSIONS[0]]
+    for family in first["families"]:
+        if family == "named":
+            continue
+        labels.append(f"{family} (worst)")
+        cells = [f"{family}, worst of {first['families'][family][op]['trees']} sizes"]
+        for v in VERSIONS:
+            cell = data[v]["families"][family][op]
+            values[v].append(round(cell["worst"], 3))
+            cells.append(f"{cell['worst']:.2f}{X} ({cell['worst_tree']})")
+        rows.append(cells)
+    for tree in first["trees"]:
+        if tree["family"] != "named":
+            continue
+        labels.append(tree["label"])
+        cells = [tree["label"]]
+        for v in VERSIONS:
+            (same,) = [t for t in data[v]["trees"] if t["label"] == tree["label"]]
+            cell = same["ops"][op]
+            values[v].append(round(cell["speedup"], 3))
+            cells.append(f"{cell['speedup']:.2f}{X} ({cell['us']:.3g} µs)")
+        rows.append(cells)
+    return labels, values, rows
+
+
+def operations() -> Tuple[str, List[Chart]]:
+    data = {v: corpus(v) for v in VERSIONS}
+    run_on = r"run on (\S+)"
+    recorded = ", ".join(
+        f"{data[v]['python']}: {md_line(RESULTS / f'python{v}' / 'corpus.md', run_on).group(1)}"
+        for v in VERSIONS
+    )
+    commits = sorted({data[v]["pytree_kit"] for v in VERSIONS})
+    peers = data[VERSIONS[1]]["peers"]
+    out = [
+        "## The core operations",
+        "",
+        "pytree_kit's C engine against the fastest of jax.tree_util, optree,"
+        " torch.utils._pytree, torch.utils._cxx_pytree and dm-tree, on 47 trees"
+        " of 13 families: `state_dict`s of 10 to 5,000 keys, optimizer states,"
+        " configs, lists of records, deep chains, wide lists, dataclass, attrs and"
+        " namedtuple batches, transformers-style `ModelOutput`s, trees with None,"
+        " dicts with mixed keys, and six named trees, (a) to (f)."
+        " Each cell is the **speedup**: the fastest peer's time over pytree_kit's,"
+        f" so above 1{X} is faster than every peer. A family's row is its worst tree.",
+        "",
+        "**Method.** `python benchmarks/corpus.py` on each Python, in one process:"
+        " median of 5 interleaved loops per cell, each of at least 15 ms after a"
+        " warm-up call, gc enabled with `gc.freeze()` after the imports; the leaves"
+        " are torch tensors and Python numbers. Peers get the dataclasses registered"
+        " (pytree_kit needs nothing); a peer that sees another number of leaves"
+        " (torch.utils._pytree takes None for a leaf) takes no part in that tree."
+        f" Recorded on a 2-core x86_64 VM ({recorded}; pytree_kit at"
+        f" {', '.join(commits)}; {', '.join(f'{k} {w}' for k, w in peers.items())})."
+        " Every tree and peer: `benchmarks/results/python3.X/corpus.md`.",
+        "",
+    ]
+    charts = []
+    for op in OPS:
+        labels, values, rows = _corpus_rows(op)
+        what = "its own flatten" if op == "flatten_up_to" else "the fastest peer"
+        chart = Chart(
+            op,
+            f"{op}: speedup over {what} per tree and Python",
+            "grouped",
+            {
+                "title": f"{op}: speedup over {what} (higher is better)",
+                "ylabel": f"speedup ({X})",
+                "groups": labels,
+                "series": {f"Python {v}": values[v] for v in VERSIONS},
+                "line": 1.0,
+            },
+        )
+        charts.append(chart)
+        out += [
+            f"### {op}",
+            "",
+            chart.markdown(),
+            "",
+            f"{OP_CALLS[op]}.",
+            "",
+            table(rows),
+            "",
+        ]
+    return "\n".join(out), charts
+
+
+def algebra() -> Tuple[str, List[Chart]]:
+    tables = {
+        v: md_table(RESULTS / f"python{v}" / "algebra.md", "## Worst ratio") for v in VERSIONS
+    }
+    cells_of = {v: {r[0]: number(r[1]) for r in tables[v][1:]} for v in VERSIONS}
+    # the functions only torch has a peer for are timed where torch is (3.11)
+    functions = list(dict.fromkeys(r[0] for v in ("3.11", *VERSIONS) for r in tables[v][1:]))
+    rows = [["function"] + [f"Python {v}" for v in VERSIONS]]
+    values: Dict[str, List[Optional[float]]] = {v: [] for v in VERSIONS}
+    for name in functions:
+        cells = [name]
+        for v in VERSIONS:
+            x = cells_of[v].get(name)
+            values[v].append(x)
+            cells.append("—" if x is None else f"{x:.2f}{X}")
+        rows.append(cells)
+    chart = Chart(
+        "algebra",
+        "tree algebra: worst speedup over the fastest peer per function",
+        "horizontal",
+        {
+            "title": "tree algebra: worst speedup over the fastest peer (log scale)",
+            "ylabel": f"speedup ({X})",
+            "groups": functions,
+            "series": {f"Python {v}": values[v] for v in VERSIONS},
+            "line": 1.0,
+            "log": True,
+        },
+    )
+    method = md_line(RESULTS / "python3.11" / "algebra.md", r"^- `python benchmarks/algebra.py`.*$")
+    out = [
+        "## The tree algebra",
+        "",
+        chart.markdown(),
+        "",
+        "Filters, reductions, restructuring and spec algebra (`tree_map_only`,"
+        " `tree_sum`, `tree_transpose`, `spec.paths()`, ...) against the fastest of"
+        " optree, jax.tree_util, torch.utils._pytree and dm-tree that has the"
+        " function (a dash: no peer on that Python; the `_only` functions are"
+        " torch's, timed where torch is installed). Each cell is the worst"
+        f" speedup over the trees timed; below 1{X}"
+        " the peer is faster (`flatten_one_level` makes a spec where optree's"
+        " returns only the children; `spec.paths()` computes its paths on the"
+        " first call and keeps them).",
+        "",
+        table(rows),
+        "",
+        f"**Method.** {method.group(0)[2:]} Every cell: `benchmarks/results/python3.X/algebra.md`.",
+        "",
+    ]
+    return "\n".join(out), [chart]
+
+
+def batches() -> Tuple[str, List[Chart]]:
+    path = RESULTS / "batches.md"
+    machine = md_line(path, r"^Machine: (.*)$").group(1)
+    collate = md_table(path, "## collate")
+    consolidate = md_table(path, "## consolidate")
+    loader = md_table(path, "## A DataLoader")
+    check = md_table(path, "## The check")
+    chart = Chart(
+        "collate",
+        "collate: time against default_collate per input",
+        "horizontal",
+        {
+            "title": "collate / default_collate, time (lower is better)",
+            "ylabel": "ratio",
+            "groups": [r[0] for r in collate[1:]],
+            "series": {"collate": [number(r[3]) for r in collate[1:]]},
+            "line": 1.0,
+        },
+    )
+    out = [
+        "## Collating and consolidating batches",
+        "",
+        chart.markdown(),
+        "",
+        "`pytree_kit.torch.collate` against torch's `default_collate` on the"
+        " samples both accept (and on dataclass, namedtuple and protocol samples,"
+        " against the same samples as dicts); below 1 is faster.",
+        "",
+        table(collate),
+        "",
+        "`consolidate` (every tensor of a tree in one storage) against"
+        " tensordict's `TensorDict.consolidate()` on the same tensors:",
+        "",
+        table(consolidate),
+        "",
+        "A DataLoader with 2 workers and batches of 1,000 small tensors, plain"
+        " and with `collate(consolidate=True)` (one storage, so one file"
+        " descriptor, a batch):",
+        "",
+        table(loader),
+        "",
+        "The check that no leaf holds tensors pytree_kit does not see (the"
+        " default, `strict=True`) against `strict=False`:",
+        "",
+        table(check),
+        "",
+        f"**Method.** `python benchmarks/batches.py`; best of interleaved rounds; {machine}.",
+        "",
+    ]
+    return "\n".join(out), [chart]
+
+
+def device() -> Tuple[str, List[Chart]]:
+    host_path, gpu_path = RESULTS / "pinning.md", RESULTS / "gpu_h200" / "pinning.md"
+    host = md_table(host_path, "## Host side")
+    host_machine = md_line(host_path, r"^(torch .*ms per call\.)$").group(1)
+    host_rows = columns(
+        host,
+        "batch",
+        "flatten",
+        "pack",
+        "copy",
+        "rebuild",
+        "unflatten",
+        "**whole, copy to CPU**",
+        "per tensor (meta)",
+        "floor",
+    )
+    host_rows[0][6] = "whole call"
+    gpu = md_table(gpu_path, "## On the GPU")
+    gpu_machine = md_line(gpu_path, r"^(torch .*CUDA 13.*)$").group(1)
+    gpu_rows = columns(gpu, "batch", "way", "ms", "host ms", "vs per tensor")
+    batches_ = list(dict.fromkeys(r[0] for r in gpu_rows[1:]))
+    ways = list(dict.fromkeys(r[1] for r in gpu_rows[1:]))
+    series = {
+        b: [next(number(r[4]) for r in gpu_rows[1:] if r[0] == b and r[1] == w) for w in ways]
+        for b in batches_
+    }
+    chart = Chart(
+        "device",
+        "moving a batch to the GPU: speedup over pinning and moving tensor by tensor",
+        "horizontal",
+        {
+            "title": "to the GPU: speedup over per-tensor pin + copy (higher is better)",
+            "ylabel": f"speedup ({X})",
+            "groups": ways,
+            "series": series,
+            "line": 1.0,
+        },
+    )
+    out = [
+        "## Moving batches to the GPU",
+        "",
+        chart.markdown(),
+        "",
+        "`to_device(batch, 'cuda', non_blocking=True, coalesce=True)` packs the"
+        " small tensors of each dtype into one reused pinned buffer, copies it"
+        " with one `copy_`, and rebuilds the leaves on the device, each with its"
+        " own version counter; tensors over `STAGE_LIMIT` go through the pinned"
+        " buffer one copy each. *Per tensor* is `t.pin_memory().to(device,"
+        " non_blocking=True)` on every leaf; *torch DataLoader pinning* is"
+        " torch's own `pin_memory` of the batch, then moving it tensor by tensor.",
+        "",
+        table(gpu_rows),
+        "",
+        f"**Method.** `bash scripts/gpu_checks.sh` (`benchmarks/pinning.py`): {gpu_machine}",
+        "",
+        "The host side of the same call, per part, with the copy sent to the"
+        " CPU (a 256 KB memcpy for the small batches), in ms; *floor* is what any"
+        " implementation that returns separate tensors pays (reading every"
+        " tensor's dtype and shape, one `torch.cat` per group, one split per"
+        " group, each alone):",
+        "",
+        table(host_rows),
+        "",
+        f"**Method.** `python benchmarks/pinning.py` on a 2-core VM: {host_machine}"
+        " Instruction counts (callgrind) and every run: `benchmarks/results/pinning.md`.",
+        "",
+    ]
+    return "\n".join(out), [chart]
+
+
+def packed() -> Tuple[str, List[Chart]]:
+    path = RESULTS / "packed.md"
+    made = md_line(path, r"^Generated by `benchmarks/packed.py` \((.*)\)\. Machine: (.*)$")
+    stores = md_table(path, "## Stores")
+    epoch = md_table(path, "## One epoch")
+    opening = md_line(path, r"^## Opening a saved PackedList\n\n(.*)$").group(1)
+    growth = columns(epoch, "store", "start", "growth")
+    chart = Chart(
+        "packed",
+        "a DataLoader worker's memory growth over one epoch, per store",
+        "grouped",
+        {
+            "title": "a worker's private memory growth over an epoch, MiB (lower is better)",
+            "ylabel": "MiB",
+            "groups": list(dict.fromkeys(r[0] for r in growth[1:])),
+            "series": {
+                start: [number(r[2]) for r in growth[1:] if r[1] == start]
+                for start in dict.fromkeys(r[1] for r in growth[1:])
+            },
+            "line": None,
+        },
+    )
+    out = [
+        "## Datasets without copy-on-read",
+        "",
+        chart.markdown(),
+        "",
+        "A COCO-like dataset of nested samples kept four ways: a list of dicts,"
+        " a list of pickled samples, a `PackedList`, and a tensordict of the"
+        " per-image numbers only. A list of dicts is copied page by page into"
+        " every forked worker as reference counts are touched; a `PackedList`"
+        " is a few flat tensors, so it is not.",
+        "",
+        table(stores),
+        "",
+        "One epoch, each store in a fresh process (MiB); *growth* is the largest"
+        " growth of one worker's private memory (USS) during the epoch:",
+        "",
+        table(epoch),
+        "",
+        f"{opening}",
+        "",
+        f"**Method.** `python benchmarks/packed.py` ({made.group(1)}); {made.group(2)}.",
+        "",
+    ]
+    return "\n".join(out), [chart]
+
+
+def compiled() -> Tuple[str, List[Chart]]:
+    path = RESULTS / "compiled.md"
+    runs = md_table(path, "| library")
+    rows = [["library", "compile (s)", "call (µs)", "eager (µs)", "guards", "graphs"], *runs[1:]]
+    method = md_line(path, r"^`python benchmarks/compiled.py`: (.*)$").group(1)
+    machine = md_line(path, r"^Machine: (.*)$").group(1)
+    history = md_table(path, "## Runs at this code")
+    chart = Chart(
+        "compiled",
+        "inside torch.compile: compile time and call time per library",
+        "grouped",
+        {
+            "title": "in torch.compile: pytree_kit / torch.utils._pytree per run (lower: better)",
+            "ylabel": "ratio",
+            "groups": [f"run {r[0].split()[0]}" for r in history[1:]],
+            "series": {
+                "compile time": [number(r[1]) for r in history[1:]],
+                "steady-state call": [number(r[2]) for r in history[1:]],
+            },
+            "line": 1.0,
+        },
+    )
+    out = [
+        "## Inside torch.compile",
+        "",
+        chart.markdown(),
+        "",
+        "A wrapper that flattens a batch, changes one leaf and unflattens, under"
+        " `torch.compile(fullgraph=True)`: pytree_kit, torch.utils._pytree and"
+        " optree each trace into one graph that fresh batches reuse.",
+        "",
+        table(rows),
+        "",
+        "pytree_kit / torch.utils._pytree, in three runs of the same code:",
+        "",
+        table(columns(history, "run", "compile, pk / torch", "call, pk / torch")),
+        "",
+        f"**Method.** `python benchmarks/compiled.py`: {method} {machine}.",
+        "",
+    ]
+    return "\n".join(out), [chart]
+
+
+def distributed() -> Tuple[str, List[Chart]]:
+    path = RESULTS / "distributed.md"
+    times = md_table(path, "## Times")
+    setup = md_line(path, r"^(Backend .*?)\. Median").group(1)
+    machine = md_line(path, r"^- (Python .*)$").group(1)
+    chart = Chart(
+        "distributed",
+        "all_reduce_tree: speedup over one all_reduce per tensor",
+        "horizontal",
+        {
+            "title": "all_reduce_tree: speedup over one all_reduce per tensor (log scale)",
+            "ylabel": f"speedup ({X})",
+            "groups": [r[0] for r in times[1:]],
+            "series": {
+                "vs per tensor": [number(r[6]) for r in times[1:]],
+                "vs per tensor, async": [number(r[7]) for r in times[1:]],
+            },
+            "line": 1.0,
+            "log": True,
+        },
+    )
+    out = [
+        "## Collectives over a tree",
+        "",
+        chart.markdown(),
+        "",
+        "`all_reduce_tree` (one collective per dtype bucket) against one"
+        " `all_reduce` per tensor, and the same loop with `async_op=True`; ms per"
+        " call; *floor* is one collective of all the bytes.",
+        "",
+        table(times),
+        "",
+        f"**Method.** `python benchmarks/distributed.py`: {setup}; median after a"
+        f" warm-up; {machine}.",
+        "",
+    ]
+    return "\n".join(out), [chart]
+
+
+def checkpoint() -> Tuple[str, List[Chart]]:
+    path = RESULTS / "checkpoint.md"
+    rows = md_table(path, "| |")
+    setup = md_line(path, r"^(torch .*?), ms\.$").group(1)
+    ways = ["ours", "DCP alone", "DCP, tensors only", "torch.save / torch.load"]
+    picked = columns(rows, "", *ways, "our work alone")
+    picked[0][0] = ""
+    chart = Chart(
+        "checkpoint",
+        "checkpointing: save and load time per way",
+        "grouped",
+        {
+            "title": "checkpoint of 102 MB of tensors in dataclasses, ms (lower is better)",
+            "ylabel": "ms",
+            "groups": ways,
+            "series": {r[0]: [number(r[1 + i]) for i in range(len(ways))] for r in picked[1:]},
+            "line": None,
+        },
+    )
+    out = [
+        "## Checkpointing nested state",
+        "",
+        chart.markdown(),
+        "",
+        "`pytree_kit.torch.checkpoint.save` / `load` against torch's"
+        " distributed checkpoint (DCP) on the same state dict, DCP given only"
+        " the tensors (a state it could not restore: the floor of any DCP-based"
+        " way), and `torch.save` / `torch.load`. *Our work alone* is what"
+        " pytree_kit adds to DCP's own work.",
+        "",
+        table(picked),
+        "",
+        f"**Method.** `python benchmarks/checkpoint.py`: {setup}.",
+        "",
+    ]
+    return "\n".join(out), [chart]
+
+
+def bounds() -> str:
+    leaves = md_table(RESULTS / "leaves_bound.md")
+    unflatten = columns(
+        md_table(RESULTS / "python3.11" / "unflatten_bound.md"),
+        "tree",
+        "bound",
+        "pk",
+        "jax.tree_util",
+        "optree",
+        "most",
+        f"pk{X}",
+    )
+    return "\n".join(
+        [
+            "## Appendix: measured bounds",
+            "",
+            "What no implementation can beat, measured on the same machine, to say"
+            " how much room is left.",
+            "",
+            "**leaves().** `benchmarks/bound/leaves_bound.c` walks exact dicts,"
+            " lists and tuples with no spec, no key ordering, no cycle check and"
+            " no `is_leaf`: less than any real `leaves()` does. Each cell: µs per"
+            " call and its multiple of copying as many references into a list"
+            " (`python benchmarks/leaves_bound.py`, Python 3.11):",
+            "",
+            table(leaves),
+            "",
+            "**unflatten().** `benchmarks/bound/unflatten_bound.c` builds the tree"
+            " from a plan compiled ahead into a flat C array, with no spec and no"
+            " checks, each dict the cheapest of three ways. *most* is the fastest"
+            " peer's time over the bound: the largest speedup any unflatten can"
+            f" reach on that tree; *pk{X}* is pytree_kit's (µs per call,"
+            " `python benchmarks/unflatten_bound.py`, Python 3.11; every Python:"
+            " `benchmarks/results/python3.X/unflatten_bound.md`):",
+            "",
+            table(unflatten),
+            "",
+            "Also measured, in instructions (callgrind): `spec.paths()` against"
+            " optree's (`benchmarks/results/python3.X/paths_bound.md`), the check for"
+            " state outside a record's fields (`record_cost.md` beside it) and the"
+            " check for leaves that hold tensors (`benchmarks/results/check_cost.md`).",
+            "",
+        ]
+    )
+
+
+def readme_chart() -> Chart:
+    """The README's one chart: each operation's worst speedup over the 47 trees, per Python."""
+    data = {v: corpus(v) for v in VERSIONS}
+    series = {
+        f"Python {v}": [
+            round(min(f[op]["worst"] for f in data[v]["families"].values()), 3) for op in OPS
+        ]
+        for v in VERSIONS
+    }
+    return Chart(
+        "summary",
+        "worst speedup over the fastest peer across 47 trees, per operation and Python",
+        "grouped",
+        {
+            "title": "pytree_kit's worst speedup over the fastest peer, 47 trees (higher: better)",
+            "ylabel": f"speedup ({X})",
+            "groups": ["flatten", "unflatten", "leaves", "tree_map", "flatten_up_to (own flatten)"],
+            "series": series,
+            "line": 1.0,
+        },
+    )
+
+
+def page() -> Tuple[str, List[Chart]]:
+    parts, charts = [], [readme_chart()]
+    for section in (
+        operations,
+        algebra,
+        batches,
+        device,
+        packed,
+        compiled,
+        distributed,
+        checkpoint,
+    ):
+        text, more = section()
+        parts.append(text)
+        charts += more
+    head = "\n".join(
+        [
+            "# Benchmarks",
+            "",
+            "<!-- Made by `python benchmarks/report.py` from benchmarks/results/;"
+            " edit the script, not this page. -->",
+            "",
+            "How fast pytree_kit is against the libraries it replaces, per"
+            " operation, on every supported Python: a chart, the latest recorded"
+            " figures, and how they were measured. Run any benchmark yourself"
+            " (`pip install -e '.[bench,torch]' -c constraints.txt`):",
+            "",
+            "```sh",
+            "python benchmarks/corpus.py            # the core operations, 47 trees",
+            "python benchmarks/compare.py --quick   # six trees, with the pure engine, in a minute",
+            "python benchmarks/report.py            # this page, from benchmarks/results/",
+            "```",
+            "",
+            "Timings on a shared 2-core VM move by several percent between runs;"
+            " each benchmark interleaves the libraries round by round so a drift"
+            " of the machine hits all of them alike. Where the machine is too"
+            " noisy for a decision, the same scripts count instructions with"
+            " callgrind (`--instructions`).",
+            "",
+            "- [The core operations](#the-core-operations): flatten, unflatten,"
+            " leaves, tree_map, flatten_up_to",
+            "- [The tree algebra](#the-tree-algebra)",
+            "- [Collating and consolidating batches](#collating-and-consolidating-batches)",
+            "- [Moving batches to the GPU](#moving-batches-to-the-gpu)",
+            "- [Datasets without copy-on-read](#datasets-without-copy-on-read)",
+            "- [Inside torch.compile](#inside-torchcompile)",
+            "- [Collectives over a tree](#collectives-over-a-tree)",
+            "- [Checkpointing nested state](#checkpointing-nested-state)",
+            "- [Appendix: measured bounds](#appendix-measured-bounds)",
+            "",
+            readme_chart().markdown(),
+            "",
+        ]
+    )
+    return head + "\n" + "\n".join(parts) + "\n" + bounds(), charts
+
+
+# -- checking ----------------------------------------------------------------------------------
+
+
+def png_description(path: Path) -> Optional[str]:
+    """The PNG's 'Description' text chunk (tEXt, zTXt or iTXt), or None."""
+    data = path.read_bytes()
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        return None
+    pos = 8
+    while pos + 8 <= len(data):
+        (length,), kind = struct.unpack(">I", data[pos : pos + 4]), data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+        if kind == b"tEXt":
+            key, _, value = body.partition(b"\0")
+            if key == b"Description":
+                return value.decode("latin-1")
+        elif kind == b"zTXt":
+            key, _, rest = body.partition(b"\0")
+            if key == b"Description":
+                return zlib.decompress(rest[1:]).decode("latin-1")
+        elif kind == b"iTXt":
+            key, _, rest = body.partition(b"\0")
+            if key == b"Description":
+                flag, rest = rest[0], rest[2:]
+                _lang, _, rest = rest.partition(b"\0")
+                _tkey, _, text = rest.partition(b"\0")
+                return (zlib.decompress(text) if flag else text).decode("utf-8")
+    return None
+
+
+def check(page_path: Path = PAGE, assets: Path = ASSETS) -> List[str]:
+    """What differs between the page, its charts and what the results give."""
+    text, charts = page()
+    problems = []
+    if not page_path.exists() or page_path.read_text() != text:
+        problems.append(f"{page_path.name} is not what the results give: run benchmarks/report.py")
+    for chart in charts:
+        path = assets / chart.file
+        if not path.exists():
+            problems.append(f"{chart.file} is missing")
+        elif png_description(path) != chart.digest:
+            problems.append(f"{chart.file} was drawn from other data: run benchmarks/report.py")
+    return problems
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare, write nothing")
+    args = parser.parse_args(argv)
+    try:
+        if args.check:
+            problems = check()
+            for p in problems:
+                print(f"report: {p}", file=sys.stderr)
+            return 1 if problems else 0
+        text, charts = page()
+        PAGE.write_text(text)
+        ASSETS.mkdir(parents=True, exist_ok=True)
+        for chart in charts:
+            chart.draw(ASSETS)
+        print(f"report: wrote {PAGE.relative_to(ROOT)} and {len(charts)} charts")
+        return 0
+    except ResultsError as e:
+        print(f"report: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
