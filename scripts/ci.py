@@ -7,7 +7,9 @@
 
 For each supported CPython (``VERSIONS``) it makes a virtual environment in
 ``.venvs/3.X`` with the C engine built in place (``PYTREE_KIT_REQUIRE_C=1``,
-``-Werror``), then runs:
+``-Werror``), then runs (FULL's setup also installs Debian's ``chromium``
+with apt-get when it is missing and the run is root's: tests/test_docs_site.py
+loads every page of the docs site in it, and fails under ``CI=true`` without it):
 
 - the suite on the C engine, then on the pure engine (``PYTREE_KIT_PURE=1``;
   less the benchmark scripts' smoke runs, marked ``scripts``; 60 examples a
@@ -220,8 +222,21 @@ def pytest_cmd(v: str) -> list:
     return [venv_python(v), "-m", "pytest", "-p", "no:cacheprovider", "-q"]
 
 
+def install_chromium(logp: Path) -> None:
+    """Debian's chromium, for the docs site's browser test, if it is missing
+    and this is root with apt-get; else nothing (that test skips, or fails
+    under CI=true, saying to install it)."""
+    if shutil.which("chromium") or os.geteuid() != 0 or not shutil.which("apt-get"):
+        return
+    sh(["apt-get", "update"], logp)
+    apt = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
+    sh(apt, logp, env={"DEBIAN_FRONTEND": "noninteractive"})
+
+
 def job_setup(v: str, python: str, logp: Path) -> None:
     extras = "test,torch,docs,ecosystem" if v == FULL else "test"
+    if v == FULL:
+        install_chromium(logp)
     sh([python, "-m", "venv", "--clear", ROOT / ".venvs" / v], logp)
     pip = [venv_python(v), "-m", "pip", "install", "-q", "-c", "constraints.txt"]
     sh([*pip, "-e", f".[{extras}]"], logp, env=BUILD_ENV)

@@ -106,3 +106,26 @@ def test_package_jobs_build_from_their_own_copy(ci: Any, monkeypatch: Any, tmp_p
     (a, a_cwd), (b, b_cwd) = builds
     assert a != b and ci.ROOT not in (a, b, a_cwd, b_cwd)
     assert not a.is_relative_to(ci.ROOT) and not b.is_relative_to(ci.ROOT)
+
+
+def test_the_full_setup_installs_chromium_only_as_root_and_when_missing(
+    ci: Any, monkeypatch: Any, tmp_path: Path
+) -> None:
+    ran: list = []
+    monkeypatch.setattr(ci, "sh", lambda cmd, log_path, **kw: ran.append((cmd, kw)))
+    tools = {"apt-get": "/usr/bin/apt-get"}
+    monkeypatch.setattr(ci.shutil, "which", tools.get)
+    monkeypatch.setattr(ci.os, "geteuid", lambda: 1000)
+    ci.install_chromium(tmp_path / "log")
+    assert ran == []  # not root: the browser test says what to install
+    monkeypatch.setattr(ci.os, "geteuid", lambda: 0)
+    ci.install_chromium(tmp_path / "log")
+    assert [cmd for cmd, kw in ran] == [
+        ["apt-get", "update"],
+        ["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
+    ]
+    assert ran[1][1]["env"] == {"DEBIAN_FRONTEND": "noninteractive"}
+    ran.clear()
+    tools["chromium"] = "/usr/bin/chromium"
+    ci.install_chromium(tmp_path / "log")
+    assert ran == []
