@@ -184,3 +184,14 @@ def test_the_browser_check_catches_broken_links_images_console_errors_and_outsid
         "https://example.com/elsewhere",
         "mailto:a@example.com",
     ]
+
+
+def test_the_home_page_links_every_page_of_the_nav():
+    home = (ROOT / "docs" / "index.md").read_text()
+    pages = sorted(
+        p.relative_to(ROOT / "docs").as_posix()
+        for p in (ROOT / "docs").rglob("*.md")
+        if p.name != "index.md"
+    )
+    unlisted = [p for p in pages if f"]({p})" not in home]
+    assert not unlisted, unlisted

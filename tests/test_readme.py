@@ -49,3 +49,25 @@ def test_demo_smoke():
     assert rows["self-referencing dict"].split("|")[2].strip() == "ValueError"
     assert "interpreter left unusable" in rows["self-referencing dict"]
     assert "tree.targets[1].labels" in out
+
+
+def test_readme_is_a_landing_page_under_1500_words():
+    assert len(README.split()) < 1500
+    # its one chart is the one benchmarks/report.py draws
+    charts = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", README)
+    assert charts == ["docs/assets/bench-summary.png"]
+    assert (ROOT / charts[0]).exists()
+
+
+def test_every_yes_of_the_feature_table_links_to_its_page():
+    table = README[README.index("| | pytree_kit | jax.tree_util") :].split("\n\n")[0]
+    header, _, *rows = table.splitlines()
+    assert [c.strip() for c in header.strip("|").split("|")][1:] == [
+        "pytree_kit", "jax.tree_util", "optree", "torch.utils._pytree", "dm-tree", "tensordict",
+    ]  # fmt: skip
+    assert len(rows) >= 8
+    for row in rows:
+        ours = row.strip("|").split("|")[1].strip()
+        link = re.match(r"\[yes\]\((docs/[^)#]+)(#[^)]*)?\)", ours)
+        assert link, row
+        assert (ROOT / link.group(1)).exists(), row
