@@ -219,7 +219,8 @@ BUILD_ENV = {"PYTREE_KIT_REQUIRE_C": "1", "PYTREE_KIT_CFLAGS": "-Werror"}
 
 
 def pytest_cmd(v: str) -> list:
-    return [venv_python(v), "-m", "pytest", "-p", "no:cacheprovider", "-q"]
+    # the 25 slowest tests at the end of each job's log: where CI's time goes
+    return [venv_python(v), "-m", "pytest", "-p", "no:cacheprovider", "-q", "--durations=25"]
 
 
 def install_chromium(logp: Path) -> None:
