@@ -188,7 +188,7 @@ def _grouped(plt, data):
 def _horizontal(plt, data):
     """Grouped horizontal bars, one row a label: data as _grouped's."""
     groups, series = data["groups"], data["series"]
-    fig, ax = plt.subplots(figsize=(8, max(3.0, 1.2 + 0.09 * len(groups) * (len(series) + 1))))
+    fig, ax = plt.subplots(figsize=(10, max(3.0, 1.2 + 0.09 * len(groups) * (len(series) + 1))))
     height = 0.8 / len(series)
     for k, (name, values) in enumerate(series.items()):
         values = [float("nan") if x is None else x for x in values]
@@ -203,8 +203,8 @@ def _horizontal(plt, data):
         ax.set_xscale("log")
     ax.set_xlabel(data["ylabel"])
     ax.set_title(data["title"])
-    if len(series) > 1:
-        ax.legend(fontsize=8, loc="lower right")
+    if len(series) > 1:  # beside the bars, never over them
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -533,6 +533,55 @@ def packed() -> Tuple[str, List[Chart]]:
     return "\n".join(out), [chart]
 
 
+def ravel() -> Tuple[str, List[Chart]]:
+    path = RESULTS / "ravel.md"
+    ratios = md_table(path, "## Ratio per model")
+    machine = md_line(path, r"^- (CPU: .*)$").group(1)
+    versions = md_line(path, r"^- (torch .*)$").group(1)
+    models = list(dict.fromkeys(r[0] for r in ratios[1:]))
+    operations = list(dict.fromkeys(f"{r[1]} vs {r[2]}" for r in ratios[1:]))
+    series = {
+        op: [
+            next(number(r[3]) for r in ratios[1:] if r[0] == m and f"{r[1]} vs {r[2]}" == op)
+            for m in models
+        ]
+        for op in operations
+    }
+    chart = Chart(
+        "ravel",
+        "ravel and unravel: speedup over parameters_to_vector and jax's ravel_pytree",
+        "horizontal",
+        {
+            "title": f"ravel / unravel: the peer's time over pytree_kit's ({X}, log scale)",
+            "ylabel": f"speedup ({X})",
+            "groups": models,
+            "series": series,
+            "line": 1.0,
+            "log": True,
+        },
+    )
+    out = [
+        "## One vector of a tree: ravel",
+        "",
+        chart.markdown(),
+        "",
+        "`flat, unravel = pk.ravel(tree)` against torch's `parameters_to_vector`"
+        " / `vector_to_parameters` on a model's parameters, and against jax's"
+        " `ravel_pytree` on the same parameters as numpy arrays; above 1 is"
+        " faster. `vector_to_parameters` points each parameter into the vector;"
+        " `unravel` returns tensors cut from one private copy of it, so on a few"
+        " large tensors that copy is most of its time.",
+        "",
+        table(ratios),
+        "",
+        f"**Method.** `python benchmarks/ravel.py`: median of interleaved rounds;"
+        f" {machine}; {versions}. Every cell, with the bounds:"
+        " `benchmarks/results/ravel.md`.",
+        "",
+    ]
+    return "\n".join(out), [chart]
+
+
 def compiled() -> Tuple[str, List[Chart]]:
     path = RESULTS / "compiled.md"
     runs = md_table(path, "| library")
@@ -727,6 +776,7 @@ def page() -> Tuple[str, List[Chart]]:
     for section in (
         operations,
         algebra,
+        ravel,
         batches,
         device,
         packed,
@@ -764,6 +814,7 @@ def page() -> Tuple[str, List[Chart]]:
             "- [The core operations](#the-core-operations): flatten, unflatten,"
             " leaves, tree_map, flatten_up_to",
             "- [The tree algebra](#the-tree-algebra)",
+            "- [One vector of a tree: ravel](#one-vector-of-a-tree-ravel)",
             "- [Collating and consolidating batches](#collating-and-consolidating-batches)",
             "- [Moving batches to the GPU](#moving-batches-to-the-gpu)",
             "- [Datasets without copy-on-read](#datasets-without-copy-on-read)",

@@ -14,10 +14,11 @@ from __future__ import annotations
 from ._bridge import jax_rules, optree_rules
 from ._compare import assert_same_structure, tree_equal
 from ._engine import ENGINE, engine_info
-from ._keys import DictKey, GetAttrKey, SequenceKey, keystr
+from ._keys import Accessor, DictKey, GetAttrKey, SequenceKey, keystr
 from ._kinds import Rule
 from ._paths import (
     flatten_keystr,
+    flatten_with_accessor,
     parse_keystr,
     tree_at,
     tree_get,
@@ -34,6 +35,7 @@ from ._predicates import (
     is_structseq_instance,
     tree_is_leaf,
 )
+from ._ravel import ravel
 from ._reduce import (
     tree_all,
     tree_all_only,
@@ -46,6 +48,8 @@ from ._reduce import (
     tree_sum,
 )
 from ._restructure import (
+    MAP_TO_NONE,
+    traverse,
     tree_broadcast_prefix,
     tree_combine,
     tree_partition,
@@ -71,9 +75,11 @@ from .api import (
 )
 
 __all__ = [
+    "Accessor",
     "DictKey",
     "ENGINE",
     "GetAttrKey",
+    "MAP_TO_NONE",
     "Rule",
     "SequenceKey",
     "TreeSpec",
@@ -84,6 +90,7 @@ __all__ = [
     "flatten",
     "flatten_keystr",
     "flatten_one_level",
+    "flatten_with_accessor",
     "flatten_with_path",
     "is_namedtuple",
     "is_namedtuple_class",
@@ -96,7 +103,9 @@ __all__ = [
     "leaves",
     "optree_rules",
     "parse_keystr",
+    "ravel",
     "structure",
+    "traverse",
     "tree_all",
     "tree_all_only",
     "tree_any",

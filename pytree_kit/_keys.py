@@ -7,9 +7,9 @@ message of pytree_kit names a place in a tree, for example
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Optional, SupportsIndex, overload
 
-__all__ = ["DictKey", "GetAttrKey", "SequenceKey", "keystr"]
+__all__ = ["Accessor", "DictKey", "GetAttrKey", "SequenceKey", "keystr"]
 
 
 class _Key:
@@ -158,6 +158,98 @@ def _simple(key: Any) -> str:
     if t is GetAttrKey:
         return key.name
     return str(key)
+
+
+#: ``tree_get``, set by ``_paths`` when it loads (an injection point: an
+#: accessor reads a tree as ``tree_get`` does, and ``_paths`` is above this module)
+_tree_get: Any = None
+
+_KEY_TYPES = (DictKey, SequenceKey, GetAttrKey)
+
+
+class Accessor(tuple[Any, ...]):
+    """A path that fetches what stands at it: ``acc(tree)`` is
+    :func:`pytree_kit.tree_get` of ``tree`` at ``acc``. optree's
+    ``PyTreeAccessor``; ``spec.accessors()`` and
+    :func:`pytree_kit.flatten_with_accessor` give one per leaf.
+
+    An accessor is a tuple of :class:`DictKey`, :class:`SequenceKey` and
+    :class:`GetAttrKey`, the path :func:`pytree_kit.flatten_with_path`
+    gives for the same place, and it is equal to that path (and hashes as
+    it does), so either finds the other in a dict or a set. A slice of an
+    accessor, and an accessor joined to a path with ``+``, are accessors.
+    ``str(acc)`` is ``keystr(acc)``. Immutable, hashable and picklable.
+
+    ``acc(tree, is_leaf=..., rules=...)`` takes the arguments of
+    ``tree_get``: a class flattened by a rule needs the rule again. A path
+    that is not in the tree raises as ``tree_get`` does, naming the part
+    of the path that exists.
+
+    Examples:
+        >>> import pytree_kit as pk
+        >>> acc = pk.structure({"a": [0, (0, 0)]}).accessors()[2]
+        >>> acc
+        Accessor(['a'][1][1])
+        >>> acc({"a": ["x", ("y", "z")]})
+        'z'
+        >>> acc == (pk.DictKey("a"), pk.SequenceKey(1), pk.SequenceKey(1)), str(acc[:1])
+        (True, "['a']")
+        >>> acc({"a": ["x"]})
+        Traceback (most recent call last):
+        ...
+        IndexError: tree_get: tree['a'] is a list of 1, which has no [1]
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, keys: Iterable[Any] = ()) -> Accessor:
+        keys = tuple(keys)
+        for key in keys:
+            if type(key) not in _KEY_TYPES:
+                raise TypeError(
+                    "Accessor: a path's keys are DictKey, SequenceKey or GetAttrKey, "
+                    f"got {type(key).__name__}"
+                )
+        return tuple.__new__(cls, keys)
+
+    def __call__(
+        self, tree: Any, *, is_leaf: Optional[Callable[[Any], bool]] = None, rules: Any = None
+    ) -> Any:
+        return _tree_get(tree, tuple(self), is_leaf=is_leaf, rules=rules)
+
+    @overload
+    def __getitem__(self, index: SupportsIndex) -> Any: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Accessor: ...
+
+    def __getitem__(self, index: Any) -> Any:
+        got = tuple.__getitem__(self, index)
+        return tuple.__new__(Accessor, got) if type(index) is slice else got
+
+    def __add__(self, other: Any) -> Accessor:
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Accessor((*self, *other))
+
+    def __radd__(self, other: Any) -> Accessor:
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Accessor((*other, *self))
+
+    def __str__(self) -> str:
+        return keystr(self)
+
+    def __repr__(self) -> str:
+        return f"Accessor({keystr(self)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Accessor, (tuple(self),))
+
+
+def accessor(path: tuple) -> Accessor:
+    """The accessor of a path the engines made (its keys are not checked again)."""
+    return tuple.__new__(Accessor, path)
 
 
 def where(path: Iterable[Any]) -> str:

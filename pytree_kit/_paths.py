@@ -15,8 +15,9 @@ import ast
 import re
 from typing import Any, Callable, Mapping, Optional, Union
 
+from . import _keys
 from ._engine import impl as _impl
-from ._keys import DictKey, GetAttrKey, SequenceKey, keystr
+from ._keys import Accessor, DictKey, GetAttrKey, SequenceKey, accessor, keystr
 from ._keys import where as _place
 from ._kinds import check_rules
 from ._pure import _describe_node
@@ -25,6 +26,7 @@ from .api import flatten_one_level
 
 __all__ = [
     "flatten_keystr",
+    "flatten_with_accessor",
     "parse_keystr",
     "tree_at",
     "tree_get",
@@ -174,6 +176,8 @@ def _resolve_in_spec(path: tuple, spec: TreeSpec, text: str) -> tuple:
 def _as_path(path: PathLike) -> tuple:
     if type(path) is str:
         return _parse(path)
+    if type(path) is Accessor:
+        return tuple(path)  # its keys were checked when it was made
     if type(path) is not tuple and type(path) is not list:
         raise TypeError(f"a path is a tuple of keys or its keystr text, got {type(path).__name__}")
     for key in path:
@@ -251,6 +255,8 @@ def tree_get(tree: Any, path: PathLike, *, is_leaf: IsLeaf = None, rules: Any = 
     """
     node = tree
     done = 0
+    if type(path) is Accessor:
+        path = tuple(path)
     if type(path) is tuple and is_leaf is None and not rules:
         # builtin dicts, lists and tuples, read directly by the engine: what
         # _step gives, up to the first node that is none of them
@@ -263,6 +269,33 @@ def tree_get(tree: Any, path: PathLike, *, is_leaf: IsLeaf = None, rules: Any = 
         children, _, i = _step("tree_get", node, keys, depth, is_leaf, rules)
         node = children[i]
     return node
+
+
+# an accessor reads a tree as tree_get does (the one injection point here)
+_keys._tree_get = tree_get
+
+
+def flatten_with_accessor(
+    tree: Any, *, is_leaf: IsLeaf = None, rules: Any = None
+) -> tuple[list[tuple[Accessor, Any]], TreeSpec]:
+    """Like :func:`pytree_kit.flatten_with_path`, with each path an
+    :class:`~pytree_kit.Accessor`: a path that fetches its leaf from a tree
+    of the same structure (optree's ``tree_flatten_with_accessor``, which
+    gives ``(accessors, leaves, treespec)`` instead of pairs).
+
+    ``spec.accessors()`` gives the same accessors from a spec.
+
+    Examples:
+        >>> import pytree_kit as pk
+        >>> pairs, spec = pk.flatten_with_accessor({"b": (2, [3]), "a": 1})
+        >>> pairs
+        [(Accessor(['a']), 1), (Accessor(['b'][0]), 2), (Accessor(['b'][1][0]), 3)]
+        >>> fresh = spec.unflatten(["x", "y", "z"])
+        >>> [acc(fresh) for acc, _ in pairs]
+        ['x', 'y', 'z']
+    """
+    pairs, spec = _impl.flatten_with_path(tree, is_leaf, check_rules(rules))
+    return [(accessor(p), x) for p, x in pairs], spec
 
 
 def tree_set(

@@ -1,17 +1,20 @@
 """Changing a tree's structure: transpose a tree of trees, broadcast a
 prefix over a full tree, split a tree in two by a predicate and join it
-back, and replace None."""
+back, replace None, and visit every subtree, replacing some (``traverse``)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Final, Optional
 
 from ._compare import first_difference, mismatch_text
 from ._engine import impl as _impl
+from ._keys import where
 from ._kinds import check_rules
-from ._spec import TreeSpec
+from ._spec import TreeSpec, child_key
 
 __all__ = [
+    "MAP_TO_NONE",
+    "traverse",
     "tree_broadcast_prefix",
     "tree_combine",
     "tree_partition",
@@ -180,3 +183,145 @@ def tree_replace_nones(sentinel: Any, tree: Any, *, rules: Any = None) -> Any:
 
 def _is_none(x: Any) -> bool:
     return x is None
+
+
+class _MapToNone:
+    """The type of :data:`pytree_kit.MAP_TO_NONE`: one instance, which pickles
+    and copies as itself.
+
+    Examples:
+        >>> import copy, pickle, pytree_kit as pk
+        >>> pk.MAP_TO_NONE
+        pytree_kit.MAP_TO_NONE
+        >>> pickle.loads(pickle.dumps(pk.MAP_TO_NONE)) is pk.MAP_TO_NONE
+        True
+        >>> copy.deepcopy(pk.MAP_TO_NONE) is pk.MAP_TO_NONE
+        True
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "pytree_kit.MAP_TO_NONE"
+
+    def __reduce__(self) -> str:
+        return "MAP_TO_NONE"
+
+
+MAP_TO_NONE: Final = _MapToNone()
+"""What a :func:`traverse` function returns to put None in place of a subtree
+(returning None itself keeps the subtree): dm-tree's ``tree.MAP_TO_NONE``."""
+
+
+def traverse(
+    fn: Callable[[Any], Any],
+    tree: Any,
+    top_down: bool = True,
+    *,
+    is_leaf: IsLeaf = None,
+    rules: Any = None,
+) -> Any:
+    """Call ``fn`` on every subtree of ``tree``, containers and leaves, and
+    build the tree its answers make: dm-tree's ``traverse``.
+
+    Top-down (the default), ``fn`` sees a container before its children: an
+    answer of None goes on into it, any other answer takes the subtree's
+    place and its children are not visited. Bottom-up, ``fn`` sees each
+    container after its children, rebuilt from what they became: None keeps
+    it, any other answer takes its place. :data:`MAP_TO_NONE` puts None
+    there. Children are visited in leaf order; every container is rebuilt,
+    as ``unflatten`` rebuilds it.
+
+    The containers are pytree_kit's (``None`` is one with no children, and
+    ``fn`` sees it, as in dm-tree, where it is a leaf); ``is_leaf`` and
+    ``rules`` are as in :func:`pytree_kit.flatten`. Iterative: any depth. A
+    container that holds itself raises ValueError naming both places.
+
+    Examples:
+        >>> import pytree_kit as pk
+        >>> seen = []
+        >>> pk.traverse(seen.append, [(1, 2), {"a": None}])
+        [(1, 2), {'a': None}]
+        >>> seen
+        [[(1, 2), {'a': None}], (1, 2), 1, 2, {'a': None}, None]
+        >>> pk.traverse(lambda x: "pair" if isinstance(x, tuple) else None, [(1, 2), 3])
+        ['pair', 3]
+        >>> pk.traverse(lambda x: sum(x) if isinstance(x, tuple) else None, [(1, (2, 3))], False)
+        [6]
+    """
+    rules = check_rules(rules)
+    frames: list = []  # [one-level spec, children, results, the container]
+    holders: dict = {}  # id of each container being visited -> its frame's index
+    x = tree
+    while True:
+        value: Any = _UNSET
+        if top_down:
+            answer = fn(x)
+            if answer is not None:
+                value = None if answer is MAP_TO_NONE else answer
+        if value is _UNSET:
+            try:
+                found = _impl.flatten_one_level(x, is_leaf, rules)
+            except (TypeError, ValueError) as e:
+                placed = _placed(e, frames)
+                if placed is e:
+                    raise
+                raise placed from None
+            if found is None:  # a leaf
+                value = x
+                if not top_down:
+                    value = _answer(fn, x)
+            else:
+                children, spec = found
+                if children:
+                    if id(x) in holders:
+                        raise ValueError(
+                            f"traverse: {where(_path(frames))}: cycle: this container is the one "
+                            f"at {where(_path(frames[: holders[id(x)]]))}, which holds itself"
+                        )
+                    holders[id(x)] = len(frames)
+                    frames.append((spec, children, [], x))
+                    x = children[0]
+                    continue
+                value = _impl.unflatten(spec, [])
+                if not top_down:
+                    value = _answer(fn, value)
+        # value is what x became: hand it to the containers above
+        while frames:
+            spec, children, results, holder = frames[-1]
+            results.append(value)
+            if len(results) < len(children):
+                x = children[len(results)]
+                break
+            frames.pop()
+            del holders[id(holder)]
+            value = _impl.unflatten(spec, results)
+            if not top_down:
+                value = _answer(fn, value)
+        else:
+            return value
+
+
+_UNSET: Any = object()  # traverse: what a subtree becomes is not known yet
+
+
+def _answer(fn: Callable[[Any], Any], x: Any) -> Any:
+    """What a bottom-up traverse keeps of ``x``, given ``fn``'s answer."""
+    answer = fn(x)
+    if answer is None:
+        return x
+    return None if answer is MAP_TO_NONE else answer
+
+
+def _path(frames: list) -> list:
+    """The path of the subtree being visited, from traverse's frames."""
+    return [child_key(spec._nodes[0], len(results)) for spec, _, results, _ in frames]
+
+
+def _placed(e: Exception, frames: list) -> Exception:
+    """``e``, raised of the subtree being visited as its root (``tree: ...``),
+    with its place in the whole tree."""
+    text = str(e)
+    if not text.startswith("tree: "):
+        return e
+    return type(e)(f"traverse: {where(_path(frames))}{text[4:]}")

@@ -10,10 +10,10 @@ to rebuild dicts as they were; equality and hashing ignore them.
 from __future__ import annotations
 
 import collections
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ._json import nodes_from_json, nodes_to_json
-from ._keys import DictKey, GetAttrKey, SequenceKey
+from ._keys import Accessor, DictKey, GetAttrKey, SequenceKey, accessor, where
 from ._kinds import (
     ATTRS,
     CUSTOM,
@@ -281,6 +281,95 @@ class TreeSpec:
         mine, theirs = self._nodes, other._nodes
         return bool(_impl.spec_is_prefix(mine, theirs)) and not (strict and mine == theirs)
 
+    def is_suffix(self, other: TreeSpec, strict: bool = False) -> bool:
+        """Whether this structure is ``other`` with some leaves replaced by
+        subtrees: ``a.is_suffix(b)`` is ``b.is_prefix(a)``, as optree defines
+        it (any structure is a suffix of itself unless ``strict``).
+
+        ``a > b`` is ``a.is_suffix(b, strict=True)``, and ``a >= b`` is
+        ``a.is_suffix(b)``.
+
+        Examples:
+            >>> import pytree_kit as pk
+            >>> a, b = pk.structure([0, 0]), pk.structure([0, (0, 0)])
+            >>> b.is_suffix(a), a.is_suffix(b), b.is_suffix(b, strict=True)
+            (True, False, False)
+            >>> b > a, b >= b, b >= pk.TreeSpec.leaf()
+            (True, True, True)
+        """
+        if type(other) is not TreeSpec:
+            raise TypeError(f"is_suffix expects a TreeSpec, got {type(other).__name__}")
+        return other.is_prefix(self, strict)
+
+    def transform(
+        self,
+        f_node: Optional[Callable[[TreeSpec], TreeSpec]] = None,
+        f_leaf: Optional[Callable[[TreeSpec], TreeSpec]] = None,
+    ) -> TreeSpec:
+        """A new spec made node by node, as optree's ``PyTreeSpec.transform``.
+
+        ``f_node`` is called on the one-level spec of each node that is not a
+        leaf (the node over a leaf per child: ``{'a': *, 'b': *}``, and
+        ``None``, ``()`` for nodes with no children) and returns the node
+        that takes its place: a one-level spec with as many children, whose
+        children are the transformed subtrees, in leaf order. ``f_leaf`` is
+        called on ``TreeSpec.leaf()`` for each leaf and returns any spec, the
+        subtree that takes its place. A function left out keeps what it would
+        be given. Calls are made children first, leaves left to right (as
+        optree's): the root's node last.
+
+        A result that is not a TreeSpec raises TypeError; an ``f_node`` result
+        that is not a one-level spec of the same arity raises ValueError; both
+        name the place in the spec, as ``tree[...]``.
+
+        Examples:
+            >>> import pytree_kit as pk
+            >>> spec = pk.structure({"a": (1, 2), "b": [3, None]})
+            >>> spec.transform(f_leaf=lambda leaf: pk.structure([0, 0]))
+            TreeSpec({'a': ([*, *], [*, *]), 'b': [[*, *], None]})
+            >>> def as_list(node):
+            ...     if node.kind != "tuple":
+            ...         return node
+            ...     return pk.structure([0] * node.num_children)
+            >>> spec.transform(as_list)
+            TreeSpec({'a': [*, *], 'b': [*, None]})
+            >>> spec.transform(lambda node: pk.structure([0]))  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            ValueError: TreeSpec.transform: f_node returned TreeSpec([*]) for ... at tree['a']: ...
+        """
+        if f_node is None and f_leaf is None:
+            return self
+        nodes, orders = self._nodes, dict(self._orders)
+        # children first: each node's replacement (a spec), by node index
+        done: list = [None] * len(nodes)
+        frames: list = []  # [node index, children left]
+        for i, node in enumerate(nodes):
+            if node[2]:
+                frames.append([i, node[2]])
+                continue
+            done[i] = _transformed(nodes, orders, i, frames, f_node, f_leaf)
+            while frames:
+                top = frames[-1]
+                top[1] -= 1
+                if top[1]:
+                    break
+                frames.pop()
+                j = top[0]
+                done[j] = _transformed(nodes, orders, j, frames, f_node, f_leaf)
+        out: list = []
+        out_orders: list = []
+        num_leaves = 0
+        for i, node in enumerate(nodes):
+            new = done[i]
+            out_orders.extend((len(out) + j, o) for j, o in new._orders)
+            if node[0] == LEAF:
+                out.extend(new._nodes)
+                num_leaves += new._num_leaves
+            else:
+                out.append(new._nodes[0])
+        return TreeSpec._make(tuple(out), tuple(out_orders), num_leaves)
+
     def __le__(self, other: object) -> bool:
         if type(other) is not TreeSpec:
             return NotImplemented
@@ -323,6 +412,26 @@ class TreeSpec:
             paths = _impl.spec_paths(self._nodes)
             object.__setattr__(self, "_paths", paths)
         return paths.copy()
+
+    def accessors(self) -> list[Accessor]:
+        """An :class:`~pytree_kit.Accessor` per leaf, in leaf order: its path
+        (equal to ``paths()[k]``), which fetches leaf ``k`` from a tree of
+        this structure. optree's ``PyTreeSpec.accessors()``.
+
+        Examples:
+            >>> import pytree_kit as pk
+            >>> spec = pk.structure({"b": [0, 0], "a": 0})
+            >>> spec.accessors()
+            [Accessor(['a']), Accessor(['b'][0]), Accessor(['b'][1])]
+            >>> tree = {"a": 1, "b": [2, 3]}
+            >>> [acc(tree) for acc in spec.accessors()] == spec.flatten_up_to(tree)
+            True
+        """
+        paths = self._paths
+        if paths is None:
+            paths = _impl.spec_paths(self._nodes)
+            object.__setattr__(self, "_paths", paths)
+        return [accessor(p) for p in paths]
 
     def children(self) -> list[TreeSpec]:
         """The specs of the root's children, in leaf order.
@@ -439,6 +548,45 @@ class TreeSpec:
 
 def _is_spec(x: Any) -> bool:
     return type(x) is TreeSpec
+
+
+def _transformed(
+    nodes: tuple, orders: dict, i: int, frames: list, f_node: Any, f_leaf: Any
+) -> TreeSpec:
+    """What ``transform``'s function makes of node ``i``, checked (``frames``:
+    ``[node index, children left]`` of each node above it, for the path)."""
+    node = nodes[i]
+    arity = node[2]
+    leaf = node[0] == LEAF
+    given = _LEAF_SPEC if leaf else _one_level(node, orders.get(i))
+    func = f_leaf if leaf else f_node
+    if func is None:
+        return given
+    new = func(given)
+    if type(new) is TreeSpec and (
+        leaf
+        or (new._nodes[0][2] == arity and len(new._nodes) == arity + 1 and new._num_leaves == arity)
+    ):
+        return new
+    path = [child_key(nodes[j], nodes[j][2] - left) for j, left in frames]
+    place = f"the leaf at {where(path)}" if leaf else f"the node {given!r} at {where(path)}"
+    if type(new) is not TreeSpec:
+        raise TypeError(
+            f"TreeSpec.transform: {'f_leaf' if leaf else 'f_node'} returned "
+            f"{type(new).__qualname__} for {place}: it must return a TreeSpec"
+        )
+    raise ValueError(
+        f"TreeSpec.transform: f_node returned {new!r} for {place}: it must return a "
+        f"one-level spec of {arity} {'child' if arity == 1 else 'children'} "
+        "(a node over a leaf per child)"
+    )
+
+
+def _one_level(node: tuple, order: Any) -> TreeSpec:
+    """The spec of one node over a leaf per child (its insertion order kept)."""
+    arity = node[2]
+    orders = () if order is None else ((0, order),)
+    return TreeSpec._make((node,) + (LEAF_NODE,) * arity, orders, arity)
 
 
 def node_paths(nodes: tuple) -> Iterator[tuple[tuple, list]]:

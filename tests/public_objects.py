@@ -52,6 +52,7 @@ def calls() -> dict[str, Callable[[], Any]]:
         "tree_leaves": lambda: pk.tree_leaves(tree()),
         "tree_iter": lambda: pk.tree_iter(tree()),
         "flatten_with_path": lambda: pk.flatten_with_path(tree()),
+        "flatten_with_accessor": lambda: pk.flatten_with_accessor(tree()),
         "flatten_keystr": lambda: pk.flatten_keystr(tree()),
         "flatten_one_level": lambda: pk.flatten_one_level(tree()),
         "unflatten": lambda: pk.unflatten(spec, list(range(spec.num_leaves))),
@@ -79,12 +80,22 @@ def calls() -> dict[str, Callable[[], Any]]:
         "tree_all": lambda: pk.tree_all(tree()),
         "tree_any_only": lambda: pk.tree_any_only(int, bool, tree()),
         "tree_combine": lambda: pk.tree_combine(tree(), tree()),
+        "traverse": lambda: pk.traverse(lambda x: None, tree()),
+        "traverse bottom-up": lambda: pk.traverse(
+            lambda x: pk.MAP_TO_NONE if x == 1 else None, tree(), top_down=False
+        ),
         "assert_same_structure": lambda: pk.assert_same_structure(tree(), tree()),
         "optree_rules": lambda: pk.optree_rules(),
         "keystr": lambda: pk.keystr(path),
         "parse_keystr": lambda: pk.parse_keystr(pk.keystr(path)),
         "TreeSpec.children": lambda: pk.structure(tree()).children(),
         "TreeSpec.paths": lambda: pk.structure(tree()).paths(),
+        "TreeSpec.accessors": lambda: pk.structure(tree()).accessors(),
+        "Accessor": lambda: pk.structure(tree()).accessors()[0](tree()),
+        "TreeSpec.is_suffix": lambda: pk.structure(tree()).is_suffix(pk.structure([0, 0, 0])),
+        "TreeSpec.transform": lambda: pk.structure(tree()).transform(
+            lambda n: n, lambda x: pk.structure((0, None))
+        ),
         "TreeSpec.unflatten": lambda: pk.structure(tree()).unflatten(range(spec.num_leaves)),
         "TreeSpec.flatten_up_to": lambda: pk.structure(tree()).flatten_up_to(tree()),
         "TreeSpec.compose": lambda: pk.structure([0, 0]).compose(pk.structure(tree())),

@@ -514,3 +514,34 @@ def test_corpus_benchmark_smoke(tmp_path: Path) -> None:
     assert len(data["trees"]) == len(per_tree)
     for tree in data["trees"]:
         assert tree["leaves"] > 0 and set(tree["ops"]) == set(OPS), tree
+
+
+@pytest.mark.once  # a script's smoke run (torch only): the C-engine job on 3.11
+def test_ravel_benchmark_smoke(tmp_path: Path) -> None:
+    """benchmarks/ravel.py --quick checks pk.ravel against parameters_to_vector,
+    vector_to_parameters and jax's ravel_pytree on two models (same values),
+    then times each operation; every row has its figures and ratio (no timing
+    is judged here)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    _run_quick("ravel.py", tmp_path)
+    sections = _sections((tmp_path / "ravel.md").read_text(encoding="utf-8"))
+    ratios = [
+        [c.strip() for c in r.strip("|").split("|")]
+        for r in sections["Ratio per model and operation"].splitlines()
+        if r.startswith("| ") and not r.startswith("| model")
+    ]
+    assert [r[:3] for r in ratios] == [
+        [model, op, peer]
+        for model in ("MLP, 10 tensors", "CNN, 100 tensors")
+        for op, peer in (
+            ("ravel (torch)", "parameters_to_vector"),
+            ("unravel (torch)", "vector_to_parameters"),
+            ("ravel (numpy)", "jax ravel_pytree"),
+            ("unravel (numpy)", "jax unravel"),
+        )
+    ]
+    assert all(float(r[3]) > 0 for r in ratios), ratios
+    cells = [r for r in sections["Every cell"].splitlines() if r.startswith("| MLP")]
+    assert len(cells) == 4 and all(re.search(r"\| \d+\.\d\d\u00d7 \|$", r) for r in cells), cells
+    assert "vector.clone() alone" in sections["Every cell"]

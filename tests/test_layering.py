@@ -58,7 +58,7 @@ LAYERS: list[list[str]] = [
     ["_engine"],
     # the public functions; api makes TreeSpec's methods FastCalls
     ["api", "_reduce"],
-    ["_paths", "testing", "_predicates"],
+    ["_paths", "testing", "_predicates", "_ravel"],
     ["_compare"],
     ["_restructure"],
     ["__init__"],
@@ -80,6 +80,8 @@ INJECTIONS = {
     # torch.compiler.is_compiling, once torch._dynamo is imported: the pure
     # engine never imports torch, and must know when dynamo traces it
     ("_dynamo", "_pure", "compiling"),
+    # tree_get, for pk.Accessor (in _keys, below _spec, which makes accessors)
+    ("_paths", "_keys", "_tree_get"),
 }
 
 #: the modules that may change TreeSpec after its class body
