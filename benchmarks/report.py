@@ -107,6 +107,16 @@ def corpus(version: str) -> Dict[str, Any]:
     return json.loads(_read(path))
 
 
+def pivot(rows: List[List[str]], series: int, group: int, value: int) -> Tuple[list, dict]:
+    """A table's body laid out for a chart: the groups (column ``group``'s
+    values, in order) and, per value of column ``series``, the number in
+    column ``value`` for each group."""
+    groups = list(dict.fromkeys(r[group] for r in rows))
+    found = {(r[series], r[group]): number(r[value]) for r in rows}
+    names = dict.fromkeys(r[series] for r in rows)
+    return groups, {n: [found[(n, g)] for g in groups] for n in names}
+
+
 def columns(rows: List[List[str]], *names: str) -> List[List[str]]:
     """The named columns of a table (header first), in the order named."""
     header = rows[0]
@@ -216,10 +226,11 @@ DRAW = {"grouped": _grouped, "horizontal": _horizontal}
 # -- the sections ------------------------------------------------------------------------------
 
 
-def _corpus_rows(op: str) -> Tuple[List[str], Dict[str, List[float]], List[List[str]]]:
+def _corpus_rows(
+    op: str, data: Dict[str, Dict[str, Any]]
+) -> Tuple[List[str], Dict[str, List[float]], List[List[str]]]:
     """The labels, per-Python values and table rows of one operation: each
     family's worst tree, then the six named trees one by one."""
-    data = {v: corpus(v) for v in VERSIONS}
     labels: List[str] = []
     values: Dict[str, List[float]] = {v: [] for v in VERSIONS}
     rows = [["tree"] + [f"Python {data[v]['python']}" for v in VERSIONS]]
@@ -282,7 +293,7 @@ def operations() -> Tuple[str, List[Chart]]:
     ]
     charts = []
     for op in OPS:
-        labels, values, rows = _corpus_rows(op)
+        labels, values, rows = _corpus_rows(op, data)
         what = "its own flatten" if op == "flatten_up_to" else "the fastest peer"
         chart = Chart(
             op,
@@ -435,12 +446,7 @@ def device() -> Tuple[str, List[Chart]]:
     gpu = md_table(gpu_path, "## On the GPU")
     gpu_machine = md_line(gpu_path, r"^(torch .*CUDA 13.*)$").group(1)
     gpu_rows = columns(gpu, "batch", "way", "ms", "host ms", "vs per tensor")
-    batches_ = list(dict.fromkeys(r[0] for r in gpu_rows[1:]))
-    ways = list(dict.fromkeys(r[1] for r in gpu_rows[1:]))
-    series = {
-        b: [next(number(r[4]) for r in gpu_rows[1:] if r[0] == b and r[1] == w) for w in ways]
-        for b in batches_
-    }
+    ways, series = pivot(gpu_rows[1:], series=0, group=1, value=4)
     chart = Chart(
         "device",
         "moving a batch to the GPU: speedup over pinning and moving tensor by tensor",
@@ -492,6 +498,7 @@ def packed() -> Tuple[str, List[Chart]]:
     epoch = md_table(path, "## One epoch")
     opening = md_line(path, r"^## Opening a saved PackedList\n\n(.*)$").group(1)
     growth = columns(epoch, "store", "start", "growth")
+    store_names, by_start = pivot(growth[1:], series=1, group=0, value=2)
     chart = Chart(
         "packed",
         "a DataLoader worker's memory growth over one epoch, per store",
@@ -499,11 +506,8 @@ def packed() -> Tuple[str, List[Chart]]:
         {
             "title": "a worker's private memory growth over an epoch, MiB (lower is better)",
             "ylabel": "MiB",
-            "groups": list(dict.fromkeys(r[0] for r in growth[1:])),
-            "series": {
-                start: [number(r[2]) for r in growth[1:] if r[1] == start]
-                for start in dict.fromkeys(r[1] for r in growth[1:])
-            },
+            "groups": store_names,
+            "series": by_start,
             "line": None,
         },
     )
@@ -538,15 +542,8 @@ def ravel() -> Tuple[str, List[Chart]]:
     ratios = md_table(path, "## Ratio per model")
     machine = md_line(path, r"^- (CPU: .*)$").group(1)
     versions = md_line(path, r"^- (torch .*)$").group(1)
-    models = list(dict.fromkeys(r[0] for r in ratios[1:]))
-    operations = list(dict.fromkeys(f"{r[1]} vs {r[2]}" for r in ratios[1:]))
-    series = {
-        op: [
-            next(number(r[3]) for r in ratios[1:] if r[0] == m and f"{r[1]} vs {r[2]}" == op)
-            for m in models
-        ]
-        for op in operations
-    }
+    named = [[r[0], f"{r[1]} vs {r[2]}", r[3]] for r in ratios[1:]]
+    models, series = pivot(named, series=1, group=0, value=2)
     chart = Chart(
         "ravel",
         "ravel and unravel: speedup over parameters_to_vector and jax's ravel_pytree",
@@ -772,7 +769,8 @@ def readme_chart() -> Chart:
 
 
 def page() -> Tuple[str, List[Chart]]:
-    parts, charts = [], [readme_chart()]
+    summary = readme_chart()
+    parts, charts = [], [summary]
     for section in (
         operations,
         algebra,
@@ -823,7 +821,7 @@ def page() -> Tuple[str, List[Chart]]:
             "- [Checkpointing nested state](#checkpointing-nested-state)",
             "- [Appendix: measured bounds](#appendix-measured-bounds)",
             "",
-            readme_chart().markdown(),
+            summary.markdown(),
             "",
         ]
     )

@@ -407,11 +407,7 @@ class TreeSpec:
             >>> spec.paths() == spec.paths() and spec.paths() is not spec.paths()
             True
         """
-        paths = self._paths
-        if paths is None:
-            paths = _impl.spec_paths(self._nodes)
-            object.__setattr__(self, "_paths", paths)
-        return paths.copy()
+        return self._path_list().copy()
 
     def accessors(self) -> list[Accessor]:
         """An :class:`~pytree_kit.Accessor` per leaf, in leaf order: its path
@@ -427,11 +423,16 @@ class TreeSpec:
             >>> [acc(tree) for acc in spec.accessors()] == spec.flatten_up_to(tree)
             True
         """
+        return [accessor(p) for p in self._path_list()]
+
+    def _path_list(self) -> list[tuple]:
+        """The paths of the leaves, computed on the first call and kept (the
+        list itself: ``paths()`` and ``accessors()`` hand out copies)."""
         paths = self._paths
         if paths is None:
             paths = _impl.spec_paths(self._nodes)
             object.__setattr__(self, "_paths", paths)
-        return [accessor(p) for p in paths]
+        return paths
 
     def children(self) -> list[TreeSpec]:
         """The specs of the root's children, in leaf order.
