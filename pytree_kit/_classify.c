@@ -541,6 +541,7 @@ ctx_init(Ctx *c, PyObject *is_leaf, PyObject *rules, WalkMode mode)
     c->dict_misses = 0;
     c->is_leaf = is_leaf == Py_None ? NULL : is_leaf;
     c->mode = mode;
+    c->path_keys = NULL;
     if (rules != NULL && rules != Py_None) {
         if (!PyDict_CheckExact(rules)) {
             PyErr_SetString(PyExc_TypeError, "rules must be a dict (see pytree_kit._kinds.check_rules)");

@@ -9,7 +9,7 @@ from ._engine import impl as _impl
 from ._keys import where
 from ._kinds import LEAF, check_rules
 from ._paths import tree_get
-from ._pure import _describe_node, _qualname
+from ._pure import _describe_node, _qualname, tell_apart
 from ._spec import TreeSpec, node_paths
 
 __all__ = [
@@ -42,10 +42,8 @@ def mismatch_text(found: tuple, first: str, second: str) -> str:
     """The message for :func:`first_difference`'s result, the trees called
     ``first`` and ``second``: ``tree['a']: structure mismatch: ...``."""
     path, mine, theirs = found
-    return (
-        f"{where(path)}: structure mismatch: {first} has {_describe_node(mine)}, "
-        f"{second} has {_describe_node(theirs)}"
-    )
+    a, b = tell_apart(_describe_node(mine), mine[1], _describe_node(theirs), theirs[1])
+    return f"{where(path)}: structure mismatch: {first} has {a}, {second} has {b}"
 
 
 def _what(node: tuple, tree: Any, path: tuple, is_leaf: IsLeaf, rules: Any) -> str:
@@ -77,10 +75,12 @@ def assert_same_structure(a: Any, b: Any, *, is_leaf: IsLeaf = None, rules: Any 
     if found is None:
         return
     path, na, nb = found
+    first, second = tell_apart(
+        _what(na, a, path, is_leaf, rules), na[1], _what(nb, b, path, is_leaf, rules), nb[1]
+    )
     raise ValueError(
-        f"{where(path)}: structure mismatch: the first tree has "
-        f"{_what(na, a, path, is_leaf, rules)}, the second tree has "
-        f"{_what(nb, b, path, is_leaf, rules)}"
+        f"{where(path)}: structure mismatch: the first tree has {first}, "
+        f"the second tree has {second}"
     )
 
 

@@ -635,6 +635,7 @@ typedef struct {
     PyObject *is_leaf; /* NULL for None */
     PyObject *rules;   /* exact dict or NULL */
     WalkMode mode;
+    const Vec *path_keys; /* WALK_PATHS's keys when is_leaf takes (path, value), else NULL */
     TypeCache types;
     PyObject *pycache; /* the pure engine's per-call cache, made when first needed */
     int atom_leaf[6];

@@ -187,6 +187,21 @@ found_init(Found *f)
     f->direct_owned = 0;
 }
 
+/* is_leaf(path, obj), path the tuple of the keys that lead to obj (the
+ * walk's keys: WALK_PATHS keeps them for each value before classifying it) */
+PK_NO_INLINE static PyObject *
+is_leaf_at_path(Ctx *c, PyObject *obj)
+{
+    PyObject *path = seq_of(0, c->path_keys->v, c->path_keys->n);
+    if (path == NULL) {
+        return NULL;
+    }
+    PyObject *args[2] = {path, obj};
+    PyObject *v = PyObject_Vectorcall(c->is_leaf, args, 2, NULL);
+    Py_DECREF(path);
+    return v;
+}
+
 /* What the walk makes of a value: is_leaf's answer first when it is given,
  * then the leaf types, then classify. 0 for a leaf, 1 for a node (f
  * filled), -1 on error. */
@@ -194,7 +209,8 @@ static PK_ALWAYS_INLINE int
 walk_classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
 {
     if (c->is_leaf != NULL) {
-        PyObject *v = PyObject_CallOneArg(c->is_leaf, obj);
+        PyObject *v = c->path_keys == NULL ? PyObject_CallOneArg(c->is_leaf, obj)
+                                           : is_leaf_at_path(c, obj);
         if (v == NULL) {
             return -1;
         }
@@ -470,6 +486,24 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, WalkMode mode)
     PyObject *result = NULL;
     if (walk_init(&w, tree, is_leaf, rules, mode) == 0 && walk_run(&w, EAGER) == 0) {
         result = walk_result(&w);
+    }
+    walk_clear(&w);
+    return result;
+}
+
+/* flatten_with_path with an is_leaf that takes (path, value) */
+static PyObject *
+walk_paths_asking(PyObject *tree, PyObject *is_leaf, PyObject *rules)
+{
+    Walk w;
+    PyObject *result = NULL;
+    if (walk_init(&w, tree, is_leaf, rules, WALK_PATHS) == 0) {
+        if (w.c.is_leaf != NULL) {
+            w.c.path_keys = &w.keys;
+        }
+        if (walk_run(&w, EAGER) == 0) {
+            result = walk_result(&w);
+        }
     }
     walk_clear(&w);
     return result;
@@ -823,10 +857,19 @@ sp_leaves(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return walk_call(args, nargs, "leaves", WALK_LEAVES);
 }
 
+/* flatten_with_path(tree, is_leaf=None, rules=None, is_leaf_takes_path=False) */
 static PyObject *
 sp_flatten_with_path(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    return walk_call(args, nargs, "flatten_with_path", WALK_PATHS);
+    if (nargs != 4) {
+        return walk_call(args, nargs, "flatten_with_path", WALK_PATHS);
+    }
+    int takes_path = PyObject_IsTrue(args[3]);
+    if (takes_path < 0) {
+        return NULL;
+    }
+    return takes_path ? walk_paths_asking(args[0], args[1], args[2])
+                      : walk(args[0], args[1], args[2], WALK_PATHS);
 }
 
 /* the entry points FastCall calls (_speedups.h) */

@@ -721,7 +721,8 @@ def _next_child(stack: list, onpath: set) -> Any:
 
 
 def _walk(tree: Any, is_leaf: Any, rules: Any, mode: int) -> tuple:
-    """Pre-order traversal. mode 0: leaves; 1: and the spec; 2: and paths.
+    """Pre-order traversal. mode 0: leaves; 1: and the spec; 2: and paths;
+    3: as 2, with ``is_leaf`` called as ``is_leaf(path, value)``.
 
     The steps of ``iter_leaves`` (``_visit``, ``_enter``, ``_next_child``)
     written out, with the top frame's children and position in locals
@@ -742,6 +743,13 @@ def _walk(tree: Any, is_leaf: Any, rules: Any, mode: int) -> tuple:
     fr: Any = None  # the top frame, stack[-1]
     ch: Any = ()  # its children
     n = pos = 0  # how many, and the position of the next one
+    if mode == 3:  # is_leaf takes the path: the keys that lead to the value
+        ask = is_leaf
+
+        def at_path(x: Any) -> Any:
+            return ask(tuple(keys), x)
+
+        is_leaf, mode = at_path, 2
     runs = is_leaf is None and mode != 2  # leaves by type need no call (and no path)
     while True:
         if (is_leaf is not None and is_leaf(obj)) or type(obj) in leaf_types:
@@ -850,8 +858,10 @@ def leaves(tree: Any, is_leaf: Any = None, rules: Any = None) -> list:
     return _walk(tree, is_leaf, rules, 0)[0]
 
 
-def flatten_with_path(tree: Any, is_leaf: Any = None, rules: Any = None) -> tuple[list, TreeSpec]:
-    return _walk(tree, is_leaf, rules, 2)
+def flatten_with_path(
+    tree: Any, is_leaf: Any = None, rules: Any = None, is_leaf_takes_path: Any = False
+) -> tuple[list, TreeSpec]:
+    return _walk(tree, is_leaf, rules, 3 if is_leaf_takes_path and is_leaf is not None else 2)
 
 
 def flatten_one_level(tree: Any, is_leaf: Any = None, rules: Any = None) -> Any:
@@ -1065,11 +1075,25 @@ def describe(obj: Any, rules: Any = None) -> str:
     return _describe_node(found[0])
 
 
+def tell_apart(a: str, ta: Any, b: str, tb: Any) -> tuple[str, str]:
+    """Descriptions ``a`` and ``b`` of nodes of classes ``ta`` and ``tb``,
+    told apart where they read the same but the classes differ: two
+    namedtuples of one name and other fields, two classes of one name."""
+    if a != b or ta is tb or not isinstance(ta, type) or not isinstance(tb, type):
+        return a, b
+    fa, fb = getattr(ta, "_fields", None), getattr(tb, "_fields", None)
+    if fa != fb:
+        return f"{a} with fields {fa!r}", f"{b} with fields {fb!r}"
+    if ta.__module__ != tb.__module__:
+        return f"{a} of module {ta.__module__}", f"{b} of module {tb.__module__}"
+    return a, f"{b} (another class of the same name)"
+
+
 def _mismatch(stack: list, label: str, node: tuple, obj: Any, other: str) -> ValueError:
     rules = {node[1]: node[3][0]} if node[0] == RULE else None
+    mine, theirs = tell_apart(_describe_node(node), node[1], describe(obj, rules), type(obj))
     return ValueError(
-        f"{where(_path(stack))}: structure mismatch: {label} has "
-        f"{_describe_node(node)}, {other} has {describe(obj, rules)}"
+        f"{where(_path(stack))}: structure mismatch: {label} has {mine}, {other} has {theirs}"
     )
 
 

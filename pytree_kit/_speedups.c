@@ -75,7 +75,7 @@ static PyMethodDef methods[] = {
     {"any_leaf", (PyCFunction)(void (*)(void))sp_any_leaf, METH_FASTCALL,
      "any_leaf(tree, is_leaf, rules, want) -> whether some leaf's truth is want"},
     {"flatten_with_path", (PyCFunction)(void (*)(void))sp_flatten_with_path, METH_FASTCALL,
-     "flatten_with_path(tree, is_leaf=None, rules=None) -> ([(path, leaf), ...], spec)"},
+     "flatten_with_path(tree, is_leaf=None, rules=None, is_leaf_takes_path=False) -> ([(path, leaf), ...], spec)"},
     {"unflatten", (PyCFunction)(void (*)(void))sp_unflatten, METH_FASTCALL,
      "unflatten(spec, leaves) -> tree"},
     {"flatten_up_to_columns", (PyCFunction)(void (*)(void))sp_flatten_up_to_columns,

@@ -26,7 +26,11 @@ def leaves(
     tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None, rules: Any = None, /
 ) -> list[Any]: ...
 def flatten_with_path(
-    tree: Any, is_leaf: Optional[Callable[[Any], bool]] = None, rules: Any = None, /
+    tree: Any,
+    is_leaf: Optional[Callable[..., bool]] = None,
+    rules: Any = None,
+    is_leaf_takes_path: bool = False,
+    /,
 ) -> tuple[list[tuple[tuple[Any, ...], Any]], TreeSpec]: ...
 def unflatten(spec: TreeSpec, leaves: Iterable[Any], /) -> Any: ...
 def flatten_up_to(

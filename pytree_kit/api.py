@@ -31,6 +31,8 @@ __all__ = [
 ]
 
 IsLeaf = Optional[Callable[[Any], bool]]
+#: ``is_leaf(value)``, or ``is_leaf(path, value)`` with ``is_leaf_takes_path=True``
+PathIsLeaf = Optional[Callable[..., bool]]
 Rules = Optional[Mapping[type, Rule]]
 Path = tuple
 
@@ -125,16 +127,31 @@ def structure(tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None) -> Tree
 
 @accelerate("flatten_with_path")
 def flatten_with_path(
-    tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None
+    tree: Any,
+    *,
+    is_leaf: PathIsLeaf = None,
+    is_leaf_takes_path: bool = False,
+    rules: Rules = None,
 ) -> tuple[list[tuple[Path, Any]], TreeSpec]:
     """Like :func:`flatten`, with each leaf paired with its path.
+
+    With ``is_leaf_takes_path=True`` (jax's argument), ``is_leaf`` is called
+    as ``is_leaf(path, value)``, the path being the keys that lead to the
+    value (``()`` for the root), as the pairs give them.
 
     Examples:
         >>> import pytree_kit as pk
         >>> pairs, _ = pk.flatten_with_path({"targets": [{"boxes": 1}]})
         >>> [(pk.keystr(path), leaf) for path, leaf in pairs]
         [("['targets'][0]['boxes']", 1)]
+        >>> frozen = lambda path, x: pk.keystr(path) == "['frozen']"
+        >>> tree = {"frozen": [1, 2], "trained": [3]}
+        >>> [leaf for _, leaf in pk.flatten_with_path(
+        ...     tree, is_leaf=frozen, is_leaf_takes_path=True)[0]]
+        [[1, 2], 3]
     """
+    if is_leaf_takes_path:
+        return _impl.flatten_with_path(tree, is_leaf, check_rules(rules), True)
     return _impl.flatten_with_path(tree, is_leaf, check_rules(rules))
 
 
@@ -201,17 +218,27 @@ def tree_map_with_path(
     fn: Callable[..., Any],
     tree: Any,
     *rest: Any,
-    is_leaf: IsLeaf = None,
+    is_leaf: PathIsLeaf = None,
+    is_leaf_takes_path: bool = False,
     rules: Rules = None,
 ) -> Any:
     """Like :func:`tree_map`, calling ``fn(path, leaf, *rest_leaves)``.
+
+    With ``is_leaf_takes_path=True``, ``is_leaf`` is called as
+    ``is_leaf(path, value)``, as in :func:`flatten_with_path`.
 
     Examples:
         >>> import pytree_kit as pk
         >>> pk.tree_map_with_path(lambda p, x: pk.keystr(p), {"a": [0, 0]})
         {'a': ["['a'][0]", "['a'][1]"]}
+        >>> pk.tree_map_with_path(lambda p, x: len(x), {"a": [0, 0], "b": [1]},
+        ...     is_leaf=lambda p, x: len(p) == 1, is_leaf_takes_path=True)
+        {'a': 2, 'b': 1}
     """
-    pairs, spec = _impl.flatten_with_path(tree, is_leaf, check_rules(rules))
+    if is_leaf_takes_path:
+        pairs, spec = _impl.flatten_with_path(tree, is_leaf, check_rules(rules), True)
+    else:
+        pairs, spec = _impl.flatten_with_path(tree, is_leaf, check_rules(rules))
     if not rest:
         return _impl.unflatten(spec, [fn(p, x) for p, x in pairs])
     others = _rest_leaves(spec, rest)

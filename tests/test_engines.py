@@ -3403,3 +3403,57 @@ def test_leaf_iterators_take_weak_references_on_both_engines() -> None:
             del it
             gc.collect()
             assert ref() is None and died == [ref], (impl.NAME, read)
+
+
+_PATH_PREDICATES: list[Callable[[tuple, Any], Any]] = [
+    lambda p, x: len(p) == 1,
+    lambda p, x: bool(p) and type(p[-1]) is pk.SequenceKey and p[-1].idx % 2 == 1,
+    lambda p, x: isinstance(x, (list, tuple)) and len(p) >= 2,
+    lambda p, x: pk.keystr(p).endswith("[0]") and isinstance(x, dict),
+    lambda p, x: 1 / 0 if len(p) == 2 else False,
+]
+
+
+@given(trees(), st.integers(0, len(_PATH_PREDICATES) - 1))
+def test_is_leaf_takes_path(tree: Any, which: int) -> None:
+    """is_leaf(path, value): both engines ask it about the same values, in the
+    same order, with equal paths, and give the same pairs and equal specs (or
+    the same error)."""
+    ask = _PATH_PREDICATES[which]
+    asked: dict[str, list] = {"pure": [], "c": []}
+
+    def recording(engine: str) -> Callable[[tuple, Any], Any]:
+        def is_leaf(path: tuple, x: Any) -> Any:
+            assert type(path) is tuple
+            asked[engine].append((path, id(x)))
+            return ask(path, x)
+
+        return is_leaf
+
+    a = outcome(_pure.flatten_with_path, tree, recording("pure"), RULES, True)
+    b = outcome(_speedups.flatten_with_path, tree, recording("c"), RULES, True)
+    assert asked["pure"] == asked["c"] and asked["c"]
+    assert a[0] == b[0], (a, b)
+    if a[0] == "raise":
+        assert a[1:] == b[1:]
+        return
+    (p1, s1), (p2, s2) = a[1], b[1]
+    assert [p for p, _ in p1] == [p for p, _ in p2]
+    check_leaves_identical([x for _, x in p1], [x for _, x in p2])
+    check_specs_equal(s1, s2)
+    # each leaf's path is the path is_leaf was given for it, and a leaf that
+    # is a container is one is_leaf chose
+    given_paths = {(p, i) for p, i in asked["c"]}
+    for path, leaf in p2:
+        assert (path, id(leaf)) in given_paths or not isinstance(leaf, (list, tuple, dict))
+    assert_same_tree(
+        _pure.unflatten(s2, [x for _, x in p2]), _speedups.unflatten(s1, [x for _, x in p1])
+    )
+    # no is_leaf: the flag changes nothing; a false flag: is_leaf(value)
+    for engine in (_pure, _speedups):
+        assert (
+            engine.flatten_with_path(tree, None, RULES, True)[1]
+            == engine.flatten(tree, None, RULES)[1]
+        )
+        one = engine.flatten_with_path(tree, lambda x: isinstance(x, tuple), RULES, False)
+        assert one[1] == engine.flatten(tree, lambda x: isinstance(x, tuple), RULES)[1]

@@ -428,3 +428,36 @@ def test_errors_leave_the_input_untouched():
     with pytest.raises(ValueError, match="cycle"):
         pk.flatten(d)
     assert snapshot(d) == before and list(d) == ["b", "a"]
+
+
+def test_mismatch_messages_tell_apart_classes_of_one_name() -> None:
+    """Two namedtuples (or dataclasses) of one name: the message says how they
+    differ, in assert_same_structure and in flatten_up_to / tree_map alike."""
+    import collections
+
+    P1 = collections.namedtuple("P", "x y")
+    P2 = collections.namedtuple("P", "x y")
+    P3 = collections.namedtuple("P", "x z")
+    cases = [
+        (P1(1, 2), P2(1, 2), "namedtuple P, ", "namedtuple P (another class of the same name)"),
+        (
+            P1(1, 2),
+            P3(1, 2),
+            "namedtuple P with fields ('x', 'y')",
+            "namedtuple P with fields ('x', 'z')",
+        ),
+    ]
+    for a, b, first, second in cases:
+        for call, args in (
+            (pk.assert_same_structure, ([a], [b])),
+            (pk.structure([a]).flatten_up_to, ([b],)),
+            (pk.tree_map, (max, [a], [b])),
+        ):
+            with pytest.raises(ValueError) as info:
+                call(*args)
+            text = str(info.value)
+            assert text.startswith("tree[0]: structure mismatch: "), text
+            assert first in text and text.endswith(second), text
+    # one class on both sides, or two whose names differ: as before
+    with pytest.raises(ValueError, match=r"has namedtuple P, the second tree has a tuple of 2$"):
+        pk.assert_same_structure(P1(1, 2), (1, 2))

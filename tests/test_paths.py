@@ -546,3 +546,87 @@ def test_path_keys_match_by_position(tree: Any) -> None:
                 assert _step(key) == f"seq {key.idx}"
             else:
                 assert _step(key) == f"attr {key.name}"
+
+
+# -- is_leaf_takes_path (jax's) ---------------------------------------------------
+
+_plain = st.recursive(
+    st.integers() | st.none(),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.sampled_from("abcd"), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@SETTINGS
+@given(_plain, st.integers(0, 2))
+def test_is_leaf_takes_path_as_jax(tree: Any, which: int) -> None:
+    """jax's is_leaf_takes_path: is_leaf asked about the same values at the
+    same paths (as keystr writes them), in the same order, and the same
+    leaves; tree_map_with_path too."""
+    jtu = pytest.importorskip("jax").tree_util
+    ask = [
+        lambda text, x: text.count("[") == 1,
+        lambda text, x: text.endswith("[1]") or text.endswith("['b']"),
+        lambda text, x: isinstance(x, list) and "a" in text,
+    ][which]
+    asked: dict[str, list] = {"pk": [], "jax": []}
+
+    def asking(who: str, keystr: Any) -> Any:
+        def is_leaf(path: tuple, x: Any) -> bool:
+            asked[who].append((keystr(path), id(x)))
+            return ask(keystr(path), x)
+
+        return is_leaf
+
+    pairs, spec = pk.flatten_with_path(
+        tree, is_leaf=asking("pk", pk.keystr), is_leaf_takes_path=True
+    )
+    jpairs, _ = jtu.tree_flatten_with_path(tree, asking("jax", jtu.keystr), is_leaf_takes_path=True)
+    assert asked["pk"] == asked["jax"]
+    assert [pk.keystr(p) for p, _ in pairs] == [jtu.keystr(p) for p, _ in jpairs]
+    assert all(x is y for (_, x), (_, y) in zip(pairs, jpairs)) and len(pairs) == len(jpairs)
+    assert spec.unflatten([x for _, x in pairs]) == tree
+    mapped = pk.tree_map_with_path(
+        lambda p, x: (pk.keystr(p), x),
+        tree,
+        is_leaf=asking("pk", pk.keystr),
+        is_leaf_takes_path=True,
+    )
+    jmapped = jtu.tree_map_with_path(
+        lambda p, x: (jtu.keystr(p), x),
+        tree,
+        is_leaf=asking("jax", jtu.keystr),
+        is_leaf_takes_path=True,
+    )
+    assert mapped == jmapped
+
+
+def test_is_leaf_takes_path_with_rest_trees_and_errors() -> None:
+    tree = {"frozen": {"w": 1, "b": 2}, "train": {"w": 3}}
+    frozen = lambda p, x: p == (pk.DictKey("frozen"),)  # noqa: E731
+    out = pk.tree_map_with_path(
+        lambda p, x, y: (pk.keystr(p), x, y), tree, tree, is_leaf=frozen, is_leaf_takes_path=True
+    )
+    assert out == {
+        "frozen": ("['frozen']", tree["frozen"], tree["frozen"]),
+        "train": {"w": ("['train']['w']", 3, 3)},
+    }
+    # the root is asked with the empty path; an error in is_leaf comes out
+    seen: list = []
+    pk.flatten_with_path([1], is_leaf=lambda p, x: seen.append(p), is_leaf_takes_path=True)
+    assert seen == [(), (pk.SequenceKey(0),)]
+
+    def boom(p: tuple, x: Any) -> bool:
+        if p:
+            raise KeyError(pk.keystr(p))
+        return False
+
+    with pytest.raises(KeyError, match=r"\[0\]"):
+        pk.flatten_with_path([[1]], is_leaf=boom, is_leaf_takes_path=True)
+    # without the flag is_leaf takes the value alone
+    with pytest.raises(TypeError):
+        pk.flatten_with_path([1], is_leaf=lambda p, x: False)
