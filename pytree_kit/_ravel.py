@@ -3,9 +3,10 @@ function that rebuilds the tree from such a vector (jax's
 ``jax.flatten_util.ravel_pytree``; torch's ``parameters_to_vector`` and
 ``vector_to_parameters``).
 
-numpy and torch are imported only inside the calls that need them: a leaf
-can be a tensor only when torch is in ``sys.modules`` (and an array only when
-numpy is), so a tree of numbers never imports torch.
+numpy, torch and jax are imported only inside the calls that need them: a
+leaf can be a tensor only when torch is in ``sys.modules`` (a jax array only
+when jax is, an array only when numpy is), so a tree of numbers never imports
+torch.
 """
 
 from __future__ import annotations
@@ -35,16 +36,23 @@ def ravel(
     that rebuilds the tree: jax's ``ravel_pytree``, torch's
     ``parameters_to_vector`` for any tree.
 
-    The leaves may be torch tensors, numpy arrays and numpy scalars, and
-    Python numbers (bool, int, float, complex); anything else raises
-    TypeError naming its path. The vector holds them in :func:`leaves`
-    order, each flattened in C order, all cast to one dtype:
+    The leaves may be torch tensors, jax arrays, numpy arrays and numpy
+    scalars, and Python numbers (bool, int, float, complex); anything else
+    (or tensors with jax arrays) raises TypeError naming its path. The
+    vector holds them in :func:`leaves` order, each flattened in C order, all
+    cast to one dtype:
 
     * **torch**: when any leaf is a tensor the vector is a tensor, on the
       tensors' device (tensors on two devices: ValueError naming both paths);
       numpy leaves join it through ``torch.as_tensor``. It is made by one
       ``torch.cat`` (which casts as it copies), so it is differentiable: the
       gradient of anything computed from it reaches the leaves.
+    * **jax**: when any leaf is a jax array the vector is a jax array, made
+      as jax's ``ravel_pytree`` makes it (one ``jnp.concatenate``), of the
+      dtype ``jnp.result_type`` gives the leaves' dtypes (jax's promotion; a
+      Python number counts as jax's default dtype of its kind, as in
+      ``ravel_pytree``); ``unravel`` gives jax arrays, as jax's does, and
+      pickles.
     * **numpy**: otherwise the vector is a numpy array, made by one
       ``numpy.concatenate``. A tree of Python numbers only gives a numpy
       array too (numpy must then be installed: ImportError otherwise); an
@@ -130,6 +138,12 @@ def ravel(
         for x in leaves:
             if isinstance(x, tensor):
                 return _ravel_torch(torch, leaves, spec, where)
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        jarray = jax.Array
+        for x in leaves:
+            if isinstance(x, jarray):
+                return _ravel_jax(jax, leaves, spec, where)
     return _ravel_numpy(leaves, spec, where)
 
 
@@ -151,7 +165,7 @@ class Unravel:
         device: Any = None,
     ) -> None:
         self.spec = spec
-        self.kind = kind  # "torch", "numpy" or "empty"
+        self.kind = kind  # "torch", "jax", "numpy" or "empty"
         self.sizes = sizes
         self.shapes = shapes
         self.dtype = dtype  # the vector's
@@ -180,6 +194,8 @@ class Unravel:
             return self.spec.unflatten(self._torch(vector))
         if self.kind == "numpy":
             return self.spec.unflatten(self._numpy(vector))
+        if self.kind == "jax":
+            return self.spec.unflatten(self._jax(vector))
         shape = getattr(vector, "shape", None)
         if shape is None:
             raise TypeError(f"unravel: expected an array or a tensor, got {type(vector).__name__}")
@@ -254,6 +270,35 @@ class Unravel:
                     out[i] = x.astype(dt)
         return out
 
+    def _jax(self, vector: Any) -> list:
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+        if not isinstance(vector, (jax.Array, np.ndarray)):
+            raise TypeError(
+                f"unravel: the tree raveled to a jax array; got {type(vector).__name__}"
+            )
+        self._check_shape(tuple(vector.shape))
+        self._check_dtype(vector.dtype)
+        s = self.starts
+        # jax arrays are immutable: the pieces never alias anything a caller changes
+        parts = (
+            jnp.split(jnp.asarray(vector), s[1:-1])
+            if len(self.sizes) > 1
+            else [jnp.asarray(vector)]
+        )
+        out = [p.reshape(shape) for p, shape in zip(parts, self.shapes)]
+        if self.from_dtypes is not None:
+            complex_ = np.dtype(self.dtype).kind == "c"
+            for i, dt in enumerate(self.from_dtypes):
+                if dt != self.dtype:
+                    x = out[i]
+                    if complex_ and np.dtype(dt).kind not in "cb":
+                        x = x.real  # the imaginary part is dropped, as in jax
+                    out[i] = x.astype(dt)
+        return out
+
 
 def _count(n: int, one: str, many: str = "") -> str:
     return f"{n:,} {one if n == 1 else many or one + 's'}"
@@ -279,8 +324,8 @@ def _unsupported(x: Any, at: str) -> TypeError:
     t = type(x)
     name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
     return TypeError(
-        f"{at}: ravel takes torch tensors, numpy arrays and Python numbers (bool, int, "
-        f"float, complex), not a {name}"
+        f"{at}: ravel takes torch tensors, jax arrays, numpy arrays and Python numbers "
+        f"(bool, int, float, complex), not a {name}"
     )
 
 
@@ -472,3 +517,43 @@ def _torch_items(torch: Any, leaves: list, where: Callable[[int], str]) -> tuple
                 raise _unsupported(x, where(i))
             weak.setdefault(type(k), k)
     return items, weak, arrays
+
+
+# -- jax --------------------------------------------------------------------
+
+
+def _ravel_jax(
+    jax: Any, leaves: list, spec: TreeSpec, where: Callable[[int], str]
+) -> tuple[Any, Unravel]:
+    import jax.numpy as jnp
+
+    torch = sys.modules.get("torch")
+    np: Any = sys.modules.get("numpy")
+    jarray = jax.Array
+    numpy_types = (np.ndarray, np.generic) if np is not None else ()
+    items = []
+    for i, x in enumerate(leaves):
+        if isinstance(x, jarray):
+            items.append(x)
+        elif numpy_types and isinstance(x, numpy_types):  # np.float64 is a float: before numbers
+            a = np.asarray(x)
+            if a.dtype.kind not in _NUMERIC_KINDS:
+                raise _bad_dtype(a.dtype, where(i))
+            items.append(a)
+        elif _number_kind(x) is not None:
+            items.append(x)
+        elif torch is not None and isinstance(x, torch.Tensor):
+            raise TypeError(f"{where(i)}: ravel puts torch tensors and jax arrays in no one vector")
+        else:
+            raise _unsupported(x, where(i))
+    arrays = [jnp.asarray(x) for x in items]
+    dtypes = {a.dtype for a in arrays}
+    try:  # of the leaves' dtypes, a Python number's being jax's default of its kind
+        dtype = jnp.result_type(*dtypes)
+    except TypeError as e:
+        raise _no_common_dtype("jax", dtypes, e) from None
+    sizes = tuple([int(a.size) for a in arrays])
+    shapes = tuple([tuple(a.shape) for a in arrays])
+    flat = jnp.concatenate([jnp.ravel(a) for a in arrays], dtype=dtype)
+    from_dtypes = None if dtypes <= {dtype} else tuple([a.dtype for a in arrays])
+    return flat, Unravel(spec, "jax", sizes, shapes, dtype, from_dtypes)

@@ -539,8 +539,8 @@ def test_errors_name_the_path() -> None:
     with pytest.raises(TypeError) as e:
         pk.ravel(tree)
     assert str(e.value) == (
-        "tree['a'][0].b: ravel takes torch tensors, numpy arrays and Python numbers "
-        "(bool, int, float, complex), not a str"
+        "tree['a'][0].b: ravel takes torch tensors, jax arrays, numpy arrays and Python "
+        "numbers (bool, int, float, complex), not a str"
     )
     with pytest.raises(TypeError, match=r"^tree\['x'\]\[1\]: ravel takes arrays of booleans"):
         pk.ravel({"x": [np.ones(1), np.array(["a"])]})
@@ -554,10 +554,66 @@ def test_errors_name_the_path() -> None:
         pk.ravel([2**70])
 
 
-def test_a_jax_array_is_not_taken() -> None:
-    jnp = pytest.importorskip("jax.numpy")
-    with pytest.raises(TypeError, match=r"^tree\['x'\]: ravel takes .* not a jaxlib"):
-        pk.ravel({"x": jnp.ones(2)})
+@settings(max_examples=60)
+@given(jax_trees(), st.booleans(), st.booleans(), st.data())
+def test_jax_arrays_as_jax_ravel_pytree(tree: Any, on: bool, numbers: bool, data: Any) -> None:
+    """A tree holding jax arrays ravels to a jax array as jax's ravel_pytree
+    does: the same dtype and values, with 64-bit mode on or off, numpy
+    leaves and Python numbers beside the jax arrays; unravel gives jax arrays
+    of the same dtypes and shapes, after a pickle too."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    from jax.flatten_util import ravel_pytree
+
+    with x64(on):
+        leaves, spec = pk.flatten(tree)
+        if not leaves:
+            return
+        # some leaves become jax arrays (at least one), some Python numbers
+        picks = data.draw(st.lists(st.integers(0, 2), min_size=len(leaves), max_size=len(leaves)))
+        picks[0] = 0
+        mixed = []
+        for x, pick in zip(leaves, picks):
+            if pick == 0:
+                mixed.append(jnp.asarray(x))
+            elif pick == 1 and numbers and np.ndim(x) == 0 and np.asarray(x).dtype.kind in "bif":
+                mixed.append(np.asarray(x).item())
+            else:
+                mixed.append(x)
+        tree = spec.unflatten(mixed)
+        flat, unravel = pk.ravel(tree)
+        jflat, junravel = ravel_pytree(tree)
+        assert isinstance(flat, jax.Array)
+        assert flat.dtype == jflat.dtype and flat.shape == jflat.shape
+        assert np_same(np.asarray(flat), np.asarray(jflat))
+        for fn in (unravel, pickle.loads(pickle.dumps(unravel))):
+            mine, theirs = pk.leaves(fn(flat)), pk.leaves(junravel(jflat))
+            assert all(isinstance(y, jax.Array) for y in mine)
+            assert [(y.dtype, y.shape) for y in mine] == [(y.dtype, y.shape) for y in theirs]
+            assert all(np_same(np.asarray(a), np.asarray(b)) for a, b in zip(mine, theirs))
+        assert pk.structure(unravel(flat)) == pk.structure(tree)
+
+
+def test_jax_unravel_checks_and_errors() -> None:
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    flat, unravel = pk.ravel({"w": jnp.ones((2, 2), jnp.float32), "n": jnp.arange(3)})
+    assert flat.shape == (7,) and "Unravel(jax, 7 elements of float32" in repr(unravel)
+    with pytest.raises(ValueError, match="the vector has 6 elements, but the tree has 7"):
+        unravel(flat[:6])
+    with pytest.raises(TypeError, match="give a float32 vector"):
+        unravel(flat.astype(jnp.int32))
+    with pytest.raises(TypeError, match="raveled to a jax array; got list"):
+        unravel([0.0] * 7)
+    back = unravel(np.arange(7, dtype=np.float32))  # a numpy vector is taken, as by jax's
+    assert back["n"].dtype == jnp.arange(3).dtype and back["n"].tolist() == [0, 1, 2]
+    assert back["w"].tolist() == [[3.0, 4.0], [5.0, 6.0]]  # sorted keys: "n" first
+    with pytest.raises(TypeError, match=r"^tree\['x'\]: ravel takes torch tensors, jax arrays"):
+        pk.ravel({"x": object(), "y": jnp.ones(1)})
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match=r"tree\['x'\]"):
+        pk.ravel({"x": jnp.ones(2), "y": torch.ones(2)})
 
 
 def test_unravel_checks_its_argument() -> None:
@@ -590,8 +646,8 @@ def test_no_numpy_needed_to_refuse_and_numpy_needed_for_numbers() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == [
-        "tree['a']: ravel takes torch tensors, numpy arrays and Python numbers (bool, int, "
-        "float, complex), not a str",
+        "tree['a']: ravel takes torch tensors, jax arrays, numpy arrays and Python numbers "
+        "(bool, int, float, complex), not a str",
         "ravel: a tree of Python numbers ravels to a numpy array, and numpy is not installed",
         "ravel: an empty tree ravels to a numpy array, and numpy is not installed",
     ]
