@@ -50,6 +50,7 @@ from ._reduce import (
 from ._restructure import (
     MAP_TO_NONE,
     traverse,
+    traverse_with_path,
     tree_broadcast_prefix,
     tree_combine,
     tree_partition,
@@ -106,6 +107,7 @@ __all__ = [
     "ravel",
     "structure",
     "traverse",
+    "traverse_with_path",
     "tree_all",
     "tree_all_only",
     "tree_any",

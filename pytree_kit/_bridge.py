@@ -285,15 +285,18 @@ def _torch_key_name(key: Any) -> Any:
 
 def _torch_flatten(cls: type, namespace: str, obj: Any) -> tuple[Any, Any]:
     node = _torch_node(cls)
+    # children and context from flatten_fn, as torch's own specs take them:
+    # unflatten_fn reads that context, which flatten_with_keys_fn's may not be
+    # (register_dataclass's holds the field names alone); the keys only name
+    # the children
+    children, context = node.flatten_fn(obj)
+    children = list(children)
+    names = None
     if node.flatten_with_keys_fn is not None:
-        pairs, context = node.flatten_with_keys_fn(obj)
-        pairs = list(pairs)
-        keys = [_torch_key_name(k) for k, _ in pairs]
-        kids, names = named(keys, [c for _, c in pairs])
-    else:
-        children, context = node.flatten_fn(obj)
-        kids, names = list(children), None
-    return kids, (Foreign(context), names)
+        pairs = list(node.flatten_with_keys_fn(obj)[0])
+        if len(pairs) == len(children):
+            children, names = named([_torch_key_name(k) for k, _ in pairs], children)
+    return children, (Foreign(context), names)
 
 
 def _torch_unflatten(cls: type, namespace: str, aux: Any, children: Any) -> Any:

@@ -15,6 +15,7 @@ from ._spec import TreeSpec, child_key
 __all__ = [
     "MAP_TO_NONE",
     "traverse",
+    "traverse_with_path",
     "tree_broadcast_prefix",
     "tree_combine",
     "tree_partition",
@@ -249,8 +250,46 @@ def traverse(
         >>> pk.traverse(lambda x: sum(x) if isinstance(x, tuple) else None, [(1, (2, 3))], False)
         [6]
     """
+    return _traverse(fn, tree, top_down, is_leaf, rules, False)
+
+
+def traverse_with_path(
+    fn: Callable[[tuple, Any], Any],
+    tree: Any,
+    top_down: bool = True,
+    *,
+    is_leaf: IsLeaf = None,
+    rules: Any = None,
+) -> Any:
+    """:func:`traverse`, calling ``fn(path, subtree)``: dm-tree's
+    ``traverse_with_path``. The path is the keys that lead to the subtree
+    (``()`` for the root), as :func:`pytree_kit.flatten_with_path` gives
+    them.
+
+    Examples:
+        >>> import pytree_kit as pk
+        >>> seen = []
+        >>> _ = pk.traverse_with_path(lambda p, x: seen.append(pk.keystr(p)), {"a": [1, 2]})
+        >>> seen
+        ['', "['a']", "['a'][0]", "['a'][1]"]
+        >>> pk.traverse_with_path(lambda p, x: len(p) if p else None, {"a": [1], "b": 2})
+        {'a': 1, 'b': 1}
+    """
+    return _traverse(fn, tree, top_down, is_leaf, rules, True)
+
+
+def _traverse(
+    fn: Callable[..., Any], tree: Any, top_down: bool, is_leaf: IsLeaf, rules: Any, paths: bool
+) -> Any:
     rules = check_rules(rules)
     frames: list = []  # [one-level spec, children, results, the container]
+    if paths:  # fn(path, x): the path of x from the frames above it, as they are now
+        with_path = fn
+
+        def at_path(x: Any) -> Any:
+            return with_path(tuple(_path(frames)), x)
+
+        fn = at_path
     holders: dict = {}  # id of each container being visited -> its frame's index
     x = tree
     while True:

@@ -327,3 +327,50 @@ def test_jit_trace_records_the_eager_values_of_sizes_kept_in_aux():
     )
     size = traced.output_spec.tree._nodes[0][3][1][1]
     assert size == (3,) and type(size[0]) is int
+
+
+def test_register_dataclass_classes_rebuild_with_torchs_context():
+    """torch's register_dataclass gives flatten_with_keys_fn another context
+    than flatten_fn's, which unflatten_fn reads: the rule keeps flatten_fn's
+    (as torch's own specs do) and names the children by the keys."""
+    import dataclasses
+
+    import torch.utils._pytree as torch_pytree
+
+    @dataclasses.dataclass
+    class Batch:
+        x: object
+        y: object
+        mask: object = None
+
+    class Pair:
+        def __init__(self, left, right):
+            self.left, self.right = left, right
+
+    torch_pytree.register_dataclass(Batch)
+    torch_pytree.register_dataclass(Pair, field_names=["left", "right"])
+    try:
+        for tree in (
+            [Batch(torch.ones(2), 3), Batch(1, 2, torch.zeros(1))],
+            {"p": Pair(1, torch.arange(3))},
+        ):
+            rules = pkt.torch_rules(Batch, Pair)
+            mine = pk.tree_map(lambda t: t * 2, tree, rules=rules)
+            theirs = torch_pytree.tree_map(lambda t: t * 2, tree)
+            got, want = pk.leaves(mine, rules=rules), torch_pytree.tree_leaves(theirs)
+            assert len(got) == len(want) > 0
+            assert all(
+                torch.equal(torch.as_tensor(a), torch.as_tensor(b)) for a, b in zip(got, want)
+            )
+            leaves, spec = pk.flatten(tree, rules=rules)
+            assert pk.tree_equal(spec.unflatten(leaves), tree, rules=rules)
+        batch = Batch(torch.ones(1), 2)
+        rules = pkt.torch_rules(Batch)
+        paths = [pk.keystr(p) for p, _ in pk.flatten_with_path(batch, rules=rules)[0]]
+        assert paths == ["['x']", "['y']"]  # mask=None: torch's context keeps it aside
+        rebuilt = pk.structure(batch, rules=rules).unflatten([torch.zeros(1), 5])
+        assert type(rebuilt) is Batch and rebuilt.y == 5 and rebuilt.mask is None
+        pair = pk.tree_map(lambda v: v, Pair(1, 2), rules=pkt.torch_rules(Pair))
+        assert (pair.left, pair.right) == (1, 2)
+    finally:
+        del torch_pytree.SUPPORTED_NODES[Batch], torch_pytree.SUPPORTED_NODES[Pair]

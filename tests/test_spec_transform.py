@@ -408,6 +408,62 @@ def test_traverse_matches_dmtree(tree: Any, name: str) -> None:
             assert x is y if top_down else _same_tree(x, y, dict_order=True)
 
 
+def _raw(path: tuple) -> tuple:
+    """A pytree_kit path as dm-tree's tuple of raw keys."""
+    return tuple(
+        k.key if isinstance(k, pk.DictKey) else k.idx if isinstance(k, pk.SequenceKey) else k.name
+        for k in path
+    )
+
+
+@SETTINGS
+@given(trees(), st.sampled_from(["replace_tuples", "lists_to_none", "sizes", "keep"]))
+def test_traverse_with_path_matches_dmtree(tree: Any, name: str) -> None:
+    """fn(path, subtree) sees the same subtrees at the same paths as
+    dm-tree's traverse_with_path, and the results agree."""
+    dmtree = _dmtree()
+    tree = _plain_tree(tree)
+    for top_down in (True, False):
+        mine: list = []
+        theirs: list = []
+        fn = _recording_path(mine, _answers(name, pk.MAP_TO_NONE), _raw)
+        dfn = _recording_path(theirs, _answers(name, dmtree.MAP_TO_NONE), tuple)
+        out = pk.traverse_with_path(fn, tree, top_down)
+        dout = dmtree.traverse_with_path(dfn, tree, top_down=top_down)
+        assert _same_tree(out, dout, dict_order=True)
+        assert [p for p, _ in mine] == [p for p, _ in theirs]
+        for (_, x), (_, y) in zip(mine, theirs):
+            assert x is y if top_down else _same_tree(x, y, dict_order=True)
+
+
+def _recording_path(log: list, answer: Any, convert: Any) -> Any:
+    """fn(path, x): records (convert(path), x) in ``log``, answers answer(x)."""
+
+    def fn(path: tuple, x: Any) -> Any:
+        log.append((convert(path), x))
+        return answer(x)
+
+    return fn
+
+
+@SETTINGS
+@given(every_kind())
+def test_traverse_with_path_paths_are_flatten_with_paths(tree: Any) -> None:
+    """Each leaf's path is the one flatten_with_path gives it, each subtree is
+    at its path (tree_get), on every kind of node; the results are
+    traverse's."""
+    pairs, _ = pk.flatten_with_path(tree, rules=RULES)
+    for top_down in (True, False):
+        seen: list = []
+        fn = _recording_path(seen, lambda x: None, tuple)
+        out = pk.traverse_with_path(fn, tree, top_down, rules=RULES)
+        assert_same_tree(out, tree)
+        leaf_paths = [p for p, x in seen if pk.structure(x, rules=RULES).is_leaf()]
+        assert leaf_paths == [p for p, _ in pairs]
+        if top_down:
+            assert all(pk.tree_get(tree, p, rules=RULES) is x for p, x in seen)
+
+
 @SETTINGS
 @given(every_kind())
 def test_traverse_rebuilds_every_kind(tree: Any) -> None:
