@@ -182,6 +182,26 @@ class Unravel:
         for k, v in zip(self.__slots__, state):
             setattr(self, k, v)
 
+    def _key(self) -> tuple:
+        return (
+            self.kind,
+            self.spec,
+            self.sizes,
+            self.shapes,
+            self.dtype,
+            self.from_dtypes,
+            self.device,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when it rebuilds the same tree from the same vectors (the same
+        structure, shapes and dtypes): as jax's, so a jitted function taking it
+        as a static argument traces once for all of them."""
+        return type(other) is Unravel and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
     def __repr__(self) -> str:
         where = f", {self.device}" if self.device is not None else ""
         return (

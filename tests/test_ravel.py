@@ -594,6 +594,34 @@ def test_jax_arrays_as_jax_ravel_pytree(tree: Any, on: bool, numbers: bool, data
         assert pk.structure(unravel(flat)) == pk.structure(tree)
 
 
+def test_unravels_of_one_structure_are_equal_and_jit_traces_once() -> None:
+    """Two ravels of trees of the same structure, shapes and dtypes give equal
+    unravels with equal hashes (as jax's): a jitted function taking one as a
+    static argument traces once."""
+    a, ua = pk.ravel({"w": np.ones((2, 2), np.float32), "b": [np.zeros(3, np.float32)]})
+    b, ub = pk.ravel({"w": np.zeros((2, 2), np.float32), "b": [np.ones(3, np.float32)]})
+    assert ua == ub and hash(ua) == hash(ub) and ua is not ub
+    assert ua == pickle.loads(pickle.dumps(ua))
+    _, other_shape = pk.ravel({"w": np.ones((4,), np.float32), "b": [np.zeros(3, np.float32)]})
+    _, other_dtype = pk.ravel({"w": np.ones((2, 2)), "b": [np.zeros(3, np.float32)]})
+    _, other_tree = pk.ravel([np.ones((2, 2), np.float32), np.zeros(3, np.float32)])
+    assert len({ua, other_shape, other_dtype, other_tree}) == 4
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    traces = []
+
+    def run(flat: Any, unravel: Any) -> Any:
+        traces.append(1)
+        return unravel(flat + 1)
+
+    run = jax.jit(run, static_argnums=1)
+    for _ in range(3):
+        flat, unravel = pk.ravel((jnp.array([1, 2]), jnp.array([3, 4])))
+        out = run(flat, unravel)
+    assert len(traces) == 1 and [x.tolist() for x in out] == [[2, 3], [4, 5]]
+
+
 def test_jax_unravel_checks_and_errors() -> None:
     pytest.importorskip("jax")
     import jax.numpy as jnp
