@@ -9,7 +9,7 @@ from typing import Any, Callable, Final, Optional
 from ._compare import first_difference, mismatch_text
 from ._engine import impl as _impl
 from ._keys import where
-from ._kinds import check_rules
+from ._kinds import RULE, check_rules
 from ._spec import TreeSpec, child_key
 
 __all__ = [
@@ -40,7 +40,9 @@ def tree_transpose(
 
     With ``inner_spec=None`` the inner structure is read from the first inner
     tree. A tree that is not ``outer_spec.compose(inner_spec)`` raises
-    TypeError (as in jax) naming the first path where it differs.
+    TypeError (as in jax) naming the first path where it differs. Classes
+    that the specs hold by a rule are read by that rule, as
+    ``flatten_up_to`` reads them, unless ``rules`` gives their own.
 
     Examples:
         >>> import pytree_kit as pk
@@ -64,8 +66,13 @@ def tree_transpose(
         inner_spec = _impl.flatten(first, is_leaf, rules)[1]
     elif type(inner_spec) is not TreeSpec:
         raise TypeError(f"tree_transpose: inner_spec must be a TreeSpec, got {inner_spec!r}")
-    leaves, spec = _impl.flatten(tree, is_leaf, rules)
     expected = outer_spec.compose(inner_spec)
+    # the specs' own rules read the tree (as flatten_up_to reads it), where
+    # the call gives none for the class
+    carried = {node[1]: node[3][0] for node in expected._nodes if node[0] == RULE}
+    if carried:
+        rules = {**carried, **(rules or {})}
+    leaves, spec = _impl.flatten(tree, is_leaf, rules)
     found = None if spec == expected else first_difference(expected, spec)
     if found is not None:
         text = mismatch_text(found, "outer_spec.compose(inner_spec)", "the tree")

@@ -222,6 +222,60 @@ def test_transpose_errors_name_the_path() -> None:
     assert pk.tree_transpose(outer, pk.structure(()), [(), ()]) == ()
 
 
+class _PairNode:
+    """A class with __tree_flatten__ that a rule can also read (other aux)."""
+
+    def __init__(self, a: Any, b: Any) -> None:
+        self.a, self.b = a, b
+
+    def __tree_flatten__(self) -> tuple:
+        return (self.a, self.b), None
+
+    @classmethod
+    def __tree_unflatten__(cls, aux: Any, children: Any) -> _PairNode:
+        return cls(*children)
+
+
+class _RuleOnly:
+    def __init__(self, a: Any, b: Any) -> None:
+        self.a, self.b = a, b
+
+
+def _pair_flatten(p: Any) -> tuple:
+    return (p.a, p.b), "by rule"
+
+
+def test_transpose_reads_the_tree_by_the_specs_rules() -> None:
+    """A class the outer spec holds by a rule is read by that rule, as
+    outer.compose(inner).flatten_up_to reads it (optree takes the namespace
+    from the spec likewise); rules= on the call still wins."""
+    rules = {
+        _PairNode: pk.Rule(_pair_flatten, lambda aux, ch: _PairNode(*ch)),
+        _RuleOnly: pk.Rule(_pair_flatten, lambda aux, ch: _RuleOnly(*ch)),
+    }
+    inner = pk.structure([0, 0])
+    for cls in (_PairNode, _RuleOnly):
+        outer = pk.structure(cls(1, 2), rules=rules)
+        tree = cls([1, 2], [3, 4])
+        assert outer.compose(inner).flatten_up_to(tree) == [1, 2, 3, 4]
+        out = pk.tree_transpose(outer, inner, tree)
+        assert [(type(x), x.a, x.b) for x in out] == [(cls, 1, 3), (cls, 2, 4)]
+        assert [(x.a, x.b) for x in pk.tree_transpose(outer, inner, tree, rules=rules)] == [
+            (1, 3),
+            (2, 4),
+        ]
+    # the call's own rules for the class are used over the spec's: then the
+    # tree's aux differs from the spec's, and the mismatch is named
+    other = {_PairNode: pk.Rule(lambda p: ((p.a, p.b), "other"), lambda aux, ch: _PairNode(*ch))}
+    with pytest.raises(TypeError, match=r"^tree_transpose: tree: structure mismatch"):
+        pk.tree_transpose(
+            pk.structure(_PairNode(1, 2), rules=rules),
+            inner,
+            _PairNode([1, 2], [3, 4]),
+            rules=other,
+        )
+
+
 def test_broadcast_and_combine_errors_name_the_path() -> None:
     with pytest.raises(ValueError) as info:
         pk.tree_broadcast_prefix({"a": 1, "b": [1, 2]}, {"a": [0], "b": [0, 0, 0]})
