@@ -1081,12 +1081,25 @@ def tell_apart(a: str, ta: Any, b: str, tb: Any) -> tuple[str, str]:
     namedtuples of one name and other fields, two classes of one name."""
     if a != b or ta is tb or not isinstance(ta, type) or not isinstance(tb, type):
         return a, b
-    fa, fb = getattr(ta, "_fields", None), getattr(tb, "_fields", None)
-    if fa != fb:
-        return f"{a} with fields {fa!r}", f"{b} with fields {fb!r}"
-    if ta.__module__ != tb.__module__:
-        return f"{a} of module {ta.__module__}", f"{b} of module {tb.__module__}"
+    if issubclass(ta, tuple) and issubclass(tb, tuple):  # namedtuples: their fields
+        fa, fb = _field_names(ta), _field_names(tb)
+        if fa != fb:
+            return f"{a} with fields {fa!r}", f"{b} with fields {fb!r}"
+    ma, mb = getattr(ta, "__module__", None), getattr(tb, "__module__", None)
+    if type(ma) is str and type(mb) is str and ma != mb:
+        return f"{a} of module {ma}", f"{b} of module {mb}"
     return a, f"{b} (another class of the same name)"
+
+
+def _field_names(t: type) -> Any:
+    """A namedtuple class's field names as a tuple of str, or None."""
+    try:
+        fields = getattr(t, "_fields", None)
+    except Exception:  # a metaclass of one's own: no names, rather than no message
+        return None
+    if type(fields) is tuple and all(type(f) is str for f in fields):
+        return fields
+    return None
 
 
 def _mismatch(stack: list, label: str, node: tuple, obj: Any, other: str) -> ValueError:
