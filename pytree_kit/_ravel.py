@@ -133,18 +133,17 @@ def ravel(
         np = _numpy("an empty tree")
         return np.zeros(0, np.float64), Unravel(spec, "empty", (), (), np.dtype(np.float64))
     torch = sys.modules.get("torch")
-    if torch is not None:
-        tensor = torch.Tensor
-        for x in leaves:
-            if isinstance(x, tensor):
-                return _ravel_torch(torch, leaves, spec, where)
+    if torch is not None and _any_is(leaves, torch.Tensor):
+        return _ravel_torch(torch, leaves, spec, where)
     jax = sys.modules.get("jax")
-    if jax is not None:
-        jarray = jax.Array
-        for x in leaves:
-            if isinstance(x, jarray):
-                return _ravel_jax(jax, leaves, spec, where)
+    if jax is not None and _any_is(leaves, jax.Array):
+        return _ravel_jax(jax, leaves, spec, where)
     return _ravel_numpy(leaves, spec, where)
+
+
+def _any_is(leaves: list, cls: type) -> bool:
+    """Whether a leaf is a ``cls`` (the library whose vector it will be)."""
+    return any(isinstance(x, cls) for x in leaves)
 
 
 class Unravel:
@@ -276,19 +275,23 @@ class Unravel:
         self._check_dtype(vector.dtype)
         mine = np.array(vector, copy=True)  # private: the leaves never alias the vector
         s = self.starts
-        out = [mine[s[i] : s[i + 1]] for i in range(len(self.shapes))]
+        return self._as_leaves([mine[s[i] : s[i + 1]] for i in range(len(self.shapes))])
+
+    def _as_leaves(self, pieces: list) -> list:
+        """numpy's or jax's 1-D pieces of the vector, one a leaf, in each
+        leaf's shape and, when the leaves had several dtypes, its dtype."""
         for i, shape in enumerate(self.shapes):
             if len(shape) != 1:
-                out[i] = out[i].reshape(shape)
+                pieces[i] = pieces[i].reshape(shape)
         if self.from_dtypes is not None:
             complex_ = self.dtype.kind == "c"
             for i, dt in enumerate(self.from_dtypes):
                 if dt != self.dtype:
-                    x = out[i]
+                    x = pieces[i]
                     if complex_ and dt.kind not in "cb":
                         x = x.real  # the imaginary part is dropped, as in jax
-                    out[i] = x.astype(dt)
-        return out
+                    pieces[i] = x.astype(dt)
+        return pieces
 
     def _jax(self, vector: Any) -> list:
         import jax
@@ -301,23 +304,11 @@ class Unravel:
             )
         self._check_shape(tuple(vector.shape))
         self._check_dtype(vector.dtype)
-        s = self.starts
         # jax arrays are immutable: the pieces never alias anything a caller changes
-        parts = (
-            jnp.split(jnp.asarray(vector), s[1:-1])
-            if len(self.sizes) > 1
-            else [jnp.asarray(vector)]
+        mine = jnp.asarray(vector)
+        return self._as_leaves(
+            jnp.split(mine, self.starts[1:-1]) if len(self.sizes) > 1 else [mine]
         )
-        out = [p.reshape(shape) for p, shape in zip(parts, self.shapes)]
-        if self.from_dtypes is not None:
-            complex_ = np.dtype(self.dtype).kind == "c"
-            for i, dt in enumerate(self.from_dtypes):
-                if dt != self.dtype:
-                    x = out[i]
-                    if complex_ and np.dtype(dt).kind not in "cb":
-                        x = x.real  # the imaginary part is dropped, as in jax
-                    out[i] = x.astype(dt)
-        return out
 
 
 def _count(n: int, one: str, many: str = "") -> str:
