@@ -96,3 +96,35 @@ def kept(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     call.__peer_kept__ = True  # type: ignore[attr-defined]
     return call
+
+
+class SpecWrapper:
+    """A ``pk.TreeSpec`` under a peer's spec class name (the shims' spec
+    classes subclass it and rename its methods): equal, hashed and pickled
+    as the spec it holds."""
+
+    __slots__ = ("spec",)
+    spec: Any
+
+    @classmethod
+    def wrap(cls, spec: Any) -> Any:
+        out = object.__new__(cls)
+        object.__setattr__(out, "spec", spec)
+        return out
+
+    @staticmethod
+    def unwrap(x: Any) -> Any:
+        """The pytree_kit spec of a wrapped one; anything else as it is."""
+        return x.spec if isinstance(x, SpecWrapper) else x
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, type(self)) and self.spec == other.spec
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(self.spec)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self).wrap, (self.spec,))

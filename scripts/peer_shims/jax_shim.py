@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable
 import pytest
 
 import pytree_kit as pk
-from peer_shims import kept, mapped, missing, not_applicable, registry
+from peer_shims import SpecWrapper, kept, mapped, missing, not_applicable, registry
 
 #: classes registered with jax through its public functions, for pk.jax_rules
 REGISTERED: list[type] = []
@@ -51,10 +51,10 @@ def _path_arg() -> bool:
     return "is_leaf_takes_path" in inspect.signature(pk.flatten_with_path).parameters
 
 
-class PyTreeDef:
+class PyTreeDef(SpecWrapper):
     """A ``pk.TreeSpec`` under jax's names."""
 
-    __slots__ = ("spec",)
+    __slots__ = ()
 
     def __init__(self, spec: pk.TreeSpec) -> None:
         object.__setattr__(self, "spec", spec)
@@ -90,24 +90,11 @@ class PyTreeDef:
     from_iterable_tree = staticmethod(missing("PyTreeDef.from_iterable_tree"))
     from_node_data_and_children = staticmethod(missing("PyTreeDef.from_node_data_and_children"))
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, PyTreeDef) and self.spec == other.spec
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    def __hash__(self) -> int:
-        return hash(self.spec)
-
     def __repr__(self) -> str:
         return "PyTreeDef" + repr(self.spec).removeprefix("TreeSpec")
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (PyTreeDef, (self.spec,))
 
-
-def _spec(treedef: Any) -> Any:
-    return treedef.spec if isinstance(treedef, PyTreeDef) else treedef
+_spec = PyTreeDef.unwrap
 
 
 def _path_leaf(is_leaf: Any, is_leaf_takes_path: bool) -> dict[str, Any]:

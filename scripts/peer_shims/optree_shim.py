@@ -339,10 +339,7 @@ def tree_map_with_path(
     none_is_leaf: bool = False,
     namespace: str = "",
 ) -> Any:
-    def call(path: tuple, *xs: Any) -> Any:
-        return func(_raw(path), *xs)
-
-    return pk.tree_map_with_path(call, tree, *rests, **_opts(is_leaf, none_is_leaf, namespace))
+    return _map_by_path(func, _raw, tree, rests, _opts(is_leaf, none_is_leaf, namespace))
 
 
 def tree_map_with_accessor(
@@ -353,10 +350,16 @@ def tree_map_with_accessor(
     none_is_leaf: bool = False,
     namespace: str = "",
 ) -> Any:
-    def call(path: tuple, *xs: Any) -> Any:
-        return func(pk.Accessor(path), *xs)
+    return _map_by_path(func, pk.Accessor, tree, rests, _opts(is_leaf, none_is_leaf, namespace))
 
-    return pk.tree_map_with_path(call, tree, *rests, **_opts(is_leaf, none_is_leaf, namespace))
+
+def _map_by_path(func: Callable, as_path: Callable, tree: Any, rests: tuple, opts: dict) -> Any:
+    """``pk.tree_map_with_path``, ``func`` given each path as ``as_path`` makes it."""
+
+    def call(path: tuple, *xs: Any) -> Any:
+        return func(as_path(path), *xs)
+
+    return pk.tree_map_with_path(call, tree, *rests, **opts)
 
 
 def tree_replace_nones(sentinel: Any, tree: Any, namespace: str = "") -> Any:

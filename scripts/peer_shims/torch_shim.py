@@ -36,7 +36,7 @@ import types
 from typing import Any, Callable, Iterable
 
 import pytree_kit as pk
-from peer_shims import mapped, missing, registry
+from peer_shims import SpecWrapper, mapped, missing, registry
 
 # -- torch's leaves (the guide's recipe) ---------------------------------------
 
@@ -82,11 +82,11 @@ def _leaf(is_leaf: Callable[[Any], bool] | None) -> Callable[[Any], bool]:
 # -- specs -----------------------------------------------------------------------
 
 
-class TreeSpec:
+class TreeSpec(SpecWrapper):
     """A ``pk.TreeSpec`` under torch's names; ``TreeSpec(type, context,
     children_specs)`` is pytree_kit's spec of that node over those children."""
 
-    __slots__ = ("spec",)
+    __slots__ = ()
 
     def __new__(cls, type: Any, context: Any, children_specs: Iterable[Any] = ()) -> TreeSpec:
         return _literal(type, context, [_spec(c) for c in children_specs])
@@ -135,30 +135,12 @@ class TreeSpec:
     def flatten_up_to(self, tree: Any) -> list[Any]:
         return self.spec.flatten_up_to(tree)
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TreeSpec) and self.spec == other.spec
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    def __hash__(self) -> int:
-        return hash(self.spec)
-
     def __repr__(self) -> str:
         return repr(self.spec)
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_wrap, (self.spec,))
 
-
-def _wrap(spec: pk.TreeSpec) -> TreeSpec:
-    out = object.__new__(TreeSpec)
-    out.spec = spec
-    return out
-
-
-def _spec(treespec: Any) -> Any:
-    return treespec.spec if isinstance(treespec, TreeSpec) else treespec
+_wrap = TreeSpec.wrap
+_spec = TreeSpec.unwrap
 
 
 @mapped
