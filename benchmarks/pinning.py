@@ -125,10 +125,11 @@ def callables(batch: dict, pool: PinnedPool) -> tuple[dict[str, Callable[[], Any
     }
     # the floor: the three things any implementation that gives back 1,000
     # tensors of 1,000 must do, each in the fewest torch calls and nothing
-    # else: read each tensor's dtype and shape, copy them (one cat per dtype
+    # else: read each tensor's dtype and size (its element count: an int, where
+    # a shape is a torch.Size the garbage collector tracks), copy them (one cat per dtype
     # and shape), and make (and, for the previous batch, free) the tensors on
     # the copy (one unsafe_split per group)
-    dtype_shape = attrgetter("dtype", "shape")
+    dtype = attrgetter("dtype")
     regions = [g.region(copy) for g in groups]
     made: list = [None] * len(groups)
 
@@ -139,7 +140,7 @@ def callables(batch: dict, pool: PinnedPool) -> tuple[dict[str, Callable[[], Any
     bound: dict[str, Callable[[], Any]] = {}
     if all(g.rest is not None for g in groups):
         bound = {
-            "read shapes": lambda: list(map(dtype_shape, leaves)),
+            "read sizes": lambda: (list(map(dtype, leaves)), list(map(torch.Tensor.numel, leaves))),
             "one cat": lambda: [torch.cat(g.members, out=r) for g, r in zip(groups, regions)],
             "make tensors": make_tensors,
         }
@@ -170,7 +171,7 @@ def floor(t: dict[str, float]) -> str:
     """The floor's three parts and their sum."""
     if "one cat" not in t:
         return "(0-d tensors)"
-    calls = (t["read shapes"], t["one cat"], t["make tensors"])
+    calls = (t["read sizes"], t["one cat"], t["make tensors"])
     return f"{sum(calls):.3f} ({' + '.join(f'{x:.3f}' for x in calls)})"
 
 
@@ -206,7 +207,7 @@ def host_side(quick: bool) -> tuple[list[str], bool]:
         f"small tensors (the copy-to-CPU column, whose copy is a 256 KB memcpy): "
         f"{'met' if met else 'MISSED'}. The meta column stubs the copy, but tensors on the "
         "meta device cost more to make than on the CPU or a GPU. *Floor*: reading every "
-        "tensor's dtype and shape, one `torch.cat` per group (dtype and shape past the "
+        "tensor's dtype and element count, one `torch.cat` per group (dtype and shape past the "
         "first dimension), and making the 1,000 tensors on the copy with one "
         "`unsafe_split` per group (freeing the previous 1,000), each alone: what any "
         "implementation that gives back separate tensors pays. The large batch's "
@@ -221,7 +222,7 @@ def op(label: str, name: str, n: int) -> None:
     (``floor``: the floor's three parts) inside ``functools.reduce``."""
     fns, _ = callables(batches()[label], PinnedPool(allocator=_plain_empty))
     if name == "floor":
-        three = [fns["read shapes"], fns["one cat"], fns["make tensors"]]
+        three = [fns["read sizes"], fns["one cat"], fns["make tensors"]]
         fns["floor"] = lambda: [f() for f in three]
     call = fns[name]
     call(), call()  # warm: the pool's buffer and the copy's memory are made

@@ -14,7 +14,7 @@ import math
 import random
 import threading
 import warnings
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 from hypothesis import given, settings
@@ -537,6 +537,45 @@ def test_staged_transfer_copies_once_and_keeps_big_tensors_apart(monkeypatch):
     assert out["big"].device.type == "meta"
 
 
+def test_staging_tensors_of_one_dtype_and_many_shapes_and_nested_ones(monkeypatch):
+    """A dtype's tensors that differ past the first dimension (boxes and
+    scores, in samples) and one empty 1-d tensor among 2-d ones: over fresh
+    batches, each comes back equal in dtype, shape and values from one copy,
+    no view; one pool buffer serves them all though grouping by shape takes
+    more bytes than the first plan. A nested tensor, which has no shape, is
+    packed around (``pin_memory``'s way; torch cannot move one to meta)."""
+    copies = copied_on_the_cpu(monkeypatch)
+    pool = plain_pool()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nested tensors are a prototype
+        nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    for seed in range(40):
+        g = torch.Generator().manual_seed(seed)
+        samples = [
+            {
+                "boxes": torch.randn(n, 4, generator=g),
+                "scores": torch.randn(n, generator=g),
+                "labels": torch.randint(0, 9, (n,), generator=g),
+            }
+            for n in torch.randint(1, 6, (1 + seed % 7,), generator=g).tolist()
+        ]
+        batch = {"samples": samples, "empty": torch.zeros(0), "grid": torch.ones(2, 4)}
+        originals = [t.clone() for t in pk.leaves(batch)]
+        del copies[:]
+        out = to_device(batch, "meta", coalesce=True, pool=pool, non_blocking=seed % 2 == 0)
+        assert len(copies) == 1
+        for a, b in zip(originals, pk.leaves(out), strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+            assert b._base is None
+        leaves = [*pk.leaves(batch), nested]
+        packed = pool.pack(leaves)
+        assert packed[-1] is nested
+        for a, b in zip(originals, packed):
+            assert torch.equal(a, b) and pool.buffer_of(b) is not None
+        del out, packed
+    assert pool.allocations <= 3  # it grows with the batches, not one per batch
+
+
 def test_non_blocking_staging_streams_big_tensors_each_with_a_copy_of_its_own(monkeypatch):
     """Over STAGE_LIMIT, non-blocking: each big tensor is packed after the small
     ones' copy has been queued and gets its own copy, in order, so that packing
@@ -601,11 +640,35 @@ _SPEC = st.tuples(
     st.lists(st.integers(0, 3), max_size=3),
     st.booleans(),
 )
+
+
+def _sequences(lengths: list, rest: list, odd: Optional[int], empty: Optional[list]) -> list:
+    """Sequences of three dtypes, of one shape past the first dimension
+    (``rest``), but one of another shape (at ``odd``), and one empty first
+    (of shape ``empty``: ``[0, *rest]``, or ``[0]``, which ``cat`` skips)."""
+    specs = [(dtype, [n, *rest], False) for dtype, n in lengths]
+    if specs and odd is not None:
+        specs[odd % len(specs)] = (specs[odd % len(specs)][0], [2, 2], False)
+    if specs and empty is not None:
+        specs[0] = (specs[0][0], empty, False)
+    return specs
+
+
+_SEQUENCES = st.sampled_from([[], [3]]).flatmap(
+    lambda rest: st.builds(
+        _sequences,
+        st.lists(st.tuples(st.sampled_from(ALL_DTYPES[:3]), st.integers(1, 5)), max_size=40),
+        st.just(rest),
+        st.none() | st.integers(0, 40),
+        st.none() | st.sampled_from([[0, *rest], [0]]),
+    )
+)
 # the orders of dtypes plan has a way for: any; each dtype in one run (a batch
 # of lists, field after field); repeating with a period (a list of samples of
-# a few fields), the last sample maybe cut short
+# a few fields), the last sample maybe cut short; and sequences of varying length
 _LAYOUTS = st.one_of(
     st.lists(_SPEC, max_size=40),
+    _SEQUENCES,
     st.lists(_SPEC, max_size=40).map(lambda xs: sorted(xs, key=lambda x: str(x[0]))),
     st.builds(
         lambda sample, times, cut: (sample * times)[: max(0, len(sample) * times - cut)],
@@ -616,14 +679,17 @@ _LAYOUTS = st.one_of(
 )
 
 
-@settings(max_examples=120, deadline=None)
-@given(_LAYOUTS, st.sampled_from([1, 8, 64, 128]), st.booleans())
+@settings(max_examples=150, deadline=None)
+@given(_LAYOUTS, st.sampled_from([1, 8, 64, 128]), st.booleans(), st.booleans())
 def test_plan_write_read_give_every_tensor_back(
-    specs: list, alignment: int, other_leaf: bool
+    specs: list, alignment: int, other_leaf: bool, exact: bool
 ) -> None:
     """_staging on its own, over many dtypes (more than the grouping's fast
     paths take) and shapes: every tensor comes back equal, in one group, whose
-    positions ascend; groups start aligned and do not overlap."""
+    positions ascend; groups start aligned and do not overlap. A plan that
+    did not read every shape makes write raise exactly where a group's
+    tensors differ past the first dimension; planned again with every shape,
+    all come back."""
     from pytree_kit.torch import _staging
 
     leaves: list = ["not a tensor"] if other_leaf else []  # plan's two ways in
@@ -632,19 +698,28 @@ def test_plan_write_read_give_every_tensor_back(
         leaves.append(x.t() if transposed and x.dim() == 2 else x)
     idx, others = _staging.tensors_in(leaves)
     assert idx == list(range(int(other_leaf), len(leaves))) and others == []
-    groups, total = _staging.plan(leaves, idx, alignment)
+    groups, total = _staging.plan(leaves, idx, alignment, exact=exact)
     assert sorted(i for g in groups for i in g.where) == idx
     for g in groups:
         assert len(g.members) == len(g.where)
         assert all(leaves[i] is x for i, x in zip(g.where, g.members))
         if g.span is not None:  # read assigns the slice: it must be where
             assert list(range(len(leaves))[g.span]) == g.where
+        assert g.exact or exact is False
     end = 0
     for g in groups:
         assert g.where == sorted(g.where) and g.offset % alignment == 0 and g.offset >= end
         end = g.offset + g.nbytes
     assert end == total
     buf = torch.empty(total, dtype=torch.uint8)
+    differ = [g for g in groups if len({(x.dim(), tuple(x.shape[1:])) for x in g.members}) > 1]
+    assert all(not g.exact for g in differ)
+    if differ:
+        with pytest.raises(RuntimeError):
+            _staging.write(groups, buf)
+        groups, total = _staging.plan(leaves, idx, alignment, exact=True)
+        assert all(g.exact for g in groups)
+        buf = torch.empty(total, dtype=torch.uint8)
     _staging.write(groups, buf)
     out = list(leaves)
     _staging.read(groups, buf, out)

@@ -180,28 +180,42 @@ def _packed(
     device: Optional[torch.device],
     extra: int = 0,
 ) -> tuple[list, int, _Buffer]:
-    """Take a buffer from ``pool`` and write the planned groups into it. Where
-    ``cat`` refuses a tensor (on another device, sparse, nested, requiring
-    grad), plan again with the tensors that can be packed and write those; the
-    rest stay where they are. The buffer has ``extra`` bytes more, past the
-    groups. Returns the groups written, their bytes, and the buffer, reserved:
-    the caller sets ``reserved`` back to False."""
+    """Take a buffer from ``pool`` and write the planned groups into it; where
+    ``cat`` refuses, write the plans ``_replans`` gives instead. The buffer
+    has ``extra`` bytes more, past the groups. Returns the groups written,
+    their bytes, and the buffer, reserved: the caller sets ``reserved`` back
+    to False."""
     buf = pool.take(total + extra)
+    replans = _replans(groups, leaves, idx, device, pool.alignment)
     try:
-        try:
-            _staging.write(groups, buf.data)
-            return groups, total, buf
-        except (RuntimeError, NotImplementedError, TypeError):
-            kept = [i for i in idx if _staging.stageable(leaves[i], device)]
-            groups, total = _staging.plan(leaves, kept, pool.alignment)
-            if total + extra > buf.data.numel():  # fewer tensors may make more groups
+        while True:
+            try:
+                _staging.write(groups, buf.data)
+                return groups, total, buf
+            except (RuntimeError, NotImplementedError, TypeError):
+                replan = next(replans, None)
+                if replan is None:
+                    raise
+                groups, total = replan
+            if total + extra > buf.data.numel():  # more groups take more bytes
                 buf.reserved = False
                 buf = pool.take(total + extra)
-            _staging.write(groups, buf.data)
-            return groups, total, buf
     except BaseException:
         buf.reserved = False
         raise
+
+
+def _replans(
+    groups: list, leaves: list, idx: list[int], device: Optional[torch.device], alignment: int
+) -> Iterator[tuple[list, int]]:
+    """The plans to write, in turn, after ``cat`` refused a group: with every
+    shape read (a dtype's tensors may differ past the first dimension), then
+    with only the tensors that can be packed (the rest, on another device,
+    sparse, nested or requiring grad, stay where they are)."""
+    if not all(g.exact for g in groups):
+        yield _staging.plan(leaves, idx, alignment, exact=True)
+    kept = [i for i in idx if _staging.stageable(leaves[i], device)]
+    yield _staging.plan(leaves, kept, alignment, exact=True)
 
 
 _default_pool: Optional[PinnedPool] = None
@@ -350,9 +364,12 @@ def to_device(
     return spec.unflatten(out)
 
 
-def _small(groups: list, idx: list[int]) -> tuple[list[int], list[int]]:
+def _small(groups: list, total: int, idx: list[int]) -> tuple[list[int], list[int]]:
     """``idx`` split into the tensors of at most ``STAGE_LIMIT`` bytes and the
-    larger ones (``idx`` itself, and no large one, where all are small)."""
+    larger ones (``idx`` itself, and no large one, where all are small: the
+    ``total`` bytes of the groups are no more than that)."""
+    if total <= STAGE_LIMIT:
+        return idx, []
     big: set[int] = set()
     for g in groups:
         row = g.row_bytes()
@@ -379,7 +396,7 @@ def _staged(leaves: list, device: torch.device, non_blocking: bool, pool: Pinned
     if device.type == "cpu":  # where CPU tensors are already: nothing to stage
         idx, others = [], others + idx
     groups, total = _staging.plan(leaves, idx, pool.alignment)
-    staged, big = _small(groups, idx)
+    staged, big = _small(groups, total, idx)
     if big:
         groups, total = _staging.plan(leaves, staged, pool.alignment)
     if non_blocking and big:  # pinned ones need no packing: they move as they are

@@ -11,12 +11,20 @@ and the making of tensors happen in one torch call per group:
   tensors are one run (a batch of lists, field after field) or the dtypes
   repeat with a period (a list of samples of a few fields), a group's
   tensors are a slice of the leaves, taken and put back with slicing in C;
-  otherwise one pass in Python sorts them by dtype;
+  otherwise one pass in Python sorts them by dtype. By default it reads each
+  tensor's dtype and element count, not its shape (a ``torch.Size`` per
+  tensor is a tuple the garbage collector tracks): it takes the shape past
+  the first dimension of a dtype's first tensor for all of them, and marks
+  the group not ``exact``. ``plan(..., exact=True)`` reads every shape;
 - ``write(groups, buf)`` copies each group with one
-  ``torch.cat(..., out=)`` (``torch.stack`` for 0-d tensors). A tensor ``cat``
-  refuses (on another device, sparse, nested, requiring grad while grad is
-  enabled) makes it raise; the caller then keeps only the tensors
-  ``stageable`` accepts, and plans again;
+  ``torch.cat(..., out=)`` (``torch.stack`` for 0-d tensors). ``cat`` checks
+  that a group's tensors agree past the first dimension, so a group that is
+  not exact either is right or makes it raise, never writes a wrong layout
+  (no tensor in it is empty: ``cat`` would skip an empty 1-d one). A tensor
+  ``cat`` refuses (on another device, sparse, nested, requiring grad while
+  grad is enabled) makes it raise too. The caller then plans again with
+  ``exact=True``, and if that still raises, with only the tensors
+  ``stageable`` accepts;
 - ``read(groups, flat, out)`` puts the tensors back into ``out`` from a buffer:
   the packed one, or its copy on a device. Each group is cut with one
   ``torch.unsafe_split_with_sizes``: its pieces share the buffer's storage but
@@ -46,6 +54,7 @@ ALIGNMENT = 128
 _Tensor = torch.Tensor
 _dtype = attrgetter("dtype")
 _shape = attrgetter("shape")
+_numel = _Tensor.numel
 _rest = itemgetter(slice(1, None))  # a shape past its first dimension
 _first = itemgetter(0)
 _unsafe_split = getattr(torch, "unsafe_split_with_sizes", None)
@@ -56,13 +65,27 @@ class Group:
     None for 0-d tensors), at ``offset`` in the buffer, ``nbytes`` long.
     ``where[j]`` is the position in the leaves of the group's j-th tensor,
     ``members[j]`` that tensor, and ``sizes[j]`` its first dimension;
-    ``span``, where not None, is ``where`` as a slice."""
+    ``span``, where not None, is ``where`` as a slice. ``exact`` is False
+    where the members' shapes were not read, only the first one's (``write``
+    raises if the others differ past the first dimension)."""
 
-    __slots__ = ("dtype", "members", "nbytes", "offset", "rest", "rows", "sizes", "span", "where")
+    __slots__ = (
+        "dtype",
+        "exact",
+        "members",
+        "nbytes",
+        "offset",
+        "rest",
+        "rows",
+        "sizes",
+        "span",
+        "where",
+    )
 
-    def __init__(self, dtype: torch.dtype, rest: Optional[tuple]) -> None:
+    def __init__(self, dtype: torch.dtype, rest: Optional[tuple], exact: bool = True) -> None:
         self.dtype = dtype
         self.rest = rest
+        self.exact = exact
         self.where: list[int] = []
         self.sizes: list[int] = []
         self.members: Any = []  # the tensors, in the order of where (a list or tuple)
@@ -91,41 +114,58 @@ def tensors_in(leaves: list) -> tuple[list[int], list[int]]:
     return plain, others
 
 
-def plan(leaves: list, idx: list[int], alignment: int = ALIGNMENT) -> tuple[list[Group], int]:
+def plan(
+    leaves: list, idx: list[int], alignment: int = ALIGNMENT, exact: bool = False
+) -> tuple[list[Group], int]:
     """The groups of the tensors ``leaves[idx]``, each starting on a multiple
     of ``alignment`` bytes and of its dtype's size, and the bytes they take in all.
 
     Groups come by dtype (in the order each dtype first appears, or, in a
     batch whose dtypes repeat with a period, one per place in the period),
-    then by shape past the first dimension; within a group, positions ascend."""
+    then by shape past the first dimension; within a group, positions ascend.
+    Not ``exact``, a dtype's tensors are one group with its first tensor's
+    shape past the first dimension, unless one is empty or 0-d (their shapes
+    are read then). A nested tensor, which has no shape, is left out."""
+    try:
+        return _plan(leaves, idx, alignment, exact)
+    except RuntimeError:  # a nested tensor's shape cannot be read
+        kept = [i for i in idx if not leaves[i].is_nested]
+        if len(kept) == len(idx):
+            raise
+        return _plan(leaves, kept, alignment, exact)
+
+
+def _plan(leaves: list, idx: list[int], alignment: int, exact: bool) -> tuple[list[Group], int]:
     tensors = leaves if len(idx) == len(leaves) else [leaves[i] for i in idx]
     if not tensors:
         return [], 0
     every = tensors is leaves  # idx is range(len(leaves)): a position is its own index
     dtypes = list(map(_dtype, tensors))
-    shapes = list(map(_shape, tensors))
+    # exact: every shape; otherwise every element count (an int, not a tuple)
+    counts = list(map(_shape, tensors)) if exact else list(map(_numel, tensors))
+    by = _by_shape if exact else _by_count
     groups: list[Group] = []
     parts = _parts_by_dtype(dtypes)
     if len(parts) == 1:  # one dtype: the usual batch
-        _by_shape(dtypes[0], idx, tensors, shapes, groups, slice(0, len(idx)) if every else None)
+        by(dtypes[0], idx, tensors, counts, groups, slice(0, len(idx)) if every else None)
         return groups, _place(groups, alignment)
     for part in parts:
         if type(part) is slice:  # a run, or every p-th tensor: slices in C
-            _by_shape(
+            by(
                 dtypes[part.start],
                 idx[part],
                 tensors[part],
-                shapes[part],
+                counts[part],
                 groups,
                 part if every else None,
             )
         elif len(part) == 1:
             i = part[0]
-            _by_shape(dtypes[i], [idx[i]], [tensors[i]], [shapes[i]], groups, None)
+            by(dtypes[i], [idx[i]], [tensors[i]], [counts[i]], groups, None)
         else:
             get = itemgetter(*part)  # one C call gathers each list
             where = part if every else list(get(idx))
-            _by_shape(dtypes[part[0]], where, get(tensors), get(shapes), groups, None)
+            by(dtypes[part[0]], where, get(tensors), get(counts), groups, None)
     return groups, _place(groups, alignment)
 
 
@@ -140,12 +180,14 @@ def _parts_by_dtype(dtypes: list) -> list:
     if dtypes.count(first) == n:
         return [slice(0, n)]
     runs = []
-    for start in sorted(map(dtypes.index, set(dtypes))):  # each dtype's first place
+    start = 0
+    while start < n:  # each dtype's run, from its first place on, if it is one
         dtype = dtypes[start]
         end = start + dtypes.count(dtype)
         if dtypes[end - 1] is not dtype or dtypes[start:end].count(dtype) != end - start:
             break
         runs.append(slice(start, end))
+        start = end
     else:
         return runs
     period = 0
@@ -177,6 +219,36 @@ def _place(groups: list[Group], alignment: int) -> int:
         g.nbytes = g.rows * g.row_bytes()
         total += g.nbytes
     return total
+
+
+def _by_count(
+    dtype: torch.dtype,
+    where: list[int],
+    members: Any,
+    numels: Any,
+    groups: list[Group],
+    span: Optional[slice],
+) -> None:
+    """Append one group of one dtype's tensors ``members`` (of ``numels``
+    elements), not exact: shaped past the first dimension as the first one,
+    each one's first dimension its element count over a row's. Where one is
+    empty or the first is 0-d, read their shapes (``_by_shape``)."""
+    shape = members[0].shape
+    if not shape or 0 in numels:  # a 0-d tensor is stacked; cat skips an empty 1-d one
+        _by_shape(dtype, where, members, list(map(_shape, members)), groups, span)
+        return
+    rest = tuple(shape[1:])
+    row = math.prod(rest)
+    n = len(numels)
+    if row == 1:
+        sizes = list(numels)
+    elif numels.count(numels[0]) == n:
+        sizes = [numels[0] // row] * n
+    else:
+        sizes = [k // row for k in numels]
+    g = Group(dtype, rest, exact=False)
+    g.where, g.members, g.sizes, g.span = where, members, sizes, span
+    groups.append(g)
 
 
 def _by_shape(
