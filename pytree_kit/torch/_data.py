@@ -180,42 +180,41 @@ def _packed(
     device: Optional[torch.device],
     extra: int = 0,
 ) -> tuple[list, int, _Buffer]:
-    """Take a buffer from ``pool`` and write the planned groups into it; where
-    ``cat`` refuses, write the plans ``_replans`` gives instead. The buffer
-    has ``extra`` bytes more, past the groups. Returns the groups written,
-    their bytes, and the buffer, reserved: the caller sets ``reserved`` back
-    to False."""
+    """Take a buffer from ``pool`` and write the planned groups into it. A
+    group whose shapes were not read and whose tensors differ past the first
+    dimension is split by shape (``_staging.refine``). Where ``cat`` refuses a
+    tensor (on another device, sparse, nested, requiring grad), plan again
+    with the tensors that can be packed and write those; the rest stay where
+    they are. The buffer has ``extra`` bytes more, past the groups. Returns
+    the groups written, their bytes, and the buffer, reserved: the caller
+    sets ``reserved`` back to False."""
     buf = pool.take(total + extra)
-    replans = _replans(groups, leaves, idx, device, pool.alignment)
     try:
-        while True:
-            try:
-                _staging.write(groups, buf.data)
-                return groups, total, buf
-            except (RuntimeError, NotImplementedError, TypeError):
-                replan = next(replans, None)
-                if replan is None:
-                    raise
-                groups, total = replan
-            if total + extra > buf.data.numel():  # more groups take more bytes
-                buf.reserved = False
-                buf = pool.take(total + extra)
+        try:
+            k = _staging.write(groups, buf.data)
+            while k < len(groups):
+                groups, total = _staging.refine(groups, k, pool.alignment)
+                if total + extra > buf.data.numel():  # more groups take more bytes
+                    buf = _larger(pool, buf, total + extra)
+                    k = 0
+                k = _staging.write(groups, buf.data, k)
+            return groups, total, buf
+        except (RuntimeError, NotImplementedError, TypeError):
+            kept = [i for i in idx if _staging.stageable(leaves[i], device)]
+            groups, total = _staging.plan(leaves, kept, pool.alignment, exact=True)
+            if total + extra > buf.data.numel():  # fewer tensors may make more groups
+                buf = _larger(pool, buf, total + extra)
+            _staging.write(groups, buf.data)
+            return groups, total, buf
     except BaseException:
         buf.reserved = False
         raise
 
 
-def _replans(
-    groups: list, leaves: list, idx: list[int], device: Optional[torch.device], alignment: int
-) -> Iterator[tuple[list, int]]:
-    """The plans to write, in turn, after ``cat`` refused a group: with every
-    shape read (a dtype's tensors may differ past the first dimension), then
-    with only the tensors that can be packed (the rest, on another device,
-    sparse, nested or requiring grad, stay where they are)."""
-    if not all(g.exact for g in groups):
-        yield _staging.plan(leaves, idx, alignment, exact=True)
-    kept = [i for i in idx if _staging.stageable(leaves[i], device)]
-    yield _staging.plan(leaves, kept, alignment, exact=True)
+def _larger(pool: PinnedPool, buf: _Buffer, nbytes: int) -> _Buffer:
+    """A buffer of ``nbytes`` from ``pool`` in place of ``buf``, given back."""
+    buf.reserved = False
+    return pool.take(nbytes)
 
 
 _default_pool: Optional[PinnedPool] = None

@@ -2,8 +2,8 @@
 
 This is how ``pin_memory(coalesce=True)`` packs a batch into a pinned buffer
 and how ``to_device(coalesce=True)`` moves one with a single copy. The work in
-Python is a pass over the tensors to read their dtype and shape; the copying
-and the making of tensors happen in one torch call per group:
+Python is a pass over the tensors to read their dtype and element count; the
+copying and the making of tensors happen in one torch call per group:
 
 - ``plan(leaves, idx)`` groups the tensors ``leaves[idx]`` by dtype and shape
   past the first dimension (so sequences of varying length share a group) and
@@ -11,20 +11,24 @@ and the making of tensors happen in one torch call per group:
   tensors are one run (a batch of lists, field after field) or the dtypes
   repeat with a period (a list of samples of a few fields), a group's
   tensors are a slice of the leaves, taken and put back with slicing in C;
-  otherwise one pass in Python sorts them by dtype. By default it reads each
-  tensor's dtype and element count, not its shape (a ``torch.Size`` per
-  tensor is a tuple the garbage collector tracks): it takes the shape past
-  the first dimension of a dtype's first tensor for all of them, and marks
-  the group not ``exact``. ``plan(..., exact=True)`` reads every shape;
+  where a dtype comes in a few runs (fields of a batch of lists, two of one
+  dtype), its positions are those runs' ranges, joined in C; otherwise one
+  pass in Python sorts them by dtype. Shapes past the first dimension split
+  a dtype's tensors the same ways. By default it reads each tensor's dtype
+  and element count, not its shape (a ``torch.Size`` per tensor is a tuple
+  the garbage collector tracks): it takes the shape past the first
+  dimension of a dtype's first tensor for all of them, and marks the group
+  not ``exact``. ``plan(..., exact=True)`` reads every shape;
 - ``write(groups, buf)`` copies each group with one
   ``torch.cat(..., out=)`` (``torch.stack`` for 0-d tensors). ``cat`` checks
   that a group's tensors agree past the first dimension, so a group that is
-  not exact either is right or makes it raise, never writes a wrong layout
-  (no tensor in it is empty: ``cat`` would skip an empty 1-d one). A tensor
-  ``cat`` refuses (on another device, sparse, nested, requiring grad while
-  grad is enabled) makes it raise too. The caller then plans again with
-  ``exact=True``, and if that still raises, with only the tensors
-  ``stageable`` accepts;
+  not exact is either right or refused, never written in a wrong layout (no
+  tensor in it is empty: ``cat`` would skip an empty 1-d one). ``write``
+  stops at a refused group that is not exact; ``refine`` splits it by its
+  tensors' shapes, and writing goes on from there. A tensor ``cat`` refuses
+  in an exact group (on another device, sparse, nested, requiring grad
+  while grad is enabled) makes ``write`` raise; the caller then plans again
+  with only the tensors ``stageable`` accepts;
 - ``read(groups, flat, out)`` puts the tensors back into ``out`` from a buffer:
   the packed one, or its copy on a device. Each group is cut with one
   ``torch.unsafe_split_with_sizes``: its pieces share the buffer's storage but
@@ -41,15 +45,18 @@ collectives lay them; each group starts on an ``ALIGNMENT``-byte boundary.
 from __future__ import annotations
 
 import math
+from itertools import groupby, islice
 from operator import attrgetter, itemgetter
 from typing import Any, Optional
 
 import torch
 
-__all__ = ["ALIGNMENT", "Group", "plan", "read", "stageable", "tensors_in", "write"]
+__all__ = ["ALIGNMENT", "Group", "plan", "read", "refine", "stageable", "tensors_in", "write"]
 
 #: bytes between the starts of two groups in a buffer
 ALIGNMENT = 128
+#: runs of one dtype from which plan sorts the tensors by dtype one by one
+MANY_RUNS = 64
 
 _Tensor = torch.Tensor
 _dtype = attrgetter("dtype")
@@ -173,7 +180,8 @@ def _parts_by_dtype(dtypes: list) -> list:
     """The positions of the tensors of each dtype in ``dtypes``, where possible
     as a slice: one run per dtype (the fields of a batch of lists, one after
     another), or dtypes that repeat with a period (a list of samples, each of
-    a few fields); otherwise a list per dtype, in order of first appearance.
+    a few fields); otherwise a list per dtype, in order of first appearance,
+    made of the dtypes' runs where there are fewer than ``MANY_RUNS`` of them.
     Dtypes are compared by identity, in C; only the last way loops in Python."""
     n = len(dtypes)
     first = dtypes[0]
@@ -199,6 +207,13 @@ def _parts_by_dtype(dtypes: list) -> list:
         if dtypes[period:] == dtypes[:-period]:  # every dtype repeats after `period`
             return [slice(j, n, period) for j in range(period)]
     found: dict[torch.dtype, list[int]] = {}
+    runs_of = [(dtype, len(list(run))) for dtype, run in islice(groupby(dtypes), MANY_RUNS)]
+    if len(runs_of) < MANY_RUNS:  # a few runs (fields of a batch of lists, a dtype in several)
+        start = 0
+        for dtype, length in runs_of:
+            found.setdefault(dtype, []).extend(range(start, start + length))
+            start += length
+        return list(found.values())
     for i, dtype in enumerate(dtypes):
         pos = found.get(dtype)
         if pos is None:
@@ -276,6 +291,21 @@ def _by_shape(
             g.span = span
             groups.append(g)
             return
+        runs = [(rest, len(list(run))) for rest, run in islice(groupby(rests), MANY_RUNS)]
+        if len(runs) < MANY_RUNS:  # a few runs of one shape each (fields of a batch of lists)
+            by_rest: dict[tuple, Group] = {}
+            start = 0
+            for rest, length in runs:
+                end = start + length
+                group = by_rest.get(rest)
+                if group is None:
+                    group = by_rest[rest] = Group(dtype, tuple(rest))
+                    groups.append(group)
+                group.where.extend(where[start:end])  # slices, in C
+                group.members.extend(members[start:end])
+                group.sizes.extend(map(_first, shapes[start:end]))
+                start = end
+            return
     found: dict[Optional[tuple], Group] = {}
     for i, x, shape in zip(where, members, shapes):
         rest = tuple(shape[1:]) if shape else None
@@ -288,14 +318,38 @@ def _by_shape(
         group.sizes.append(shape[0] if shape else 1)
 
 
-def write(groups: list[Group], buf: torch.Tensor) -> None:
-    """Copy each group's tensors into its region of the byte buffer ``buf``."""
-    for g in groups:
+def write(groups: list[Group], buf: torch.Tensor, start: int = 0) -> int:
+    """Copy each group's tensors, from ``groups[start]`` on, into its region of
+    the byte buffer ``buf``. Returns ``len(groups)``, or the index of the first
+    group that is not exact and whose tensors ``cat`` refused (``refine``
+    it, then write on from there). A group ``cat`` took is exact from then on;
+    where ``cat`` refuses an exact group, this raises."""
+    for k in range(start, len(groups)):
+        g = groups[k]
         region = g.region(buf)
         if g.rest is None:
             torch.stack(g.members, out=region)
-        else:
+        elif g.exact:
             torch.cat(g.members, out=region)
+        else:
+            try:
+                torch.cat(g.members, out=region)
+            except (RuntimeError, NotImplementedError, TypeError):
+                return k
+            g.exact = True  # its tensors agree past the first dimension
+    return len(groups)
+
+
+def refine(groups: list[Group], k: int, alignment: int = ALIGNMENT) -> tuple[list[Group], int]:
+    """The groups with ``groups[k]`` split by its tensors' shapes (read now),
+    placed again: the groups before it keep their places. Raises where a
+    tensor has no shape (a nested one)."""
+    g = groups[k]
+    shapes = list(map(_shape, g.members))
+    split_up: list[Group] = []
+    _by_shape(g.dtype, g.where, g.members, shapes, split_up, g.span)
+    groups = [*groups[:k], *split_up, *groups[k + 1 :]]
+    return groups, _place(groups, alignment)
 
 
 def read(groups: list[Group], flat: torch.Tensor, out: list) -> None:
