@@ -4,13 +4,16 @@ pinned host-to-device transfer where CUDA is present.
     python benchmarks/pinning.py [--quick] [--instructions N] [--out benchmarks/results]
 
 **Host side (every run, on the CPU).** For 1,000 small tensors (float32[64]),
-1,000 of three dtypes (float32[64], int64[32], bool[128]) and 10 large ones
+1,000 of three dtypes (float32[64], int64[32], bool[128]), 333 detection
+targets (boxes float32[n, 4], scores float32[n], labels int64[n], n from 1 to
+7; as a list of dicts, and as a dict of lists) and 10 large tensors
 (float32[1M]), ``to_device(batch, device, coalesce=True)`` is timed part by
 part, each part alone in a loop:
 
 - flatten: ``pytree_kit.flatten``;
 - pack: grouping the tensors and copying each group into the staging buffer
-  with one ``torch.cat`` (``_staging.plan`` + ``_staging.write``);
+  with one ``torch.cat`` (``_staging.plan`` + ``_staging.write``, and
+  ``_staging.refine`` where a dtype's tensors differ in shape);
 - copy: the staging buffer's one copy, here to the CPU (``clone``);
 - rebuild: cutting the tensors from the copy, one ``unsafe_split`` per group;
 - unflatten.
@@ -77,11 +80,22 @@ HOST_TARGET_MS = 1.5  # per 1,000 small tensors
 DEVICE = "cuda"  # where the GPU section moves batches
 
 
-def batches() -> dict[str, dict]:
+def batches() -> dict[str, Any]:
     mixed = [torch.randn(64), torch.arange(32), torch.ones(128, dtype=torch.bool)]
+    g = torch.Generator().manual_seed(0)
+    samples = [  # detection targets: one dtype in two shapes past the first dimension
+        {
+            "boxes": torch.randn(n, 4, generator=g),
+            "scores": torch.rand(n, generator=g),
+            "labels": torch.randint(0, 91, (n,), generator=g),
+        }
+        for n in torch.randint(1, 8, (333,), generator=g).tolist()
+    ]
     return {
         "1,000 x float32[64]": {"x": [torch.randn(64) for _ in range(1000)]},
         "1,000 of 3 dtypes": {"x": [mixed[i % 3].clone() for i in range(1000)]},
+        "333 detection targets, by sample": samples,
+        "333 detection targets, by field": {k: [s[k] for s in samples] for k in samples[0]},
         "10 x float32[1M]": {"x": [torch.randn(1 << 20) for _ in range(10)]},
     }
 
@@ -98,12 +112,12 @@ def to_cpu(flat: torch.Tensor, device: Any, non_blocking: bool) -> torch.Tensor:
     return _device_memory[0][: flat.numel()].copy_(flat)
 
 
-def callables(batch: dict, pool: PinnedPool) -> tuple[dict[str, Callable[[], Any]], list[str]]:
+def callables(batch: Any, pool: PinnedPool) -> tuple[dict[str, Callable[[], Any]], list[str]]:
     """The parts of a coalesced to_device, the floor's parts and the whole
     calls, by name; and the names of the parts."""
     leaves, spec = pk.flatten(batch)
     idx, _ = _staging.tensors_in(leaves)
-    groups, total = _staging.plan(leaves, idx)
+    groups, total = _staging.plan(leaves, idx, exact=True)  # as packing ends
     buf = torch.empty(total, dtype=torch.uint8)
     copy = buf.clone()
     out = list(leaves)
@@ -118,7 +132,7 @@ def callables(batch: dict, pool: PinnedPool) -> tuple[dict[str, Callable[[], Any
 
     parts = {
         "flatten": lambda: pk.flatten(batch),
-        "pack": lambda: _staging.write(_staging.plan(leaves, idx)[0], buf),
+        "pack": lambda: pack(leaves, idx, buf),
         "copy": buf.clone,
         "rebuild": lambda: _staging.read(groups, copy, out),
         "unflatten": lambda: spec.unflatten(out),
@@ -151,6 +165,16 @@ def callables(batch: dict, pool: PinnedPool) -> tuple[dict[str, Callable[[], Any
         "pin packing": lambda: spec.unflatten(pool.pack(pk.flatten(batch)[0])),
     }
     return {**parts, **bound, **wholes}, list(parts)
+
+
+def pack(leaves: list, idx: list[int], buf: torch.Tensor) -> None:
+    """Packing as ``to_device`` does it: plan, write, and split by shape a
+    group whose tensors ``cat`` refused (``buf`` is large enough)."""
+    groups, _ = _staging.plan(leaves, idx)
+    k = _staging.write(groups, buf)
+    while k < len(groups):
+        groups, _ = _staging.refine(groups, k)
+        k = _staging.write(groups, buf, k)
 
 
 def _plain_empty(numel: int, dtype: torch.dtype) -> torch.Tensor:

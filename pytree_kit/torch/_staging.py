@@ -7,14 +7,12 @@ copying and the making of tensors happen in one torch call per group:
 
 - ``plan(leaves, idx)`` groups the tensors ``leaves[idx]`` by dtype and shape
   past the first dimension (so sequences of varying length share a group) and
-  gives each group an aligned place in one byte buffer. Where each dtype's
-  tensors are one run (a batch of lists, field after field) or the dtypes
+  gives each group an aligned place in one byte buffer. Where the dtypes come
+  in a few runs (a batch of lists, field after field: a group per run) or
   repeat with a period (a list of samples of a few fields), a group's
   tensors are a slice of the leaves, taken and put back with slicing in C;
-  where a dtype comes in a few runs (fields of a batch of lists, two of one
-  dtype), its positions are those runs' ranges, joined in C; otherwise one
-  pass in Python sorts them by dtype. Shapes past the first dimension split
-  a dtype's tensors the same ways. By default it reads each tensor's dtype
+  otherwise one pass in Python sorts them by dtype. Shapes past the first
+  dimension split a dtype's tensors by runs too. By default it reads each tensor's dtype
   and element count, not its shape (a ``torch.Size`` per tensor is a tuple
   the garbage collector tracks): it takes the shape past the first
   dimension of a dtype's first tensor for all of them, and marks the group
@@ -55,13 +53,18 @@ __all__ = ["ALIGNMENT", "Group", "plan", "read", "refine", "stageable", "tensors
 
 #: bytes between the starts of two groups in a buffer
 ALIGNMENT = 128
-#: runs of one dtype from which plan sorts the tensors by dtype one by one
-MANY_RUNS = 64
+#: runs of one dtype (or shape) from which plan no longer takes the tensors a
+#: run at a time (a group a run: a few torch calls each) but looks for a
+#: period, or sorts the tensors one by one
+MANY_RUNS = 16
+#: tensors a run of one dtype holds on average where plan makes a group a run
+LONG_RUN = 8
 
 _Tensor = torch.Tensor
 _dtype = attrgetter("dtype")
 _shape = attrgetter("shape")
 _numel = _Tensor.numel
+_ndim = attrgetter("ndim")
 _rest = itemgetter(slice(1, None))  # a shape past its first dimension
 _first = itemgetter(0)
 _unsafe_split = getattr(torch, "unsafe_split_with_sizes", None)
@@ -73,10 +76,13 @@ class Group:
     ``where[j]`` is the position in the leaves of the group's j-th tensor,
     ``members[j]`` that tensor, and ``sizes[j]`` its first dimension;
     ``span``, where not None, is ``where`` as a slice. ``exact`` is False
-    where the members' shapes were not read, only the first one's (``write``
-    raises if the others differ past the first dimension)."""
+    where the members' shapes were not read, only the first one's (``cat``
+    refuses the group if the others differ past the first dimension); such a
+    group keeps its members' element ``counts``, and ``same_ndim`` says
+    whether they are known to have one number of dimensions."""
 
     __slots__ = (
+        "counts",
         "dtype",
         "exact",
         "members",
@@ -84,6 +90,7 @@ class Group:
         "offset",
         "rest",
         "rows",
+        "same_ndim",
         "sizes",
         "span",
         "where",
@@ -93,6 +100,8 @@ class Group:
         self.dtype = dtype
         self.rest = rest
         self.exact = exact
+        self.counts: Any = None
+        self.same_ndim = exact
         self.where: list[int] = []
         self.sizes: list[int] = []
         self.members: Any = []  # the tensors, in the order of where (a list or tuple)
@@ -177,50 +186,37 @@ def _plan(leaves: list, idx: list[int], alignment: int, exact: bool) -> tuple[li
 
 
 def _parts_by_dtype(dtypes: list) -> list:
-    """The positions of the tensors of each dtype in ``dtypes``, where possible
-    as a slice: one run per dtype (the fields of a batch of lists, one after
-    another), or dtypes that repeat with a period (a list of samples, each of
-    a few fields); otherwise a list per dtype, in order of first appearance,
-    made of the dtypes' runs where there are fewer than ``MANY_RUNS`` of them.
-    Dtypes are compared by identity, in C; only the last way loops in Python."""
+    """The positions of ``dtypes`` in parts of one dtype each, where possible
+    as slices: the runs of one dtype, where there are fewer than
+    ``MANY_RUNS``, each ``LONG_RUN`` long on average (the fields of a batch of
+    lists, one after another), or the places in a period the dtypes repeat
+    with (a list of samples, each of a few fields); otherwise a list per
+    dtype, in order of first appearance. Dtypes are compared by identity, in
+    C; only where they come in ``MANY_RUNS`` runs or more and have no period
+    does a pass in Python sort them."""
     n = len(dtypes)
     first = dtypes[0]
     if dtypes.count(first) == n:
         return [slice(0, n)]
-    runs = []
-    start = 0
-    while start < n:  # each dtype's run, from its first place on, if it is one
-        dtype = dtypes[start]
-        end = start + dtypes.count(dtype)
-        if dtypes[end - 1] is not dtype or dtypes[start:end].count(dtype) != end - start:
-            break
-        runs.append(slice(start, end))
-        start = end
-    else:
-        return runs
+    runs = [len(list(run)) for _, run in islice(groupby(dtypes), MANY_RUNS)]
+    if len(runs) < MANY_RUNS and n >= LONG_RUN * len(runs):  # every run was read: a part each
+        parts = []
+        start = 0
+        for length in runs:
+            parts.append(slice(start, start + length))
+            start += length
+        return parts
     period = 0
     for _ in range(8):  # the first few places where the first dtype comes again
         try:
             period = dtypes.index(first, period + 1)
         except ValueError:
             break
+        if period > n // 2:  # not a period the tensors repeat with twice
+            break
         if dtypes[period:] == dtypes[:-period]:  # every dtype repeats after `period`
             return [slice(j, n, period) for j in range(period)]
-    found: dict[torch.dtype, list[int]] = {}
-    runs_of = [(dtype, len(list(run))) for dtype, run in islice(groupby(dtypes), MANY_RUNS)]
-    if len(runs_of) < MANY_RUNS:  # a few runs (fields of a batch of lists, a dtype in several)
-        start = 0
-        for dtype, length in runs_of:
-            found.setdefault(dtype, []).extend(range(start, start + length))
-            start += length
-        return list(found.values())
-    for i, dtype in enumerate(dtypes):
-        pos = found.get(dtype)
-        if pos is None:
-            found[dtype] = [i]
-        else:
-            pos.append(i)
-    return list(found.values())
+    return [places for _, (places,) in _split(dtypes, range(n))]
 
 
 def _place(groups: list[Group], alignment: int) -> int:
@@ -243,6 +239,7 @@ def _by_count(
     numels: Any,
     groups: list[Group],
     span: Optional[slice],
+    same_ndim: bool = False,
 ) -> None:
     """Append one group of one dtype's tensors ``members`` (of ``numels``
     elements), not exact: shaped past the first dimension as the first one,
@@ -263,6 +260,7 @@ def _by_count(
         sizes = [k // row for k in numels]
     g = Group(dtype, rest, exact=False)
     g.where, g.members, g.sizes, g.span = where, members, sizes, span
+    g.counts, g.same_ndim = numels, same_ndim
     groups.append(g)
 
 
@@ -284,38 +282,47 @@ def _by_shape(
         groups.append(g)
         return
     if not shapes.count(()):  # no 0-d tensor: maybe one shape past the first dimension
-        rests = list(map(_rest, shapes))
-        if rests.count(rests[0]) == len(rests):  # sequences of varying length
-            g = Group(dtype, tuple(rests[0]))
+        keys: list = list(map(_rest, shapes))
+        if keys.count(keys[0]) == len(keys):  # sequences of varying length
+            g = Group(dtype, tuple(keys[0]))
             g.where, g.members, g.sizes = where, members, list(map(_first, shapes))
             g.span = span
             groups.append(g)
             return
-        runs = [(rest, len(list(run))) for rest, run in islice(groupby(rests), MANY_RUNS)]
-        if len(runs) < MANY_RUNS:  # a few runs of one shape each (fields of a batch of lists)
-            by_rest: dict[tuple, Group] = {}
-            start = 0
-            for rest, length in runs:
-                end = start + length
-                group = by_rest.get(rest)
-                if group is None:
-                    group = by_rest[rest] = Group(dtype, tuple(rest))
-                    groups.append(group)
-                group.where.extend(where[start:end])  # slices, in C
-                group.members.extend(members[start:end])
-                group.sizes.extend(map(_first, shapes[start:end]))
-                start = end
-            return
-    found: dict[Optional[tuple], Group] = {}
-    for i, x, shape in zip(where, members, shapes):
-        rest = tuple(shape[1:]) if shape else None
-        group = found.get(rest)
-        if group is None:
-            group = found[rest] = Group(dtype, rest)
-            groups.append(group)
-        group.where.append(i)
-        group.members.append(x)
-        group.sizes.append(shape[0] if shape else 1)
+    else:
+        keys = [tuple(shape[1:]) if shape else None for shape in shapes]
+    for key, (at, these, their_shapes) in _split(keys, where, members, shapes):
+        g = Group(dtype, None if key is None else tuple(key))
+        g.where, g.members = at, these
+        g.sizes = [1] * len(at) if key is None else list(map(_first, their_shapes))
+        groups.append(g)
+
+
+def _split(keys: list, *columns: Any) -> list[tuple[Any, list[list]]]:
+    """Each key of ``keys``, in order of first appearance, with the items of
+    each of ``columns`` (sequences as long as ``keys``) at its places, in
+    order. Where the keys come in fewer than ``MANY_RUNS`` runs, the items
+    are taken a run at a time, by slicing in C; otherwise one by one."""
+    found: dict[Any, list[list]] = {}
+    runs = [(key, len(list(run))) for key, run in islice(groupby(keys), MANY_RUNS)]
+    if len(runs) < MANY_RUNS:
+        start = 0
+        for key, length in runs:
+            lists = found.get(key)
+            if lists is None:
+                lists = found[key] = [[] for _ in columns]
+            end = start + length
+            for items, column in zip(lists, columns):
+                items.extend(column[start:end])
+            start = end
+        return list(found.items())
+    for j, key in enumerate(keys):
+        lists = found.get(key)
+        if lists is None:
+            lists = found[key] = [[] for _ in columns]
+        for items, column in zip(lists, columns):
+            items.append(column[j])
+    return list(found.items())
 
 
 def write(groups: list[Group], buf: torch.Tensor, start: int = 0) -> int:
@@ -341,13 +348,19 @@ def write(groups: list[Group], buf: torch.Tensor, start: int = 0) -> int:
 
 
 def refine(groups: list[Group], k: int, alignment: int = ALIGNMENT) -> tuple[list[Group], int]:
-    """The groups with ``groups[k]`` split by its tensors' shapes (read now),
-    placed again: the groups before it keep their places. Raises where a
-    tensor has no shape (a nested one)."""
+    """The groups with ``groups[k]``, a group ``cat`` refused, split up, and
+    placed again: the groups before it keep their places. A group whose
+    tensors differ in their number of dimensions (boxes and scores) is split
+    by it (an int a tensor, read now), each part again not exact; otherwise
+    by every tensor's shape. Raises where a tensor has no shape (a nested one)."""
     g = groups[k]
-    shapes = list(map(_shape, g.members))
     split_up: list[Group] = []
-    _by_shape(g.dtype, g.where, g.members, shapes, split_up, g.span)
+    ndims = None if g.same_ndim else list(map(_ndim, g.members))
+    if ndims is not None and ndims.count(ndims[0]) != len(ndims):
+        for _, (at, these, counts) in _split(ndims, g.where, g.members, g.counts):
+            _by_count(g.dtype, at, these, counts, split_up, None, same_ndim=True)
+    else:
+        _by_shape(g.dtype, g.where, g.members, list(map(_shape, g.members)), split_up, g.span)
     groups = [*groups[:k], *split_up, *groups[k + 1 :]]
     return groups, _place(groups, alignment)
 
