@@ -479,8 +479,8 @@ def device() -> Tuple[str, List[Chart]]:
         "The host side of the same call, per part, with the copy sent to the"
         " CPU (a 256 KB memcpy for the small batches), in ms; *floor* is what any"
         " implementation that returns separate tensors pays (reading every"
-        " tensor's dtype and shape, one `torch.cat` per group, one split per"
-        " group, each alone):",
+        " tensor's dtype and element count, one `torch.cat` per group, one"
+        " split per group, each alone):",
         "",
         table(host_rows),
         "",

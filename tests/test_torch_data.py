@@ -698,6 +698,8 @@ _LAYOUTS = st.one_of(
 
 # 40 tensors of three dtypes in 27 runs, with no period
 _NO_PERIOD = [(ALL_DTYPES[int(k)], [2], False) for k in "1012002012020001100021020022202210002011"]
+# 160 tensors in 20 runs of 8, of two dtypes: more runs than plan takes a run at a time
+_LONG_RUNS = [(ALL_DTYPES[k % 2], [1], False) for k in range(20) for _ in range(8)]
 
 
 @settings(max_examples=150, deadline=None)
@@ -740,6 +742,7 @@ _NO_PERIOD = [(ALL_DTYPES[int(k)], [2], False) for k in "10120020120200011000210
 # three dtypes in many runs and no period: sorted by dtype one by one
 @example(_NO_PERIOD, 8, True, False)
 @example(_NO_PERIOD, 8, False, False)
+@example(_LONG_RUNS, 8, False, False)
 def test_plan_write_read_give_every_tensor_back(
     specs: list, alignment: int, other_leaf: bool, exact: bool
 ) -> None:

@@ -8,25 +8,26 @@ copying and the making of tensors happen in one torch call per group:
 - ``plan(leaves, idx)`` groups the tensors ``leaves[idx]`` by dtype and shape
   past the first dimension (so sequences of varying length share a group) and
   gives each group an aligned place in one byte buffer. Where the dtypes come
-  in a few runs (a batch of lists, field after field: a group per run) or
+  in a few long runs (a batch of lists, field after field: a group a run) or
   repeat with a period (a list of samples of a few fields), a group's
   tensors are a slice of the leaves, taken and put back with slicing in C;
-  otherwise one pass in Python sorts them by dtype. Shapes past the first
-  dimension split a dtype's tensors by runs too. By default it reads each tensor's dtype
-  and element count, not its shape (a ``torch.Size`` per tensor is a tuple
-  the garbage collector tracks): it takes the shape past the first
-  dimension of a dtype's first tensor for all of them, and marks the group
-  not ``exact``. ``plan(..., exact=True)`` reads every shape;
+  otherwise they are sorted by dtype, a run at a time where the runs are
+  few, one by one in Python where they are many. By default it reads each
+  tensor's dtype and element count, not its shape (a ``torch.Size`` per
+  tensor is a tuple the garbage collector tracks): a group takes the shape
+  past the first dimension of its first tensor for all, and is not
+  ``exact``. ``plan(..., exact=True)`` reads every shape;
 - ``write(groups, buf)`` copies each group with one
   ``torch.cat(..., out=)`` (``torch.stack`` for 0-d tensors). ``cat`` checks
   that a group's tensors agree past the first dimension, so a group that is
   not exact is either right or refused, never written in a wrong layout (no
   tensor in it is empty: ``cat`` would skip an empty 1-d one). ``write``
-  stops at a refused group that is not exact; ``refine`` splits it by its
-  tensors' shapes, and writing goes on from there. A tensor ``cat`` refuses
-  in an exact group (on another device, sparse, nested, requiring grad
-  while grad is enabled) makes ``write`` raise; the caller then plans again
-  with only the tensors ``stageable`` accepts;
+  stops at a refused group that is not exact; ``refine`` splits it (by the
+  tensors' number of dimensions, boxes from scores, else by their shapes),
+  and writing goes on from there. A tensor ``cat`` refuses in an exact
+  group (on another device, sparse, nested, requiring grad while grad is
+  enabled) makes ``write`` raise; the caller then plans again with only the
+  tensors ``stageable`` accepts;
 - ``read(groups, flat, out)`` puts the tensors back into ``out`` from a buffer:
   the packed one, or its copy on a device. Each group is cut with one
   ``torch.unsafe_split_with_sizes``: its pieces share the buffer's storage but
@@ -136,12 +137,13 @@ def plan(
     """The groups of the tensors ``leaves[idx]``, each starting on a multiple
     of ``alignment`` bytes and of its dtype's size, and the bytes they take in all.
 
-    Groups come by dtype (in the order each dtype first appears, or, in a
-    batch whose dtypes repeat with a period, one per place in the period),
-    then by shape past the first dimension; within a group, positions ascend.
-    Not ``exact``, a dtype's tensors are one group with its first tensor's
-    shape past the first dimension, unless one is empty or 0-d (their shapes
-    are read then). A nested tensor, which has no shape, is left out."""
+    Groups come by dtype (a group per run where the dtypes come in a few
+    long runs, one per place in the period where they repeat with one, else
+    in the order each dtype first appears), then by shape past the first
+    dimension; within a group, positions ascend. Not ``exact``, each of
+    those parts is one group with its first tensor's shape past the first
+    dimension, unless one is empty or 0-d (their shapes are read then). A
+    nested tensor, which has no shape, is left out."""
     try:
         return _plan(leaves, idx, alignment, exact)
     except RuntimeError:  # a nested tensor's shape cannot be read
