@@ -168,8 +168,8 @@ def callables(batch: Any, pool: PinnedPool) -> tuple[dict[str, Callable[[], Any]
 
 
 def pack(leaves: list, idx: list[int], buf: torch.Tensor) -> None:
-    """Packing as ``to_device`` does it: plan, write, and split by shape a
-    group whose tensors ``cat`` refused (``buf`` is large enough)."""
+    """Packing as ``to_device`` does it: plan, write, and split up a group
+    whose tensors ``cat`` refused (``buf`` is large enough)."""
     groups, _ = _staging.plan(leaves, idx)
     k = _staging.write(groups, buf)
     while k < len(groups):

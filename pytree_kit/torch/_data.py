@@ -182,7 +182,7 @@ def _packed(
 ) -> tuple[list, int, _Buffer]:
     """Take a buffer from ``pool`` and write the planned groups into it. A
     group whose shapes were not read and whose tensors differ past the first
-    dimension is split by shape (``_staging.refine``). Where ``cat`` refuses a
+    dimension is split up (``_staging.refine``). Where ``cat`` refuses a
     tensor (on another device, sparse, nested, requiring grad), plan again
     with the tensors that can be packed and write those; the rest stay where
     they are. The buffer has ``extra`` bytes more, past the groups. Returns
