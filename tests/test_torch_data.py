@@ -561,7 +561,11 @@ def test_staging_tensors_of_one_dtype_and_many_shapes_and_nested_ones(monkeypatc
             }
             for n in torch.randint(1, 6, (1 + seed % 7,), generator=g).tolist()
         ]
-        batch = {"samples": samples, "empty": torch.zeros(0), "grid": torch.ones(2, 4)}
+        # an empty float32 tensor makes float32's shapes be read at once; an
+        # empty int64 one leaves float32 to cat, which refuses boxes beside
+        # scores: refine splits them, and packing goes on
+        empty = torch.zeros(0, dtype=torch.float32 if seed % 2 else torch.int64)
+        batch = {"samples": samples, "empty": empty, "grid": torch.ones(2, 4)}
         originals = [t.clone() for t in pk.leaves(batch)]
         del copies[:]
         out = to_device(batch, "meta", coalesce=True, pool=pool, non_blocking=seed % 2 == 0)
@@ -574,10 +578,11 @@ def test_staging_tensors_of_one_dtype_and_many_shapes_and_nested_ones(monkeypatc
         assert packed[-1] is nested
         for a, b in zip(originals, packed):
             assert torch.equal(a, b) and pool.buffer_of(b) is not None
+        assert all(map(torch.equal, originals, pk.leaves(batch)))  # the caller's, untouched
         del out, packed
         allocations.append(pool.allocations)
-    # buffers for the batches' sizes, then none: the second epoch reuses them
-    assert allocations[-1] <= pool.max_buffers and allocations[39] == allocations[-1]
+    # a few buffers for the batches' sizes, then none: the second epoch reuses them
+    assert allocations[39] == allocations[-1] <= len(allocations) // 8
 
 
 def test_non_blocking_staging_streams_big_tensors_each_with_a_copy_of_its_own(monkeypatch):
