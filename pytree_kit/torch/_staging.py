@@ -338,14 +338,14 @@ def write(groups: list[Group], buf: torch.Tensor, start: int = 0) -> int:
         region = g.region(buf)
         if g.rest is None:
             torch.stack(g.members, out=region)
-        elif g.exact:
+            continue
+        try:
             torch.cat(g.members, out=region)
-        else:
-            try:
-                torch.cat(g.members, out=region)
-            except (RuntimeError, NotImplementedError, TypeError):
-                return k
-            g.exact = True  # its tensors agree past the first dimension
+        except (RuntimeError, NotImplementedError, TypeError):
+            if g.exact:
+                raise
+            return k
+        g.exact = True  # its tensors agree past the first dimension
     return len(groups)
 
 
