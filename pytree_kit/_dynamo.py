@@ -33,7 +33,7 @@ import threading
 import warnings
 from typing import Any, Callable, Optional
 
-from . import _pure
+from . import _pure, _spec
 
 _DYNAMO = "torch._dynamo"
 _NAMES = (
@@ -70,12 +70,7 @@ def register() -> bool:
     with _lock:
         if _registered:
             return True
-        try:
-            from torch.compiler import is_compiling
-        except ImportError:  # torch older than 2.3: traced walks check on entry
-            pass
-        else:
-            _pure.compiling = is_compiling
+        _tell_pure_engine()
         if _c_engine is None:
             return False
         try:
@@ -99,6 +94,54 @@ def register() -> bool:
             return False
         _registered = True
         return True
+
+
+#: the oldest torch whose torch.compile traces pytree_kit (docs/compatibility.md)
+OLDEST_TORCH = (2, 9)
+#: the first torch whose dynamo reads an instance's ``__dict__`` (its keys,
+#: values and length) while tracing
+_READS_INSTANCE_DICTS = (2, 12)
+#: the first torch whose dynamo reads and compares containers' ids
+_READS_IDENTITY = (2, 13)
+
+
+def torch_version(text: str) -> tuple:
+    """``(major, minor)`` of a torch version string.
+
+    Examples:
+        >>> torch_version("2.9.1+cu128"), torch_version("2.15.0a0+git1234")
+        ((2, 9), (2, 15))
+    """
+    parts = text.split("+")[0].split(".")
+    return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
+
+
+def _tell_pure_engine() -> None:
+    """What the pure engine must know of the tracer: how to tell that it is
+    tracing, whether it can read instances' ``__dict__``, and which of its
+    functions the tracer runs as they are and takes the result of as a
+    constant (facts about a class alone)."""
+    import torch
+
+    version = torch_version(torch.__version__)
+    if version < OLDEST_TORCH:
+        warnings.warn(
+            f"pytree_kit: torch {torch.__version__} is older than "
+            f"{'.'.join(map(str, OLDEST_TORCH))}, the oldest torch that torch.compile "
+            "traces pytree_kit on; compiled code that calls pytree_kit may fail to trace "
+            "(supported: torch 2.9 to 2.15, docs/compatibility.md)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    try:
+        from torch.compiler import assume_constant_result, is_compiling
+    except ImportError:  # torch older than 2.3: traced walks check cycles on entry
+        return
+    _pure.compiling = _spec.compiling = is_compiling
+    _pure.tracer_reads_instance_dicts = version >= _READS_INSTANCE_DICTS
+    _pure.tracer_reads_identity = version >= _READS_IDENTITY
+    for fact in _pure.CLASS_FACTS:
+        assume_constant_result(fact)
 
 
 class _Loader:

@@ -55,22 +55,36 @@ def user_tail(kind: int, aux: Any) -> tuple:
     return aux if kind == CUSTOM else aux[1:]  # type: ignore[no-any-return]
 
 
-def fields_info(t: Any, cache: dict, obj: Any = None) -> tuple:
-    """((name, static), ...) for a dataclass or attrs class, memoised per call.
+def record_fields(t: Any) -> tuple:
+    """``((name, static), ...)`` of the dataclass or attrs class ``t``: a fact
+    about the class alone, which torch.compile's tracer takes as a constant
+    (``_pure.CLASS_FACTS``): dynamo 2.9-2.11 cannot follow the reads of
+    ``dataclasses.fields`` and of each field's ``metadata``.
 
-    ``obj``, an instance of ``t``, is what ``dataclasses.fields`` is asked when
-    given: torch.compile's tracer (dynamo) follows ``fields(instance)`` but not
-    ``fields(cls)``, and the pure engine is what it traces (see ``_dynamo``).
-    The pure engine reads records with it, and ``from_json`` checks them.
+    Examples:
+        >>> import dataclasses
+        >>> @dataclasses.dataclass
+        ... class P:
+        ...     x: int
+        ...     k: str = dataclasses.field(default="a", metadata={"static": True})
+        >>> record_fields(P)
+        (('x', False), ('k', True))
+    """
+    if hasattr(t, "__dataclass_fields__"):
+        fields: Any = dataclasses.fields(t)
+    else:
+        fields = t.__attrs_attrs__
+    return tuple((f.name, bool((f.metadata or {}).get("static", False))) for f in fields)
+
+
+def fields_info(t: Any, cache: dict, obj: Any = None) -> tuple:
+    """:func:`record_fields` of ``t``, memoised per call (``obj``, an
+    instance of ``t``, is not read). The pure engine reads records with it,
+    and ``from_json`` checks them.
     """
     info = cache.get(t)
     if info is None:
-        if hasattr(t, "__dataclass_fields__"):
-            fields: Any = dataclasses.fields(t if obj is None else obj)
-        else:
-            fields = t.__attrs_attrs__
-        info = tuple((f.name, bool((f.metadata or {}).get("static", False))) for f in fields)
-        cache[t] = info
+        info = cache[t] = record_fields(t)
     return info
 
 

@@ -38,6 +38,7 @@ from ._kinds import (
     RULE,
     STRUCTSEQ,
     TUPLE,
+    record_fields,
     user_tail,
 )
 from ._kinds import fields_info as _fields_info
@@ -95,7 +96,48 @@ def _leaf_order(obj: dict) -> list:
         return keys
 
 
+def _plainly_hashable(x: Any) -> bool:
+    """Whether ``hash(x)`` would succeed, known without calling it: ``x`` is
+    None, a str, int, float, bool, bytes, complex or plain class, or a tuple
+    of such values. False means only "not known": ``hash`` decides.
+
+    torch.compile's tracer on 2.9-2.11 cannot call ``hash`` (not even on a
+    str), and the aux data it meets is almost always made of these. While it
+    traces, instances of subclasses of these count too (it cannot guard the
+    ``type()`` of a value read from the input); an eager call takes exact
+    types only, as a subclass may set ``__hash__`` to None.
+    """
+    traced = compiling()
+    todo = [x]
+    while todo:
+        v = todo.pop()
+        if v is None:
+            continue
+        if traced:
+            if isinstance(v, tuple):
+                todo.extend(v)
+            elif not isinstance(v, (str, int, float, bytes, complex)):
+                return False
+            continue
+        t = type(v)
+        if t is tuple:
+            todo.extend(v)
+        elif not (
+            t is str
+            or t is int
+            or t is float
+            or t is bool
+            or t is bytes
+            or t is complex
+            or t is type
+        ):
+            return False
+    return True
+
+
 def _check_hashable(aux: Any, stack: list, what: str) -> None:
+    if _plainly_hashable(aux):
+        return
     try:
         hash(aux)
     except TypeError as e:
@@ -245,25 +287,56 @@ def _unfaithful(t: Any, kind: int, stack: list, names: Any, hook: Any) -> TypeEr
     )
 
 
+def slot_names(t: Any) -> tuple:
+    """``((i, name), ...)``: the member descriptors (slots) in the own dict of
+    each class ``t.__mro__[i]`` that a class statement made (``__flags__``
+    has Py_TPFLAGS_HEAPTYPE), as CPython lays them out, in MRO order.
+
+    A fact about the class alone, of strs and ints: while torch.compile
+    traces, the tracer runs it as it is and takes its result as a constant
+    (``_dynamo.register`` marks it so), since dynamo 2.9-2.11 cannot iterate
+    a class's ``__dict__``."""
+    names = []
+    for i, c in enumerate(t.__mro__):
+        if c.__flags__ & _HEAPTYPE:
+            for name, d in c.__dict__.items():
+                if type(d) is types.MemberDescriptorType and d.__objclass__ is c:
+                    names.append((i, name))
+    return tuple(names)
+
+
 def _outside_layout(t: Any, cache: dict, obj: Any) -> tuple:
     """(the names of the fields of ``t``, ((name, descriptor), ...) of the
-    slots of ``t`` and its bases that are not fields), memoised per call:
-    the member descriptors in each class's own dict, as CPython lays out the
-    slots of classes made by class statements (``__flags__`` has
-    Py_TPFLAGS_HEAPTYPE)."""
+    slots of ``t`` and its bases that are not fields (:func:`slot_names`)),
+    memoised per call. While torch.compile traces, each descriptor is None:
+    the slot is read with ``getattr`` (dynamo 2.9-2.11 cannot call a member
+    descriptor), which finds the same descriptor unless a class before its
+    own in the MRO has an attribute of that name."""
     key = (_outside_layout, t)
     layout = cache.get(key)
     if layout is None:
         fields = frozenset(n for n, _ in _fields_info(t, cache, obj))
+        traced = compiling()
         slots = []
-        for c in t.__mro__:
-            if c.__flags__ & _HEAPTYPE:
-                for name, d in c.__dict__.items():
-                    if type(d) is types.MemberDescriptorType and d.__objclass__ is c:
-                        if name not in fields:
-                            slots.append((name, d))
+        for i, name in slot_names(t):
+            if name not in fields:
+                slots.append((name, None if traced else t.__mro__[i].__dict__[name]))
         layout = cache[key] = (fields, tuple(slots))
     return layout
+
+
+#: Whether torch.compile's tracer can read an instance's ``__dict__`` (its
+#: keys, values and length): dynamo can from torch 2.12 on. ``_dynamo``
+#: sets it when ``torch._dynamo`` is imported. Where it cannot, a traced walk
+#: reads a record's fields with ``getattr`` and cannot see state its instance
+#: keeps in its ``__dict__`` outside the fields (docs/compatibility.md).
+tracer_reads_instance_dicts = True
+
+
+def _reads_instance_dicts() -> bool:
+    """Whether this walk may read instances' ``__dict__`` (always, unless a
+    tracer that cannot is tracing it)."""
+    return tracer_reads_instance_dicts or not compiling()
 
 
 def _outside(obj: Any, t: Any, cache: dict) -> list:
@@ -273,7 +346,7 @@ def _outside(obj: Any, t: Any, cache: dict) -> list:
     slot) is not state: it is derived from the fields, and a rebuilt object
     computes it again."""
     fields, slots = _outside_layout(t, cache, obj)
-    d = getattr(obj, "__dict__", None)
+    d = getattr(obj, "__dict__", None) if _reads_instance_dicts() else None
     extra = [] if d is None else [k for k in dict.keys(d) if k not in fields]
     return _outside_slots(obj, t, slots, extra)
 
@@ -285,7 +358,10 @@ def _outside_slots(obj: Any, t: Any, slots: tuple, extra: Any = None) -> list:
     extra = [] if extra is None else extra
     for name, desc in slots:
         try:
-            desc.__get__(obj, t)
+            if desc is None:  # traced (_outside_layout)
+                getattr(obj, name)
+            else:
+                desc.__get__(obj, t)
         except AttributeError:  # unset
             continue
         extra.append(name)
@@ -327,16 +403,21 @@ def _record_plan(t: Any, kind: int, cache: dict, obj: Any) -> tuple:
     else:
         plain = tuple(n for n, _ in fields)
     slots = _outside_layout(t, cache, obj)[1]
-    direct = plain is not None and not any(_data_descriptor(t, n) for n in plain)
+    direct = plain is not None
+    for n in plain or ():
+        if data_descriptor(t, n):
+            direct = False
+            break
     node = None
     if plain is not None and direct and not slots and not issubclass(t, dict):
         node = (kind, t, len(plain), (plain, (), (), None))
     return None, fields, plain, direct, slots, node
 
 
-def _data_descriptor(t: Any, name: str) -> bool:
+def data_descriptor(t: Any, name: str) -> bool:
     """Whether the class attribute ``name`` of ``t`` (the first in its MRO)
-    is a data descriptor, which ``getattr`` reads before the instance's dict."""
+    is a data descriptor, which ``getattr`` reads before the instance's dict.
+    A fact about the class alone (one of ``CLASS_FACTS``)."""
     for c in t.__mro__:
         if name in c.__dict__:
             kind = type(c.__dict__[name])
@@ -354,7 +435,7 @@ def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tup
     if hook is not None:
         raise _unfaithful(t, kind, stack, [n for n, _ in fields], hook)
     children = None
-    if direct:
+    if direct and _reads_instance_dicts():
         # The values as the instance's __dict__ holds them, when its keys are
         # exactly the fields in order (as __init__ sets them): what getattr
         # reads (_record_plan says when), read with no call, so that
@@ -515,10 +596,36 @@ def _rule_result(res: Any, stack: list, t: Any) -> tuple:
     return _user_children(res, stack, f"the rule for {_qualname(t)}")
 
 
+def tuple_overrides(t: Any) -> bool:
+    """Whether the tuple subclass ``t`` has a ``__len__``, ``__iter__`` or
+    ``__getitem__`` of its own (one of ``CLASS_FACTS``)."""
+    for name in ("__len__", "__iter__", "__getitem__"):
+        if getattr(t, name, None) is not getattr(tuple, name):
+            return True
+    return False
+
+
+def _plain_reads(obj: tuple) -> bool:
+    """Whether ``len`` and ``tuple`` give the items ``obj`` stores while
+    torch.compile traces: dynamo 2.9-2.12 cannot call ``tuple.__len__`` or
+    ``tuple.__getitem__`` on a subclass, and ``len`` and ``tuple`` read the
+    stored items of one that overrides neither (nor ``__iter__``). A traced
+    subclass that overrides them is read as in an eager call, which dynamo
+    follows from torch 2.13 on."""
+    return compiling() and not tuple_overrides(type(obj))
+
+
 def _items(obj: tuple) -> tuple:
     """The items a tuple subclass stores, whatever its __iter__, __len__ or
     __getitem__ say (a namedtuple or structseq is rebuilt from exactly these)."""
+    if _plain_reads(obj):
+        return tuple(obj)
     return tuple.__getitem__(obj, slice(None))
+
+
+def _stored_len(obj: tuple) -> int:
+    """How many items a tuple subclass stores (``_items``)."""
+    return len(obj) if _plain_reads(obj) else tuple.__len__(obj)
 
 
 def _structseq_node(obj: Any, t: Any) -> tuple:
@@ -534,7 +641,7 @@ def _structseq_node(obj: Any, t: Any) -> tuple:
 
 def _is_namedtuple(obj: Any, t: Any) -> bool:
     fields = getattr(t, "_fields", None)
-    return type(fields) is tuple and len(fields) == tuple.__len__(obj)
+    return type(fields) is tuple and len(fields) == _stored_len(obj)
 
 
 #: the builtin containers ``classify`` reads by exact type
@@ -625,7 +732,7 @@ def _leaf_types(rules: Any) -> set:
     """The types taken as leaves before any is classified. A walk adds the types
     it finds to be leaves: whether a value that is not a tuple is a leaf
     depends only on its type and the call's rules, so this is exact."""
-    return set(_ATOMS) if rules is None else set(_ATOMS) - rules.keys()
+    return set(_ATOMS) if rules is None else {t for t in _ATOMS if t not in rules}
 
 
 def _visit(obj: Any, is_leaf: Any, rules: Any, stack: list, cache: dict, leaf_types: set) -> Any:
@@ -693,10 +800,28 @@ def _check_entry(stack: list, onpath: set, obj: Any) -> None:
         _check_path(stack, onpath, obj)
 
 
+#: Whether torch.compile's tracer can read and compare containers'
+#: identities (``id``), which a traced walk whose path gets to
+#: ``CYCLE_DEPTH`` needs to look for cycles: dynamo can from torch 2.13 on
+#: (2.9-2.11 cannot read an ``id`` of a dict or list, 2.12 cannot compare
+#: two, and none compares two containers with ``is`` in every case).
+#: ``_dynamo`` sets it when ``torch._dynamo`` is imported.
+tracer_reads_identity = True
+
+
 def _check_path(stack: list, onpath: set, obj: Any) -> None:
     """Start checking for cycles: raise the error for the first container on
     the path (``stack``'s, then ``obj``) that is one before it on the path,
-    else fill ``onpath`` with their ids."""
+    else fill ``onpath`` with their ids. Where the tracer tracing the walk
+    cannot read identities, raise instead: the walk cannot tell a cycle from
+    a deep tree."""
+    if not tracer_reads_identity:
+        raise ValueError(
+            f"{where(_path(stack))}: this path is {CYCLE_DEPTH} containers deep, and "
+            "torch.compile on this torch (older than 2.13) cannot read the identities "
+            "that tell a cycle from a deep tree; flatten this tree outside the compiled "
+            "function, or use torch 2.13 or newer"
+        )
     onpath.add(_CHECKING)
     for j, o in enumerate([fr[4] for fr in stack] + [obj]):
         if id(o) in onpath:
@@ -1133,7 +1258,7 @@ def _match(node: tuple, obj: Any, stack: list, label: str, other: str) -> tuple:
         if obj is None:
             return (), _SEQ, None
     elif kind == NAMEDTUPLE:
-        if ot is t and tuple.__len__(obj) == arity:
+        if ot is t and _stored_len(obj) == arity:
             return _items(obj), _ATTR, aux
     elif kind == DATACLASS or kind == ATTRS:
         if ot is t:
@@ -1280,3 +1405,10 @@ def path_get(tree: Any, path: tuple) -> tuple:
             break
         done += 1
     return node, done
+
+
+#: Functions of a class (and strs) alone whose results are strs, ints and
+#: bools in tuples: while torch.compile traces, the tracer runs each as it
+#: is and takes its result as a constant (``_dynamo`` marks them so), as
+#: dynamo 2.9-2.11 cannot follow the reads of class dicts they make.
+CLASS_FACTS = (record_fields, slot_names, data_descriptor, tuple_overrides)

@@ -43,6 +43,47 @@ __all__ = ["TreeSpec"]
 _impl: Any = None
 
 
+def _never() -> bool:
+    return False
+
+
+#: Whether torch.compile's tracer (dynamo) is tracing the call: ``_dynamo``
+#: sets it to ``torch.compiler.is_compiling`` when ``torch._dynamo`` is
+#: imported, as it sets the pure engine's.
+compiling = _never
+
+
+def same_nodes(a: tuple, b: tuple) -> bool:
+    """``a == b`` for two specs' node tuples, as torch.compile's tracer can
+    follow it: dynamo 2.9-2.11 compares two classes with ``==`` by calling
+    the class's own ``__eq__`` (a dataclass's, which fails), and cannot
+    compare two distinct tuples with ``is``. A class whose metaclass is
+    ``type`` equals only itself, so it is compared with ``is``; every other
+    item as tuple comparison does (identity, then ``==``).
+
+    Examples:
+        >>> import pytree_kit as pk
+        >>> a, b = pk.structure({"x": [1, 2]}), pk.structure({"x": [3, 4]})
+        >>> same_nodes(a._nodes, b._nodes), a._nodes == b._nodes
+        (True, True)
+    """
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if len(x) != len(y):
+            return False
+        for u, v in zip(x, y):
+            if type(u) is type:
+                if u is not v:
+                    return False
+            elif type(u) is tuple:
+                if not u == v:
+                    return False
+            elif not (u is v or u == v):
+                return False
+    return True
+
+
 class TreeSpec:
     """The structure of a tree: every container with its type and aux data, and
     where the leaves go. Immutable, hashable, picklable and JSON-serialisable.
@@ -105,7 +146,11 @@ class TreeSpec:
             return True
         if type(other) is not TreeSpec:
             return NotImplemented
-        return self._num_leaves == other._num_leaves and self._nodes == other._nodes
+        if self._num_leaves != other._num_leaves:
+            return False
+        if compiling():
+            return same_nodes(self._nodes, other._nodes)
+        return self._nodes == other._nodes
 
     def __ne__(self, other: object) -> bool:
         eq = self.__eq__(other)

@@ -66,11 +66,13 @@ from typing import Callable, Optional
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ("3.10", "3.11", "3.12", "3.13")
 FULL = "3.11"
-# every version whose build compiles code of its own: 3.10 lays out dict
-# tables and shared keys its own way (DictKeys, SHARED_KEY in _layouts.c),
-# 3.11 reads inline values (LAYOUT_311), 3.12 reads split dict values at
-# another offset than 3.13 (SplitValues)
-SANITIZED = ("3.10", "3.11", "3.12", "3.13")
+# The pure-engine, no-fast-paths and sanitizer jobs run on the oldest and the
+# newest Python only (every Python runs the C engine's whole suite, with the
+# differential tests of both engines): CI's 60 minutes on 2 cores. A change
+# to the C engine's version-specific layouts (_layouts.c) is run through
+# scripts/sanitize.sh on every Python by hand (docs/development.md).
+EDGES = (VERSIONS[0], VERSIONS[-1])
+SANITIZED = EDGES
 LOGS = ROOT / "build" / "ci-logs"
 # the engine tests (what the no-fast-paths build changes): sanitize.sh --quick's,
 # less test_depth (iterative stacks, which no fast path touches), with the version
@@ -307,6 +309,48 @@ def job_package(v: str, python: str, logp: Path) -> None:
         sh([env_dir / "bin" / "python", "-c", check], logp, cwd=Path(tmp))
 
 
+#: the oldest supported torch (docs/compatibility.md): its job runs the tests of
+#: what torch.compile traces and of the data adapters on it, on FULL's Python
+#: and FULL's build; scripts/torch_matrix.py runs every torch
+OLDEST_TORCH = "2.9.1"
+OLDEST_TORCH_TESTS = ("tests/test_compile.py", "tests/test_tracing.py", "tests/test_torch_data.py")
+
+
+def torch_matrix_minors() -> list:
+    """The torch minors scripts/torch_matrix.py runs (the supported range)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from torch_matrix import TORCH
+
+    return list(TORCH)
+
+
+def minor_key(minor: str) -> tuple:
+    return tuple(int(p) for p in minor.split("."))
+
+
+def job_oldest_torch(v: str, python: str, logp: Path) -> None:
+    venv = ROOT / ".venvs" / f"torch{OLDEST_TORCH}"
+    py = venv / "bin" / "python"
+    sh([python, "-m", "venv", "--clear", venv], logp)
+    # the registry's torch (a CUDA build, ~4.6 GB with its libraries; pip's
+    # cache keeps it), not the machine's capped local wheel; the test
+    # dependencies at the releases that take this torch
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from torch_matrix import DEPENDENCIES
+
+    pip = [py, "-m", "pip", "install", "-q", f"torch=={OLDEST_TORCH}", *DEPENDENCIES]
+    sh(pip, logp, env={"PIP_CONSTRAINT": "/dev/null"})
+    check = (
+        "import torch, pytree_kit as pk; "
+        f"assert torch.__version__.split('+')[0] == {OLDEST_TORCH!r}, torch.__version__; "
+        "assert pk.ENGINE == 'c'; print('torch', torch.__version__, pk.ENGINE)"
+    )
+    env = {"PYTHONPATH": str(ROOT)}  # FULL's C engine, built in place by its setup
+    sh([py, "-c", check], logp, env=env)
+    cmd = [py, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--durations=25"]
+    sh([*cmd, *OLDEST_TORCH_TESTS], logp, env=env)
+
+
 def make_jobs(pythons: dict) -> list:
     """The jobs for the interpreters found ({version: path}), with each one's
     estimated seconds (measured on 2 cores, for ordering) and what it needs."""
@@ -324,18 +368,16 @@ def make_jobs(pythons: dict) -> list:
         jobs.append(
             Job(f"{v} C engine", 1470 if full else 260, partial(job_c_engine, v, python), needs)
         )
-        jobs.append(
-            Job(
-                f"{v} pure engine",
-                1100 if full else 350,
-                partial(job_pure_engine, v, python),
-                needs,
-            )
-        )
-        jobs.append(Job(f"{v} no fast paths", 90, partial(job_no_fast_paths, v, python), needs))
-        if v in SANITIZED:
-            jobs.append(Job(f"{v} sanitizers", 300, partial(job_sanitizers, v, python), needs))
+        if v in EDGES:
+            pure = partial(job_pure_engine, v, python)
+            jobs.append(Job(f"{v} pure engine", 350, pure, needs))
+            nofast = partial(job_no_fast_paths, v, python)
+            jobs.append(Job(f"{v} no fast paths", 90, nofast, needs))
+            jobs.append(Job(f"{v} sanitizers", 350, partial(job_sanitizers, v, python), needs))
         jobs.append(Job(f"{v} package", 30, partial(job_package, v, python), needs))
+        if full:
+            oldest = partial(job_oldest_torch, v, python)
+            jobs.append(Job(f"torch {OLDEST_TORCH}", 420, oldest, needs))
     return jobs
 
 

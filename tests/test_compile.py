@@ -201,7 +201,7 @@ def test_registration_is_idempotent():
 
 import attrs  # noqa: E402
 
-from pytree_kit import _pure  # noqa: E402
+from pytree_kit import _dynamo, _pure  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -392,15 +392,31 @@ def _chain(depth, leaf):
     return tree
 
 
+#: whether this torch's dynamo reads containers' ids (_pure.tracer_reads_identity)
+READS_IDENTITY = _dynamo.torch_version(torch.__version__) >= (2, 13)
+#: the error a traced walk raises at CYCLE_DEPTH where the tracer cannot read ids
+TOO_DEEP = "containers deep, and torch.compile on this torch (older than 2.13) cannot read"
+
+
 def test_a_tree_deeper_than_the_cycle_bound_compiles_right():
     """Past ``CYCLE_DEPTH`` a traced walk checks the path for cycles (by
-    identity: dynamo then guards on those containers): still the right result."""
+    identity: dynamo then guards on those containers): still the right result.
+    Where dynamo cannot read ids (torch 2.9-2.12), it raises a clear error
+    naming the path instead of tracing on without end."""
+    import torch._dynamo
+
     fn = _functions(None)["tree_map"]
     torch._dynamo.reset()
     compiled = torch.compile(fn, fullgraph=True, backend="eager")
+    assert _pure.tracer_reads_identity is READS_IDENTITY
     for _ in range(2):
         tree = _chain(_pure.CYCLE_DEPTH + 5, _r())
-        _assert_same(compiled(tree), fn(tree))
+        if READS_IDENTITY:
+            _assert_same(compiled(tree), fn(tree))
+        else:
+            with pytest.raises(Exception) as full:
+                compiled(tree)
+            assert TOO_DEEP in str(full.value.__cause__) + str(full.value)
 
 
 def _cycles():
@@ -426,6 +442,24 @@ def test_a_cycle_under_compile_raises_the_eager_error(name):
         pk.flatten(tree)
     message = str(eager.value)
     assert "cycle: this container is the one at" in message
+    if not READS_IDENTITY:
+        # torch 2.9-2.12: with fullgraph=True, the clear error at the bound
+        # (without it, dynamo runs the call eagerly, which raises the eager
+        # error); dynamo's own walk of a cyclic input deeper than the bound
+        # fails before ours gets there (docs/compatibility.md)
+        fn = _functions(None)["tree_map"]
+        torch._dynamo.reset()
+        with pytest.raises(Exception) as full:
+            torch.compile(fn, fullgraph=True, backend="eager")(tree)
+        if name == "deep":
+            assert "RecursionError" in str(full.value)
+            return
+        assert TOO_DEEP in str(full.value.__cause__) + str(full.value)
+        torch._dynamo.reset()
+        with pytest.raises(ValueError) as compiled:
+            torch.compile(fn, backend="eager")(tree)
+        assert str(compiled.value) == message
+        return
     fn = _functions(None)["tree_map"]
     torch._dynamo.reset()
     with pytest.raises(ValueError) as compiled:
@@ -449,8 +483,9 @@ def test_identity_is_read_only_past_the_bound_while_tracing():
         return real_id(x)
 
     tree = {"a": [Target(_r(), _r(1))], "b": (_r(), {"c": None})}
-    old = _pure.compiling
+    old, old_identity = _pure.compiling, _pure.tracer_reads_identity
     _pure.compiling = lambda: True
+    _pure.tracer_reads_identity = True
     _pure.__dict__["id"] = counting_id
     try:
         for mode in (0, 1, 2):
@@ -464,9 +499,18 @@ def test_identity_is_read_only_past_the_bound_while_tracing():
         ):
             _pure.flatten(a)
         assert calls
+        # where the tracer cannot read ids, the walk stops at the bound with
+        # a clear error naming the path, cycle or not, and reads no id
+        calls.clear()
+        _pure.tracer_reads_identity = False
+        for deep in (a, _chain(_pure.CYCLE_DEPTH + 5, _r())):
+            with pytest.raises(ValueError, match=r"^tree(\[\d\]|\['k'\])+: .*older than 2\.13"):
+                _pure.flatten(deep)
+        assert calls == []
+        assert _pure.flatten(_chain(_pure.CYCLE_DEPTH - 1, _r()))[0]  # under the bound
     finally:
         del _pure.__dict__["id"]
-        _pure.compiling = old
+        _pure.compiling, _pure.tracer_reads_identity = old, old_identity
 
 
 # -- a compiled model in a training loop, and torch.export ---------------------

@@ -80,6 +80,11 @@ INJECTIONS = {
     # torch.compiler.is_compiling, once torch._dynamo is imported: the pure
     # engine never imports torch, and must know when dynamo traces it
     ("_dynamo", "_pure", "compiling"),
+    ("_dynamo", "_spec", "compiling"),
+    # what the installed torch's tracer can follow (docs/compatibility.md):
+    # the traced walk keeps to it
+    ("_dynamo", "_pure", "tracer_reads_instance_dicts"),
+    ("_dynamo", "_pure", "tracer_reads_identity"),
     # tree_get, for pk.Accessor (in _keys, below _spec, which makes accessors)
     ("_paths", "_keys", "_tree_get"),
 }
