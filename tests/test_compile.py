@@ -451,8 +451,8 @@ def test_a_cycle_under_compile_raises_the_eager_error(name):
         torch._dynamo.reset()
         with pytest.raises(Exception) as full:
             torch.compile(fn, fullgraph=True, backend="eager")(tree)
-        if name == "deep":
-            assert "RecursionError" in str(full.value)
+        if name == "deep" and _dynamo.torch_version(torch.__version__) < (2, 12):
+            assert "RecursionError" in str(full.value)  # dynamo's own, 2.9-2.11
             return
         assert TOO_DEEP in str(full.value.__cause__) + str(full.value)
         torch._dynamo.reset()
