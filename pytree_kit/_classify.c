@@ -194,7 +194,8 @@ fail:
 
 /* Whether a dataclass's attribute lookup is the generic one: object's own
  * __getattribute__, or, for a dataclass that is a dict (transformers'
- * ModelOutput), dict's, which is object's lookup under another name. */
+ * ModelOutput), dict's, which is object's lookup under another name (up to
+ * 3.13; from 3.14 dict inherits object's, and the first test takes it). */
 static int
 generic_lookup(PyTypeObject *t)
 {

@@ -172,7 +172,9 @@ static PyObject *s_tree_flatten, *s_tree_unflatten, *s_fields, *s_n_sequence_fie
 static PyObject *empty_tuple;
 static PyObject *object_new_fn;          /* object.__dict__['__new__'] */
 static PyObject *object_getattribute_fn; /* object.__dict__['__getattribute__'] */
-static PyObject *dict_getattribute_fn;   /* dict.__dict__['__getattribute__'] */
+/* dict.__getattribute__, through dict's MRO: dict.__dict__['__getattribute__']
+ * up to 3.13, object's from 3.14 (dict inherits it) */
+static PyObject *dict_getattribute_fn;
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers */

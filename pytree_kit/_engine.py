@@ -1,5 +1,12 @@
 """Chooses the engine: the C extension when importable, else the pure one.
 
+Importing pytree_kit never fails because of the extension: one that is built
+but does not load (an ImportError such as a missing symbol, or any exception
+its init raises, as on a Python it does not know) leaves the pure engine in
+charge, with a ``RuntimeWarning`` naming the error, which
+``engine_info()["reason"]`` records. (CI checks that the C engine is the one
+that runs where it is required.)
+
 ``PYTREE_KIT_PURE=1`` in the environment forces the pure engine.
 ``engine_info()`` says which engine runs, why, and which of the C engine's
 fast paths are on for this interpreter.
@@ -20,6 +27,7 @@ import os
 import platform
 import sys
 import sysconfig
+import warnings
 from typing import Any, Callable, Optional, TypeVar
 
 from . import _keys, _pure, _spec
@@ -43,6 +51,16 @@ def wants_c(setting: Optional[str], gil_enabled: Optional[Callable[[], bool]]) -
     return gil_enabled is None or gil_enabled()
 
 
+def _fallback_warning(reason: str) -> None:
+    """Say, once, that a C extension which is there did not load, and why."""
+    warnings.warn(
+        f"pytree_kit: {reason}; using the pure-Python engine, which gives the same "
+        "results more slowly (pytree_kit.engine_info() says why)",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 impl: Any = _pure
 #: why ``impl`` is the engine it is, in words (``engine_info()["reason"]``)
 _reason = ""
@@ -58,9 +76,16 @@ if wants_c(_setting, getattr(sys, "_is_gil_enabled", None)):
             if exc.name == "pytree_kit._speedups"
             else f"the C extension could not be imported ({exc})"
         )
+        if exc.name != "pytree_kit._speedups":
+            _fallback_warning(_reason)
     except ImportError as exc:  # built, but it does not load here
         impl = _pure
         _reason = f"the C extension could not be imported ({exc})"
+        _fallback_warning(_reason)
+    except Exception as exc:  # it loads, but its init refuses this Python
+        impl = _pure
+        _reason = f"the C extension could not be imported ({type(exc).__name__}: {exc})"
+        _fallback_warning(_reason)
     else:
         impl = _speedups
         _reason = "the C extension is built and imported"

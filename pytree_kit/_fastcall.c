@@ -278,8 +278,51 @@ static PyMethodDef fastcall_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+#if PY_VERSION_HEX >= 0x030E0000
+/* From 3.14 functools.update_wrapper copies a def's __annotate__, not its
+ * __annotations__ (PEP 649), which a function works out from __annotate__
+ * when asked: a FastCall gives its def's, unless some were set on it (as
+ * update_wrapper sets them up to 3.13, into its __dict__). */
+static PyObject *s_annotations;
+
+static PyObject *
+fastcall_get_annotations(PyObject *self, void *unused)
+{
+    FastCall *fc = (FastCall *)self;
+    if (fc->dict != NULL) {
+        PyObject *v = PyDict_GetItemWithError(fc->dict, s_annotations); /* borrowed */
+        if (v != NULL) {
+            return Py_NewRef(v);
+        }
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    return PyObject_GetAttr(fc->func, s_annotations);
+}
+
+static int
+fastcall_set_annotations(PyObject *self, PyObject *value, void *unused)
+{
+    PyObject *dict = PyObject_GenericGetDict(self, NULL);
+    if (dict == NULL) {
+        return -1;
+    }
+    int r = value != NULL ? PyDict_SetItem(dict, s_annotations, value)
+                          : PyDict_DelItem(dict, s_annotations);
+    Py_DECREF(dict);
+    if (r < 0 && value == NULL && PyErr_ExceptionMatches(PyExc_KeyError)) {
+        PyErr_SetObject(PyExc_AttributeError, s_annotations);
+    }
+    return r;
+}
+#endif
+
 static PyGetSetDef fastcall_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+#if PY_VERSION_HEX >= 0x030E0000
+    {"__annotations__", fastcall_get_annotations, fastcall_set_annotations, NULL, NULL},
+#endif
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -311,6 +354,11 @@ pk_fastcall_add(PyObject *module)
         (s_rules = PyUnicode_InternFromString("rules")) == NULL) {
         return -1;
     }
+#if PY_VERSION_HEX >= 0x030E0000
+    if ((s_annotations = PyUnicode_InternFromString("__annotations__")) == NULL) {
+        return -1;
+    }
+#endif
     if (PyType_Ready(&FastCall_Type) < 0) {
         return -1;
     }

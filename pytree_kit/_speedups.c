@@ -165,6 +165,23 @@ builtin_own(PyTypeObject *t, PyObject *name)
     return v;
 }
 
+/* What t.name is, found through t's MRO as an instance's lookup finds it (a
+ * new reference): unlike builtin_own, the entry may be a base's. dict's
+ * __getattribute__ is its own slot wrapper up to 3.13; from 3.14 dict has no
+ * tp_getattro of its own and inherits object's (and its wrapper). */
+static PyObject *
+builtin_found(PyTypeObject *t, PyObject *name)
+{
+    PyObject *v = _PyType_Lookup(t, name); /* borrowed; runs no code */
+    if (v == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_RuntimeError, "%s has no %U", t->tp_name, name);
+        }
+        return NULL;
+    }
+    return Py_NewRef(v);
+}
+
 #define INTERN(var, text)                                     \
     do {                                                      \
         if ((var = PyUnicode_InternFromString(text)) == NULL) \
@@ -258,7 +275,7 @@ PyInit__speedups(void)
     INTERN(s_getattribute, "__getattribute__");
     if ((object_new_fn = builtin_own(&PyBaseObject_Type, s_new)) == NULL ||
         (object_getattribute_fn = builtin_own(&PyBaseObject_Type, s_getattribute)) == NULL ||
-        (dict_getattribute_fn = builtin_own(&PyDict_Type, s_getattribute)) == NULL) {
+        (dict_getattribute_fn = builtin_found(&PyDict_Type, s_getattribute)) == NULL) {
         goto fail;
     }
     INTERN(s_len, "__len__");

@@ -33,9 +33,12 @@ loads every page of the docs site in it, and fails under ``CI=true`` without it)
   be ``"c"``.
 
 Interpreters are found as people find them: ``python3.X`` on PATH, then pyenv's
-``versions/3.X.*`` (``pyenv root``, ``$PYENV_ROOT`` or ``~/.pyenv``). With
-``CI=true`` a missing one fails the run; otherwise its jobs are skipped, with
-a line saying so.
+``versions/3.X.*`` (``pyenv root``, ``$PYENV_ROOT`` or ``~/.pyenv``); for 3.14,
+last, the one ``scripts/python314.sh`` makes from Debian's packages
+(``$PYTREE_KIT_PY314_PREFIX/bin/python3.14``, by default under
+``~/.cache/pytree_kit``). With ``CI=true`` or ``--make-python314`` a missing
+3.14 is made with that script. With ``CI=true`` a missing one fails the run;
+otherwise its jobs are skipped, with a line saying so.
 
 Jobs run two at a time (the machine has 2 cores), with one thread for torch's
 and the BLAS libraries' pools in each (``THREAD_VARS``), those with the longest work
@@ -64,7 +67,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
-VERSIONS = ("3.10", "3.11", "3.12", "3.13")
+VERSIONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
 FULL = "3.11"
 # The pure-engine, no-fast-paths and sanitizer jobs run on the oldest and the
 # newest Python only (every Python runs the C engine's whole suite, with the
@@ -128,9 +131,34 @@ def _pyenv_root() -> Optional[Path]:
     return Path(root) if os.path.isdir(root) else None
 
 
+def py314_prefix() -> Path:
+    """Where scripts/python314.sh makes its 3.14 interpreter."""
+    prefix = os.environ.get("PYTREE_KIT_PY314_PREFIX")
+    return Path(prefix) if prefix else Path.home() / ".cache" / "pytree_kit" / "python3.14"
+
+
+def make_python314() -> Optional[str]:
+    """Runs scripts/python314.sh (Debian's 3.14, unpacked under py314_prefix());
+    its last line is the interpreter. None, with the reason logged, if it fails."""
+    bash = shutil.which("bash")
+    if bash is None:
+        log("cannot make Python 3.14: no bash")
+        return None
+    log("Python 3.14 not found: making it with scripts/python314.sh")
+    proc = subprocess.run(
+        [bash, str(ROOT / "scripts" / "python314.sh")], capture_output=True, text=True
+    )
+    lines = proc.stdout.split()
+    if proc.returncode != 0 or not lines:
+        log(f"scripts/python314.sh failed ({proc.returncode}): {proc.stderr.strip()[-1000:]}")
+        return None
+    return lines[-1] if _version_of(lines[-1]) == "3.14" else None
+
+
 def find_python(version: str) -> Optional[str]:
     """An interpreter for version '3.X': python3.X on PATH (a pyenv shim for a
-    version that is not selected fails its check), else pyenv's newest 3.X.*."""
+    version that is not selected fails its check), else pyenv's newest 3.X.*,
+    else, for 3.14, the one scripts/python314.sh made."""
     candidates = []
     on_path = shutil.which(f"python{version}")
     if on_path:
@@ -144,6 +172,8 @@ def find_python(version: str) -> Optional[str]:
             return int(m.group(1)) if m else -1
 
         candidates += sorted(found, key=patch, reverse=True)
+    if version == "3.14":
+        candidates.append(str(py314_prefix() / "bin" / "python3.14"))
     for python in candidates:
         if _version_of(python) == version:
             return python
@@ -481,12 +511,19 @@ def main() -> int:
     parser.add_argument("--python", action="append", choices=VERSIONS, help="only these")
     parser.add_argument("--jobs", type=int, default=2, help="jobs at a time (default 2)")
     parser.add_argument("--list", action="store_true", help="list the jobs and exit")
+    parser.add_argument(
+        "--make-python314",
+        action="store_true",
+        help="make Python 3.14 with scripts/python314.sh if it is not found (as CI=true does)",
+    )
     args = parser.parse_args()
     strict = os.environ.get("CI", "").lower() in ("true", "1")
     wanted = args.python or list(VERSIONS)
     pythons, missing = {}, []
     for v in wanted:
         python = find_python(v)
+        if python is None and v == "3.14" and (strict or args.make_python314):
+            python = make_python314()
         if python is None:
             missing.append(v)
             log(f"Python {v} not found (python{v} on PATH, pyenv): its jobs are skipped")

@@ -285,8 +285,11 @@ def test_unflatten_bound_smoke(tmp_path: Path) -> None:
     for row in rows[1:]:
         cells = [c.strip() for c in row.strip("|").split("|")]
         ways = [float(c) for c in cells[2:5] if c != "n/a"]
-        # the bound is the fastest way, and every tree has the first two
-        assert len(ways) >= 2 and float(cells[5]) == min(ways) > 0 and float(cells[6]) > 0, row
+        # the bound is the fastest way, and every tree has the first two (on
+        # 3.10-3.13: from 3.14 the bound makes its dicts by inserting alone)
+        least = 2 if sys.version_info < (3, 14) else 1
+        assert len(ways) >= least and float(cells[5]) == min(ways) > 0, row
+        assert float(cells[6]) > 0, row
         # (bold under the target; a noisy run may put pk under the bound)
         most = r"(\*\*)?[0-9.]+\N{MULTIPLICATION SIGN}(\*\*)?( \(pk under the bound\))?|n/a"
         assert re.fullmatch(most, cells[-2]), row

@@ -44,6 +44,39 @@ def test_a_failing_shim_on_path_falls_back_to_pyenv(
     assert ci.find_python("3.99") is None
 
 
+def test_python_314_is_found_where_its_script_makes_it(
+    tmp_path: Path, monkeypatch: Any, ci: Any
+) -> None:
+    """Last of 3.14's candidates: scripts/python314.sh's prefix
+    (PYTREE_KIT_PY314_PREFIX), whose bin/python3.14 is the interpreter."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "none"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("PYTREE_KIT_PY314_PREFIX", str(tmp_path / "prefix"))
+    made = tmp_path / "prefix" / "bin" / "python3.14"
+    # (this interpreter stands for a 3.14 one)
+    monkeypatch.setattr(ci, "_version_of", lambda p: "3.14" if Path(p).exists() else None)
+    assert ci.find_python("3.14") is None
+    made.parent.mkdir(parents=True)
+    made.symlink_to(sys.executable)
+    assert ci.find_python("3.14") == str(made)
+    monkeypatch.delenv("PYTREE_KIT_PY314_PREFIX")
+    assert ci.py314_prefix() == tmp_path / ".cache" / "pytree_kit" / "python3.14"
+
+
+def test_python_314_is_made_with_its_script(tmp_path: Path, monkeypatch: Any, ci: Any) -> None:
+    """make_python314 runs scripts/python314.sh and takes its last line; a
+    script that fails gives None."""
+    script = tmp_path / "scripts" / "python314.sh"
+    script.parent.mkdir()
+    script.write_text(f"echo making >&2\necho something\necho {sys.executable}\n")
+    monkeypatch.setattr(ci, "ROOT", tmp_path)
+    monkeypatch.setattr(ci, "_version_of", lambda p: "3.14" if p == sys.executable else None)
+    assert ci.make_python314() == sys.executable
+    script.write_text("echo 'no mirror' >&2\nexit 3\n")
+    assert ci.make_python314() is None
+
+
 def test_a_missing_python_fails_under_ci_and_is_named_otherwise(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     env = dict(os.environ, PATH=str(tmp_path / "empty"), PYENV_ROOT=str(tmp_path / "none"))
@@ -55,7 +88,8 @@ def test_a_missing_python_fails_under_ci_and_is_named_otherwise(tmp_path: Path) 
         strict.stdout
     )
     assert (
-        "ci: FAILED: CI=true and no interpreter for Python 3.10, 3.11, 3.12, 3.13" in strict.stdout
+        "ci: FAILED: CI=true and no interpreter for Python 3.10, 3.11, 3.12, 3.13, 3.14"
+        in strict.stdout
     )
     # a person without the interpreters is told, and nothing is tested
     relaxed = subprocess.run(cmd, env=dict(env, CI=""), capture_output=True, text=True)

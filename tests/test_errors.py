@@ -276,11 +276,20 @@ def test_protocol_returning_the_wrong_shape_is_a_type_error(returned, message):
         pk.flatten({"w": Wrong()})
 
 
+def _set_of_a_list_says() -> str:
+    """What Python says of a list put in a set (3.14 says it in more words)."""
+    try:
+        set([[]])
+    except TypeError as e:
+        return str(e)
+    raise AssertionError("a list is hashable")
+
+
 @pytest.mark.parametrize(
     ("entries", "message"),
     [
         (("a", "a"), "the entries of {} must be distinct, got ['a', 'a']"),
-        (([], "b"), "the entries of {} must be hashable (unhashable type: 'list')"),
+        (([], "b"), f"the entries of {{}} must be hashable ({_set_of_a_list_says()})"),
     ],
 )
 @pytest.mark.parametrize("by_rule", [False, True])

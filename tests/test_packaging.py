@@ -39,7 +39,10 @@ def test_every_declared_python_is_a_tested_python(ci: Any) -> None:
     assert declared == ci.VERSIONS
     assert project["requires-python"] == f">={ci.VERSIONS[0]}"
     first, last = (tuple(map(int, v.split("."))) for v in (ci.VERSIONS[0], ci.VERSIONS[-1]))
-    assert _engine.VALIDATED_PYTHONS == (first, last)
+    # the C engine's layout-reading fast paths were validated from the first
+    # declared version on, up to the last or an earlier one (3.13: on 3.14
+    # they are off, and the engine reads through the public API)
+    assert _engine.VALIDATED_PYTHONS[0] == first and _engine.VALIDATED_PYTHONS[1] <= last
     assert ci.FULL in ci.VERSIONS and set(ci.SANITIZED) <= set(ci.VERSIONS)
 
 

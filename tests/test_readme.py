@@ -47,7 +47,10 @@ def test_demo_smoke():
     rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
     assert "| 9 leaves | 1 leaf: the whole object |" in rows["dataclass batch of 9 leaves"]
     assert rows["self-referencing dict"].split("|")[2].strip() == "ValueError"
-    assert "interpreter left unusable" in rows["self-referencing dict"]
+    if sys.version_info < (3, 14):
+        assert "interpreter left unusable" in rows["self-referencing dict"]
+    else:  # jax's comparator fails cleanly from 3.14 (tests/test_peers.py)
+        assert "RecursionError" in rows["self-referencing dict"].split("|")[3]
     assert "tree.targets[1].labels" in out
 
 

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -165,6 +166,127 @@ def test_engine_info_says_why_an_extension_did_not_load() -> None:
     info = _info_in_child(_BLOCKER.format(error=broken))
     assert info["engine"] == "python"
     assert info["reason"] == "the C extension could not be imported (undefined symbol: PyFoo)"
+
+
+# An extension module pytree_kit._speedups whose init raises, as the C engine's
+# did on 3.14 before it knew dict's __getattribute__ was object's there
+_RAISING_INIT = r"""
+#include <Python.h>
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    PyErr_SetString(PyExc_RuntimeError, "dict has no __getattribute__");
+    return NULL;
+}
+"""
+
+# runs in a child, the package first on sys.path: it imports pytree_kit with
+# every warning recorded, and says what it got
+_IMPORT_AND_REPORT = """
+    import sys, warnings
+    sys.path.insert(0, {where!r})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import pytree_kit as pk
+    print(repr({{
+        "file": pk.__file__,
+        "engine": pk.ENGINE,
+        "reason": pk.engine_info()["reason"],
+        "leaves": pk.leaves({{"a": [1, (2, None)], "b": 3}}),
+        "warnings": [(w.category.__name__, str(w.message)) for w in caught],
+    }}))
+"""
+
+
+def _import_in_child(code: str) -> dict:
+    full = {k: v for k, v in os.environ.items() if k != "PYTREE_KIT_PURE"}
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return eval(out.stdout)  # a dict of str, list, tuple
+
+
+def _assert_fell_back(got: dict, error: str) -> None:
+    assert got["engine"] == "python"
+    assert error in got["reason"], got["reason"]
+    assert got["leaves"] == [1, 2, 3]
+    warned = [m for c, m in got["warnings"] if c == "RuntimeWarning" and error in m]
+    assert len(warned) == 1, got["warnings"]
+    assert "pure-Python engine" in warned[0]
+
+
+def test_an_extension_whose_init_raises_leaves_the_pure_engine(tmp_path) -> None:
+    """A real extension module _speedups whose init raises RuntimeError, in a
+    copy of the package: the import succeeds, on the pure engine, with a
+    RuntimeWarning naming the error, which engine_info() records."""
+    import shutil
+    import sysconfig
+
+    cc = (sysconfig.get_config_var("CC") or "cc").split()
+    if shutil.which(cc[0]) is None:
+        pytest.skip(f"no C compiler ({cc[0]})")
+    package = Path(pk.__file__).resolve().parent
+    copy = tmp_path / "pytree_kit"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+    source = tmp_path / "raising.c"
+    source.write_text(_RAISING_INIT)
+    ext = copy / ("_speedups" + sysconfig.get_config_var("EXT_SUFFIX"))
+    include = sysconfig.get_path("include")
+    made = subprocess.run(
+        [*cc, "-shared", "-fPIC", f"-I{include}", str(source), "-o", str(ext)],
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"the test extension does not build here: {made.stderr[-500:]}")
+    got = _import_in_child(_IMPORT_AND_REPORT.format(where=str(tmp_path)))
+    assert Path(got["file"]).resolve().parent == copy.resolve()
+    _assert_fell_back(got, "RuntimeError: dict has no __getattribute__")
+
+
+_RAISING_LOADER = """
+    import importlib.abc, importlib.util, sys
+    class Raising(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path=None, target=None):
+            if name == "pytree_kit._speedups":
+                return importlib.util.spec_from_loader(name, self)
+        def create_module(self, spec):
+            return None
+        def exec_module(self, module):
+            raise {error}
+    sys.meta_path.insert(0, Raising())
+"""
+
+
+@pytest.mark.parametrize(
+    "error, named",
+    [
+        (
+            "RuntimeError('dict has no __getattribute__')",
+            "RuntimeError: dict has no __getattribute__",
+        ),
+        ("SystemError('a new Python')", "SystemError: a new Python"),
+        ("ImportError('undefined symbol: PyFoo')", "undefined symbol: PyFoo"),
+    ],
+)
+def test_any_error_loading_the_extension_leaves_the_pure_engine(error: str, named: str) -> None:
+    code = _RAISING_LOADER.format(error=error) + _IMPORT_AND_REPORT.format(where="")
+    got = _import_in_child(code)
+    _assert_fell_back(got, named)
+
+
+def test_a_missing_extension_is_no_warning() -> None:
+    """The pure install (no compiler at install time) said so when installed;
+    importing it warns of nothing."""
+    missing = "ModuleNotFoundError('No module named x', name='pytree_kit._speedups')"
+    code = _BLOCKER.format(error=missing) + _IMPORT_AND_REPORT.format(where="")
+    got = _import_in_child(code)
+    assert got["engine"] == "python" and got["warnings"] == []
 
 
 @needs_c

@@ -19,6 +19,10 @@
  *           make it; on 3.13, where the engine makes none, the shared keys of
  *           a class's instances (made for the node by the script, its
  *           attributes set in the node's order).
+ * build1 and build2 read and write CPython's dict layouts as 3.10 to 3.13 lay
+ * them out (LAYOUTS); on another version (3.14: dicts are tracked by the
+ * collector from birth, among other changes) only build0 is made, its keys
+ * read from the plan's tuple, and nothing of a dict's layout is read.
  * Every unflatten must make these objects and walk these nodes, so no real
  * one can be faster on the same tree; its time bounds every ratio to a peer.
  * Not thread-safe, not reentrant. */
@@ -26,6 +30,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+/* the dict layouts below are those of 3.10 to 3.13 */
+#define LAYOUTS (PY_VERSION_HEX < 0x030E0000)
 
 #if PY_VERSION_HEX >= 0x030B0000
 typedef struct {
@@ -59,7 +66,8 @@ typedef struct {
     int kind;
     Py_ssize_t arity;
     PyObject *tmpl; /* DICT: its keys, inserted in order, each to None */
-    PyObject **keys; /* DICT: the template's keys */
+    PyObject **keys; /* DICT: the template's keys (LAYOUTS), else the items of names */
+    PyObject *names; /* DICT: the keys tuple of the plan */
     size_t size; /* DICT: the template's table in bytes */
     PyObject *split; /* DICT, or NULL: (instance, its __dict__), a split table */
     Keys *shared; /* the shared keys build2 uses: split's __dict__'s (3.13), or
@@ -80,6 +88,7 @@ plan_free(PyObject *cap)
     for (Py_ssize_t i = 0; p && i < p->n; i++) {
         Py_XDECREF(p->nodes[i].tmpl);
         Py_XDECREF(p->nodes[i].split);
+        Py_XDECREF(p->nodes[i].names);
     }
     PyMem_Free(p);
 }
@@ -111,7 +120,7 @@ compile(PyObject *self, PyObject *plan)
                               &split)) {
             goto fail;
         }
-        if (split != Py_None) {
+        if (split != Py_None && LAYOUTS) {
             /* (instance, its __dict__): a split table whose keys are the node's, in order */
             PyObject *d = PyTuple_Check(split) && PyTuple_GET_SIZE(split) == 2
                               ? PyTuple_GET_ITEM(split, 1) : NULL;
@@ -138,11 +147,20 @@ compile(PyObject *self, PyObject *plan)
         if ((node->tmpl = PyDict_New()) == NULL) {
             goto fail;
         }
+        if (!PyTuple_Check(keys) || PyTuple_GET_SIZE(keys) != node->arity) {
+            PyErr_SetString(PyExc_TypeError, "a dict's keys: a tuple of its arity");
+            goto fail;
+        }
+        node->names = Py_NewRef(keys);
         for (Py_ssize_t j = 0; j < node->arity; j++) {
             if (PyDict_SetItem(node->tmpl, PyTuple_GET_ITEM(keys, j), Py_None) < 0) {
                 goto fail;
             }
         }
+#if !LAYOUTS
+        node->keys = &PyTuple_GET_ITEM(keys, 0);
+        continue;
+#endif
         Keys *k = (Keys *)((PyDictObject *)node->tmpl)->ma_keys;
         node->keys = (PyObject **)(k->dk_indices + INDEX_BYTES(k)) + KEY0;
         node->size = sizeof(Keys) + INDEX_BYTES(k) + ((SLOTS(k) << 1) / 3) * STEP * sizeof(PyObject *);
@@ -189,6 +207,9 @@ split_ok(PyObject *self, PyObject *cap)
     if (p == NULL) {
         return NULL;
     }
+    if (!LAYOUTS) {
+        Py_RETURN_FALSE;
+    }
     for (Py_ssize_t i = 0; i < p->n; i++) {
         if (p->nodes[i].kind == DICT && p->nodes[i].split == NULL) {
             Py_RETURN_FALSE;
@@ -206,6 +227,9 @@ table_copy_ok(PyObject *self, PyObject *cap)
     Plan *p = PyCapsule_GetPointer(cap, "plan");
     if (p == NULL) {
         return NULL;
+    }
+    if (!LAYOUTS) {
+        Py_RETURN_FALSE;
     }
     for (Py_ssize_t i = 0; i < p->n; i++) {
         Node *node = &p->nodes[i];
@@ -256,6 +280,10 @@ build(PyObject *list, int mode)
         PyErr_SetString(PyExc_ValueError, "no plan, or not a list of its number of leaves");
         return NULL;
     }
+    if (mode != 0 && !LAYOUTS) {
+        PyErr_SetString(PyExc_RuntimeError, "build1 and build2 know the layouts of 3.10-3.13");
+        return NULL;
+    }
 #if PY_VERSION_HEX < 0x030C0000
     int gc_was_on = PyGC_Disable();
 #endif
@@ -293,7 +321,7 @@ build(PyObject *list, int mode)
             if (mode == 0) {
                 for (Py_ssize_t j = 0; j < a; j++) {
                     PyObject *v = stack[sp - a + j];
-                    if (PyDict_SetItem(o, node->keys[j * STEP], v) < 0) {
+                    if (PyDict_SetItem(o, node->keys[LAYOUTS ? j * STEP : j], v) < 0) {
                         return NULL;
                     }
                     Py_DECREF(v);
