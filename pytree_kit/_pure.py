@@ -477,7 +477,7 @@ def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tup
         # A dataclass that is also a dict (transformers' ModelOutput): its dict
         # view must hold exactly the values of fields of the same name.
         base = OrderedDict if isinstance(obj, OrderedDict) else dict
-        dict_keys = tuple(base.keys(obj))
+        dict_keys = tuple(list(base.keys(obj)))
         present = dict(zip(names, children))
         present.update(static)
         for k in dict_keys:
@@ -674,7 +674,7 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
         if t is _NoneType:
             return NONE_NODE, (), _SEQ, None
         if t is OrderedDict:
-            order = tuple(obj)
+            order = _key_order(obj)
             return (ORDEREDDICT, None, len(order), order), [obj[k] for k in order], _MAP, order
         if t is defaultdict:
             keys = _leaf_order(obj)
@@ -707,9 +707,17 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
     return None
 
 
+def _key_order(obj: dict) -> tuple:
+    """The keys of a dict in insertion order. ``tuple(list(obj))``, not
+    ``tuple(obj)``: torch.compile's tracer on torch 2.15 guards no key order
+    for ``tuple(obj)``, so a compiled call would reuse the graph of a dict
+    whose keys came in another order (a stale result); it does for ``list``."""
+    return tuple(list(obj))
+
+
 def dict_order_differs(node: tuple, obj: dict) -> Any:
     """The insertion order of a dict node, when it differs from its leaf order."""
-    order = tuple(obj)
+    order = _key_order(obj)
     keys = node[3] if node[0] == DICT else node[3][1]
     return None if order == keys else order
 
@@ -1266,7 +1274,7 @@ def _match(node: tuple, obj: Any, stack: list, label: str, other: str) -> tuple:
             if mine[3] == aux:
                 return children, keymode, names
     elif kind == ORDEREDDICT:
-        if ot is OrderedDict and tuple(obj) == aux:
+        if ot is OrderedDict and _key_order(obj) == aux:
             return [obj[k] for k in aux], _MAP, aux
     elif kind == DEQUE:
         if ot is deque and len(obj) == arity and obj.maxlen == aux:

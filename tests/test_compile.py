@@ -385,6 +385,26 @@ def test_a_tree_built_anew_with_new_containers_each_step_is_one_graph():
     assert backend.graphs == 1
 
 
+@pytest.mark.parametrize("container", [dict, collections.OrderedDict])
+def test_a_dict_whose_keys_come_in_another_order_compiles_anew(container):
+    """The keys' insertion order is part of what a call gives back (a dict
+    rebuilt in its order; an OrderedDict's node): a dict of the same keys in
+    another order must not reuse the first graph (torch 2.15 guards no key
+    order for ``tuple(d)``, and gave the first order back)."""
+    fns = _functions(None)
+    for name in ("flatten_unflatten", "tree_map", "structure"):
+        fn = fns[name]
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, fullgraph=True, backend="eager")
+        for keys in (("z", "a", "m"), ("a", "m", "z"), ("z", "a", "m")):
+            tree = {"d": container((k, _r()) for k in keys)}
+            got, want = compiled(tree), fn(tree)
+            if name == "structure":
+                got, want = got[0], want[0]
+            _assert_same(got, want)
+            assert list(got["d"]) == list(want["d"]) == list(keys), (name, keys)
+
+
 def _chain(depth, leaf):
     tree = leaf
     for i in range(depth):
