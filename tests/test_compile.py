@@ -94,6 +94,17 @@ def test_flatten_and_unflatten_compile_with_no_graph_break(name):
     assert type(got[0]) is type(tree)
 
 
+@pytest.mark.parametrize("name", sorted(_trees()))
+def test_without_fullgraph_nothing_falls_back_to_eager(name):
+    """A plain torch.compile (no fullgraph) on a supported torch: one graph
+    and no graph break, so no part of the call quietly runs eagerly."""
+    tree = _trees()[name]
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(_double)(tree)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert explained.graph_count == 1
+
+
 def test_compiled_model_with_nested_batch_matches_eager():
     layer = torch.nn.Linear(3, 2)
 
