@@ -318,6 +318,10 @@ def operations() -> Tuple[str, List[Chart]]:
             table(rows),
             "",
         ]
+    # 3.14, where the engine has none of the layout fast paths: the recorded
+    # comparison with 3.13 with and without them (one session's runs)
+    recorded = (RESULTS / "python3.14" / "fast_paths_cost.md").read_text()
+    out += ["### Python 3.14", "", recorded.split("-->", 1)[1].strip(), ""]
     return "\n".join(out), charts
 
 
