@@ -184,6 +184,12 @@ def measure(rounds: int, calls: int, fresh: int) -> list[dict[str, Any]]:
     rows = {name: {"name": name, "missing": step is None} for name, step in steps.items()}
     present = {name: step for name, step in steps.items() if step is not None}
     warm_up()
+    for name in list(present):
+        try:  # optree's C functions trace only where dynamo has stand-ins for them
+            compile_time(present[name])
+        except Exception as e:
+            rows[name]["untraceable"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
+            del present[name]
     for name in present:
         rows[name]["compile_s"] = float("inf")
     for _ in range(rounds):
@@ -249,6 +255,9 @@ def report(rows: list[dict[str, Any]], rounds: int, calls: int, fresh: int) -> s
         if r.get("missing"):
             lines.append(f"| {r['name']} | not installed | | | | |")
             continue
+        if r.get("untraceable"):
+            lines.append(f"| {r['name']} | does not trace on this torch | | | | |")
+            continue
         lines.append(
             f"| {r['name']} | {r['compile_s']:.3f} | {r['call_us']:.1f} | {r['eager_us']:.1f} "
             f"| {r['guards']} | {r['graphs']} |"
@@ -262,9 +271,12 @@ def report(rows: list[dict[str, Any]], rounds: int, calls: int, fresh: int) -> s
         f"**{ours['call_us'] / base['call_us']:.2f}**",
         f"- guards, pytree_kit / torch.utils._pytree: {ours['guards']} / {base['guards']}",
         f"- graphs over {fresh} fresh batches: "
-        + ", ".join(f"{r['name']} {r['graphs']}" for r in rows if not r.get("missing")),
+        + ", ".join(f"{r['name']} {r['graphs']}" for r in rows if "graphs" in r),
         "",
     ]
+    lines += [f"- {r['name']} does not trace here: {r['untraceable']}" for r in rows
+              if r.get("untraceable")]  # fmt: skip
+    lines += [""] if lines[-1] else []
     return "\n".join(lines)
 
 
