@@ -11,18 +11,23 @@ For each supported CPython (``VERSIONS``) it makes a virtual environment in
 with apt-get when it is missing and the run is root's: tests/test_docs_site.py
 loads every page of the docs site in it, and fails under ``CI=true`` without it):
 
-- the suite on the C engine, then on the pure engine (``PYTREE_KIT_PURE=1``;
-  less the benchmark scripts' smoke runs, marked ``scripts``; 60 examples a
-  property test, the ``pure`` profile of ``tests/conftest.py``, where the
-  C-engine job, which runs the differential tests of both engines, runs 150).
+- the suite on the C engine, on every version, and on the pure engine
+  (``PYTREE_KIT_PURE=1``; less the benchmark scripts' smoke runs, marked
+  ``scripts``; 60 examples a property test, the ``pure`` profile of
+  ``tests/conftest.py``, where the C-engine job, which runs the differential
+  tests of both engines, runs 150) on the oldest and newest only (``EDGES``).
   On ``FULL`` (3.11, the Python torch's wheel on this machine is for) that is
   the whole suite with torch, transformers, tensordict and the docs tools; on
   the others the core suite: torch is not installed there, and every torch
   test skips. Tests marked
   ``once`` (lint, types, the docs site: nothing an engine or a Python version
   changes) run only in FULL's C-engine job;
-- the engine tests against a build with every layout-reading fast path left
-  out (``PYTREE_KIT_NO_FAST_PATHS=1``), in a copy of the repository;
+- on ``EDGES``, the engine tests against a build with every layout-reading
+  fast path left out (``PYTREE_KIT_NO_FAST_PATHS=1``), in a copy of the
+  repository;
+- on FULL's Python and build, the compile, tracing and data tests on the
+  oldest supported torch (``OLDEST_TORCH``, the registry's build, pip's cache
+  keeping its ~4.6 GB); ``scripts/torch_matrix.py`` runs every torch;
 - ``scripts/sanitize.sh --quick`` (ASan + UBSan), on ``SANITIZED`` versions,
   with 50 examples a property test (the ``sanitize`` profile of
   ``tests/conftest.py``; the engine jobs run 150);
