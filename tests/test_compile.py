@@ -482,10 +482,13 @@ def test_a_cycle_under_compile_raises_the_eager_error(name):
         torch._dynamo.reset()
         with pytest.raises(Exception) as full:
             torch.compile(fn, fullgraph=True, backend="eager")(tree)
-        if name == "deep" and _dynamo.torch_version(torch.__version__) < (2, 12):
-            assert "RecursionError" in str(full.value)  # dynamo's own, 2.9-2.11
+        text = str(full.value.__cause__) + str(full.value)
+        if name == "deep" and "RecursionError" in text:
+            # dynamo's own walk of the cyclic input fails first on 2.9-2.10
+            # (the matrix: 2.9 and 2.10 here, 2.11 and 2.12 reach ours)
+            assert _dynamo.torch_version(torch.__version__) < (2, 11)
             return
-        assert TOO_DEEP in str(full.value.__cause__) + str(full.value)
+        assert TOO_DEEP in text
         torch._dynamo.reset()
         with pytest.raises(ValueError) as compiled:
             torch.compile(fn, backend="eager")(tree)
