@@ -130,8 +130,8 @@ def render(results: dict) -> str:
     """The compatibility table: a row per cell, a column per feature, each
     ``passed / run`` (run: passed and failed; skips are counted apart)."""
     cells = sorted(results.values(), key=lambda r: (r["python"], _minor_key(r["torch"])))
-    head = "| Python | torch | " + " | ".join(FEATURES) + " |"
-    lines = [head, "|" + "---|" * (len(FEATURES) + 2)]
+    head = "| Python | torch | " + " | ".join(FEATURES) + " | commit |"
+    lines = [head, "|" + "---|" * (len(FEATURES) + 3)]
     for r in cells:
         row = [r["python"], r["torch"]]
         for f in FEATURES:
@@ -139,6 +139,7 @@ def render(results: dict) -> str:
             run = c["passed"] + c["failed"]
             mark = "" if c["failed"] == 0 and run else " ✗"
             row.append(f"{c['passed']} / {run}{mark}")
+        row.append(r.get("commit", "not recorded"))
         lines.append("| " + " | ".join(row) + " |")
     skipped = {f"{r['python']}/{r['torch']}": sum(c["skipped"] for c in r["features"].values())
                for r in cells}  # fmt: skip
@@ -181,6 +182,14 @@ def sh(cmd: list, log, **kw) -> None:
         raise RuntimeError(f"{cmd[0]} ... exited with {proc.returncode}")
 
 
+def checkout_commit() -> str:
+    """HEAD's short hash, with "-dirty" when the copied files differ from it."""
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
 def run_cell(python_version: str, minor: str, logdir: Path) -> Optional[dict]:
     """One cell: a venv, that torch, the tests. The venv is deleted after."""
     python = find_python(python_version)
@@ -197,6 +206,7 @@ def run_cell(python_version: str, minor: str, logdir: Path) -> Optional[dict]:
     ):
         venv, src = Path(tmp) / "venv", Path(tmp) / "src"
         copy_checkout(src)
+        commit = checkout_commit()
         sh([python, "-m", "venv", venv], log)
         py = venv / "bin" / "python"
         env = {**os.environ, "PIP_CONSTRAINT": "/dev/null"}
@@ -223,6 +233,7 @@ def run_cell(python_version: str, minor: str, logdir: Path) -> Optional[dict]:
         "torch": versions[0].split("+")[0],
         "torch_build": versions[0],
         "engine": versions[1],
+        "commit": commit,
         "seconds": round(time.monotonic() - t0),
         "features": features,
     }
