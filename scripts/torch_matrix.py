@@ -183,10 +183,14 @@ def sh(cmd: list, log, **kw) -> None:
 
 
 def checkout_commit() -> str:
-    """HEAD's short hash, with "-dirty" when the copied files differ from it."""
+    """HEAD's short hash, with "-dirty" when the copied files differ from it
+    (other than in what this script writes: the results and the page)."""
     git = ["git", "-C", str(ROOT)]
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
+    ours = [f":!{p.relative_to(ROOT)}" for p in (RESULTS, PAGE)]
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--", ".", *ours], capture_output=True, text=True
+    )
     return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
