@@ -685,7 +685,12 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
         if t is deque:
             children = tuple(obj)
             return (DEQUE, None, len(children), obj.maxlen), children, _SEQ, None
-    if getattr(t, "__tree_flatten__", None) is not None:
+    key = (class_traits, t)
+    traits = cache.get(key)
+    if traits is None:
+        traits = cache[key] = class_traits(t)
+    custom, structseq, dataclass, attrs = traits
+    if custom:
         if not callable(getattr(t, "__tree_unflatten__", None)):
             raise TypeError(
                 f"{where(_path(stack))}: {_qualname(t)} defines __tree_flatten__ "
@@ -694,17 +699,38 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
         children, tail, names, mode = _custom_result(obj.__tree_flatten__(), stack, t)
         return (CUSTOM, t, len(children), tail), children, mode, names
     if isinstance(obj, tuple):
-        if hasattr(t, "n_sequence_fields") and hasattr(t, "n_fields"):
+        if structseq:
             return _structseq_node(obj, t)
         if _is_namedtuple(obj, t):
             children = _items(obj)
             return (NAMEDTUPLE, t, len(children), t._fields), children, _ATTR, t._fields
         return None
-    if hasattr(t, "__dataclass_fields__"):
+    if dataclass:
         return _record_fields(obj, t, DATACLASS, stack, cache)
-    if hasattr(t, "__attrs_attrs__"):
+    if attrs:
         return _record_fields(obj, t, ATTRS, stack, cache)
     return None
+
+
+def class_traits(t: Any) -> tuple:
+    """``(custom, structseq, dataclass, attrs)`` for ``classify``, bools:
+    whether the class ``t`` defines ``__tree_flatten__``; for a tuple type,
+    whether it has a structseq's ``n_sequence_fields`` and ``n_fields``; for
+    any other, whether it is a dataclass, else an attrs class (the reads
+    ``_classify.c``'s ``make_plan`` makes).
+
+    A fact about the class alone (one of ``CLASS_FACTS``): while
+    torch.compile traces, the compiled code checks each container's type
+    once, not each of these reads of it (on torch 2.9, two guards less per
+    dataclass instance in a batch). Bools only: the tracer cannot guard a
+    value a fact returned, so classify branches on them and takes its kinds
+    from this module."""
+    custom = getattr(t, "__tree_flatten__", None) is not None
+    if issubclass(t, tuple):
+        return custom, hasattr(t, "n_sequence_fields") and hasattr(t, "n_fields"), False, False
+    if hasattr(t, "__dataclass_fields__"):
+        return custom, False, True, False
+    return custom, False, False, hasattr(t, "__attrs_attrs__")
 
 
 def _key_order(obj: dict) -> tuple:
@@ -1419,4 +1445,4 @@ def path_get(tree: Any, path: tuple) -> tuple:
 #: bools in tuples: while torch.compile traces, the tracer runs each as it
 #: is and takes its result as a constant (``_dynamo`` marks them so), as
 #: dynamo 2.9-2.11 cannot follow the reads of class dicts they make.
-CLASS_FACTS = (record_fields, slot_names, data_descriptor, tuple_overrides)
+CLASS_FACTS = (class_traits, record_fields, slot_names, data_descriptor, tuple_overrides)
