@@ -2,6 +2,7 @@
 
     python benchmarks/compiled.py           # full run, writes benchmarks/results/compiled.md
     python benchmarks/compiled.py --quick   # a smoke run (CI), writes nothing unless --out DIR
+    python benchmarks/compiled.py --instructions  # adds each call's instructions (callgrind)
 
 A wrapper flattens a nested batch of 100 tensor leaves (an image and 33
 ``Target`` dataclasses of three tensors each, in a dict and a list), adds 1 to
@@ -18,12 +19,21 @@ For each library, in one process:
   it), best of the rounds, the libraries interleaved in each round, after one
   untimed compile (dynamo's first in a process sets itself up);
 - **call**: the steady-state time of a compiled call on a batch it has not
-  seen (guard evaluation, the graph, rebuilding the output), best of the rounds;
+  seen (guard evaluation, the graph, rebuilding the output), best of the rounds,
+  the libraries interleaved in each round;
 - **eager**: the wrapper's time without torch.compile, for scale;
 - **guards**: the leaf guards of the compiled code (dynamo's guard tree,
   walked), and **graphs**: how many graphs 20 fresh batches compiled.
 
 Ratios are pytree_kit / torch.utils._pytree (at most 1.0 is the target).
+
+On a busy machine the call times mislead; ``--instructions`` also counts
+the instructions of a compiled call under valgrind's callgrind, which other
+processes do not change: each library in a child process, which compiles
+its wrapper, warms it on 5 batches, then makes ``CALLGRIND_CALLS`` calls on
+fresh batches from inside ``sorted`` (callgrind collects only inside
+CPython's ``builtin_sorted``: ``--toggle-collect``). Several minutes per
+library: torch's import and dynamo run under valgrind too.
 """
 
 from __future__ import annotations
@@ -32,6 +42,9 @@ import argparse
 import dataclasses
 import os
 import platform
+import re
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -179,7 +192,7 @@ def compile_time(step: Callable[[Any], Any]) -> float:
 
 
 def measure(rounds: int, calls: int, fresh: int) -> list[dict[str, Any]]:
-    """Every library's row; the compiles are timed in interleaved rounds."""
+    """Every library's row; the compiles and the calls are timed in interleaved rounds."""
     steps = {name: make() for name, make in LIBRARIES.items()}
     rows = {name: {"name": name, "missing": step is None} for name, step in steps.items()}
     present = {name: step for name, step in steps.items() if step is not None}
@@ -197,28 +210,67 @@ def measure(rounds: int, calls: int, fresh: int) -> list[dict[str, Any]]:
             rows[name]["compile_s"] = min(rows[name]["compile_s"], compile_time(step))
     batches = [make_batch() for _ in range(max(calls, fresh))]
     for name, step in present.items():
-        row = rows[name]
         compile_time(step)
-        row["guards"] = count_guards(step)
-        torch._dynamo.reset()
+        rows[name]["guards"] = count_guards(step)
+    # Each library's step is its own code, so their compiled entries live side
+    # by side after one reset; the timed rounds then interleave the libraries,
+    # so that a busy machine slows each alike.
+    torch._dynamo.reset()
+    compiled = {}
+    for name, step in present.items():
         backend = CountingBackend()
-        compiled = torch.compile(step, backend=backend, fullgraph=True)
+        compiled[name] = torch.compile(step, backend=backend, fullgraph=True)
         for b in batches[:fresh]:
-            check_result(compiled(b), b)
-        row["graphs"] = backend.graphs
-        best_call = best_eager = float("inf")
-        for _ in range(rounds):
+            check_result(compiled[name](b), b)
+        rows[name]["graphs"] = backend.graphs
+        rows[name]["call_us"] = rows[name]["eager_us"] = float("inf")
+    for _ in range(rounds):
+        for name, step in present.items():
+            row, fn = rows[name], compiled[name]
             t0 = time.perf_counter()
             for b in batches[:calls]:
-                compiled(b)
-            best_call = min(best_call, (time.perf_counter() - t0) / calls)
+                fn(b)
+            row["call_us"] = min(row["call_us"], (time.perf_counter() - t0) / calls * 1e6)
             t0 = time.perf_counter()
             for b in batches[:calls]:
                 step(b)
-            best_eager = min(best_eager, (time.perf_counter() - t0) / calls)
-        row["call_us"] = best_call * 1e6
-        row["eager_us"] = best_eager * 1e6
+            row["eager_us"] = min(row["eager_us"], (time.perf_counter() - t0) / calls * 1e6)
     return list(rows.values())
+
+
+CALLGRIND_CALLS = 40
+
+
+def callgrind_child(name: str) -> None:
+    """In the child under callgrind: compile, warm, then the counted calls."""
+    step = LIBRARIES[name]()
+    compiled = torch.compile(step, backend="eager", fullgraph=True)
+    batches = [make_batch() for _ in range(5 + CALLGRIND_CALLS)]
+    for b in batches[:5]:
+        check_result(compiled(b), b)
+    # Collected: only what runs inside builtin_sorted, that is these calls.
+    sorted(batches[5:], key=lambda b: (compiled(b), 0)[1])
+
+
+def call_instructions(name: str) -> float:
+    """Instructions of one compiled call of ``name``'s wrapper (callgrind)."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("compiled.py --instructions: valgrind is not installed")
+    proc = subprocess.run(
+        [valgrind, "--tool=callgrind", "--collect-atstart=no",
+         "--toggle-collect=builtin_sorted", "--callgrind-out-file=/dev/null",
+         sys.executable, __file__, "--callgrind-child", name],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    found = re.search(r"Collected : (\d+)", proc.stderr)
+    if proc.returncode or found is None or int(found.group(1)) == 0:
+        tail = "\n".join(proc.stderr.splitlines()[-15:])
+        raise SystemExit(
+            f"compiled.py --instructions: callgrind counted nothing for {name} "
+            f"(exit {proc.returncode}; does this Python have symbols for builtin_sorted?)\n{tail}"
+        )
+    return int(found.group(1)) / CALLGRIND_CALLS
 
 
 def versions() -> str:
@@ -231,6 +283,18 @@ def versions() -> str:
         parts.append("optree not installed")
     parts.append(f"pytree_kit {pk.__version__} ({pk.ENGINE} engine)")
     return "; ".join(parts)
+
+
+def instructions_line(rows: list[dict[str, Any]]) -> list[str]:
+    """The report's line on callgrind's counts, when they were taken."""
+    ours, base = rows[0], next(r for r in rows if r["name"] == "torch.utils._pytree")
+    if "call_ir" not in ours:
+        return []
+    each = ", ".join(f"{r['name']} {r['call_ir'] / 1e6:.2f} M" for r in rows if "call_ir" in r)
+    return [
+        f"- a compiled call in instructions (callgrind, {CALLGRIND_CALLS} calls), "
+        f"pytree_kit / torch.utils._pytree: **{ours['call_ir'] / base['call_ir']:.2f}** ({each})"
+    ]
 
 
 def report(rows: list[dict[str, Any]], rounds: int, calls: int, fresh: int) -> str:
@@ -269,6 +333,7 @@ def report(rows: list[dict[str, Any]], rounds: int, calls: int, fresh: int) -> s
         f"**{ours['compile_s'] / base['compile_s']:.2f}**",
         f"- steady-state call, pytree_kit / torch.utils._pytree: "
         f"**{ours['call_us'] / base['call_us']:.2f}**",
+        *instructions_line(rows),
         f"- guards, pytree_kit / torch.utils._pytree: {ours['guards']} / {base['guards']}",
         f"- graphs over {fresh} fresh batches: "
         + ", ".join(f"{r['name']} {r['graphs']}" for r in rows if "graphs" in r),
@@ -284,9 +349,20 @@ def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run")
     parser.add_argument("--out", type=Path, default=None, help="the folder to write compiled.md in")
+    parser.add_argument(
+        "--instructions", action="store_true", help="also count a call's instructions (callgrind)"
+    )
+    parser.add_argument("--callgrind-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.callgrind_child:
+        callgrind_child(args.callgrind_child)
+        return 0
     rounds, calls, fresh = (1, 20, 20) if args.quick else (7, 500, 20)
     rows = measure(rounds, calls, fresh)
+    if args.instructions:
+        for row in rows:
+            if "call_us" in row:
+                row["call_ir"] = call_instructions(row["name"])
     text = report(rows, rounds, calls, fresh)
     print(text)
     out = args.out if args.out is not None else (None if args.quick else RESULTS)

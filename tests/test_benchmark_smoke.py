@@ -255,6 +255,39 @@ def test_compiled_benchmark_smoke(tmp_path: Path) -> None:
     assert "Python 3." in report and "torch " in report
 
 
+@pytest.mark.once
+def test_compiled_benchmark_counts_instructions_in_a_child() -> None:
+    """--instructions runs each library's calls in a child under callgrind:
+    the child (here without valgrind) compiles, checks its results and makes
+    its calls; the report gives the counts' ratio."""
+    pytest.importorskip("torch")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "compiled.py"),
+            "--callgrind-child",
+            "pytree_kit",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        compiled = importlib.import_module("compiled")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    rows = [
+        {"name": "pytree_kit", "call_ir": 2.0e6},
+        {"name": "torch.utils._pytree", "call_ir": 2.5e6},
+        {"name": "optree", "untraceable": "no"},
+    ]
+    (line,) = compiled.instructions_line(rows)
+    assert "**0.80**" in line and "pytree_kit 2.00 M, torch.utils._pytree 2.50 M)" in line
+    assert compiled.instructions_line([{"name": "pytree_kit"}, rows[1]]) == []
+
+
 def test_leaves_bound_smoke(tmp_path: Path) -> None:
     """benchmarks/leaves_bound.py compiles its bound, checks it gives the same
     leaves as pk.leaves on each tree, and reports a row per tree (no timing is
