@@ -416,12 +416,25 @@ def _optree_native(t: type) -> bool:
 # jax
 
 
-def _jax_flatten(cls: type, namespace: str, obj: Any) -> tuple[Any, Any]:
-    import jax.tree_util as jtu
+#: jax.tree_util.tree_flatten_with_path, bound by the first jax_rules (or
+#: the first rule run in a process that unpickled one): code that later puts
+#: pytree_kit behind jax's names does not make the rules call themselves.
+_jax_flatten_with_path: Any = None
 
+
+def _bind_jax() -> Any:
+    global _jax_flatten_with_path
+    if _jax_flatten_with_path is None:
+        import jax.tree_util as jtu
+
+        _jax_flatten_with_path = jtu.tree_flatten_with_path
+    return _jax_flatten_with_path
+
+
+def _jax_flatten(cls: type, namespace: str, obj: Any) -> tuple[Any, Any]:
     # one level: everything below obj is a leaf (in every jax this project
     # supports; flatten_one_level_with_keys is newer than 3.10's jax)
-    pairs, treedef = jtu.tree_flatten_with_path(obj, is_leaf=lambda x: x is not obj)
+    pairs, treedef = _bind_jax()(obj, is_leaf=lambda x: x is not obj)
     if len(pairs) == 1 and pairs[0][0] == ():
         raise TypeError(f"{cls.__qualname__} is not registered with jax.tree_util")
     keys = [_jax_key_name(path[0]) for path, _ in pairs]
@@ -468,6 +481,7 @@ def jax_rules(*types: type) -> dict[type, Rule]:
             "jax_rules(*types): name the classes (jax.tree_util has no public list of "
             "its registrations)"
         )
+    _bind_jax()
     # jax can only say whether an instance is a node: a class that is not
     # registered raises TypeError when its rule first runs
     return rules_for("jax", types, lambda t: True)

@@ -184,15 +184,37 @@ class TreeSpec:
         """How many nodes: containers (None included) plus leaves, as jax and optree count."""
         return len(self._nodes)
 
-    def is_leaf(self) -> bool:
-        """True when this spec is a single leaf.
+    def __len__(self) -> int:
+        """The number of leaves (``num_leaves``), as ``len`` of an optree spec.
+
+        A spec is true even with no leaves (``bool`` does not follow ``len``
+        here, as it does for optree's), so ``if spec:`` means "a spec".
+
+        Examples:
+            >>> import pytree_kit as pk
+            >>> len(pk.structure({"a": [1, 2], "b": None})), bool(pk.structure(None))
+            (2, True)
+        """
+        return self._num_leaves
+
+    def __bool__(self) -> bool:
+        return True
+
+    def is_leaf(self, *, strict: bool = True) -> bool:
+        """True when this spec is a single leaf; with ``strict=False``, when
+        it is a single node: a leaf, ``None`` or an empty container (optree's
+        ``PyTreeSpec.is_leaf``).
 
         Examples:
             >>> import pytree_kit as pk
             >>> pk.structure(1.0).is_leaf(), pk.structure([1.0]).is_leaf()
             (True, False)
+            >>> pk.structure([]).is_leaf(), pk.structure([]).is_leaf(strict=False)
+            (False, True)
         """
-        return self._nodes[0][0] == LEAF
+        if strict:
+            return self._nodes[0][0] == LEAF
+        return len(self._nodes) == 1
 
     @property
     def num_children(self) -> int:
@@ -558,6 +580,8 @@ class TreeSpec:
             >>> pk.TreeSpec.from_json(spec.to_json()) == spec
             True
         """
+        if type(self) is not TreeSpec:  # TreeSpec.to_json(x) with x not a spec
+            raise TypeError(f"TreeSpec.to_json: expected a TreeSpec, got {type(self).__qualname__}")
         return nodes_to_json(self._nodes, self._orders, self._num_leaves)
 
     @classmethod

@@ -241,3 +241,23 @@ def test_a_context_object_of_the_registering_module_round_trips_through_json():
     # only the rule's registration makes the module's names readable
     with pytest.raises(ValueError, match="is not allowed"):
         pk.TreeSpec.from_json(text, rules={OMeta: pk.Rule(lambda o: ((o.x,), 0), OMeta)})
+
+
+def test_jax_rules_keep_jaxs_own_function_when_pytree_kit_is_put_behind_jaxs_names(monkeypatch):
+    """A shim that puts pytree_kit behind jax.tree_util.tree_flatten_with_path,
+    with jax_rules for jax's classes: the rules call jax's own function,
+    bound by jax_rules, not the shim (which would call itself)."""
+    rules = pk.jax_rules(JBox, JPlain)
+    calls = []
+
+    def shim(tree: Any, is_leaf: Any = None) -> Any:
+        calls.append(1)
+        if len(calls) > 5:
+            raise AssertionError("the rules called the shim: it recurses")
+        pairs, spec = pk.flatten_with_path(tree, is_leaf=is_leaf, rules=rules)
+        return pairs, spec
+
+    monkeypatch.setattr(jtu, "tree_flatten_with_path", shim)
+    pairs, _ = jtu.tree_flatten_with_path([JBox(1, JPlain(2))])
+    assert [v for _, v in pairs] == [1, 2]
+    assert len(calls) == 1

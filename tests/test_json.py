@@ -2094,3 +2094,8 @@ def test_pickle_keeps_dict_insertion_order() -> None:
     back = pickle.loads(pickle.dumps(spec))
     rebuilt = back.unflatten([4, 5, 6])
     assert list(rebuilt) == ["b", "a"] and list(rebuilt["a"]) == ["d", "c"]
+
+
+def test_to_json_of_something_not_a_spec_says_what_it_got():
+    with pytest.raises(TypeError, match=r"^TreeSpec\.to_json: expected a TreeSpec, got list$"):
+        pk.TreeSpec.to_json([1, 2])  # type: ignore[arg-type]

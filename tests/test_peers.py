@@ -264,6 +264,30 @@ def test_spec_paths_and_keystr_options_match_jax(tree: Any, options: dict) -> No
 
 @SETTINGS
 @given(trees(with_deque=True))
+def test_len_and_is_leaf_match_optree(tree: Any) -> None:
+    """``len(spec)`` and ``spec.is_leaf(strict=...)`` as optree's spec has them;
+    the spec stays true with no leaves (optree's is false then)."""
+    optree = _optree()
+    spec, ospec = pk.structure(tree), optree.tree_structure(tree)
+    assert len(spec) == len(ospec) == spec.num_leaves
+    assert spec.is_leaf() == ospec.is_leaf()
+    for strict in (True, False):
+        assert spec.is_leaf(strict=strict) == ospec.is_leaf(strict=strict), strict
+    assert bool(spec) is True
+
+
+def test_len_and_is_leaf_on_the_edge_cases_match_optree() -> None:
+    optree = _optree()
+    for tree in (1, None, [], (), {}, [None], [[]], {"a": ()}, (1,), OrderedDict()):
+        spec, ospec = pk.structure(tree), optree.tree_structure(tree)
+        assert len(spec) == len(ospec), tree
+        assert [spec.is_leaf(strict=s) for s in (True, False)] == [
+            ospec.is_leaf(strict=s) for s in (True, False)
+        ], tree
+
+
+@SETTINGS
+@given(trees(with_deque=True))
 def test_flatten_one_level_and_num_children_match_optree(tree: Any) -> None:
     optree = _optree()
     spec, ospec = pk.structure(tree), optree.tree_structure(tree)
