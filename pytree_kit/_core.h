@@ -161,6 +161,7 @@ static PyObject *LEAF_NODE, *NONE_NODE;
 static PyTypeObject *TreeSpec_type;
 static Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash, off_paths, off_plan;
 static PyObject *py_customised; /* _pure._customised: a record class's attribute hook */
+static PyObject *py_refuse_leaves, *py_refuse_trees; /* _pure's: a str, bytes or mapping given */
 static PyObject *py_classify, *py_dict_order_differs, *py_custom_result,
     *py_rule_result, *py_cycle_error, *py_match, *py_mismatch, *py_build;
 static PyObject *SequenceKey_t, *DictKey_t, *GetAttrKey_t;

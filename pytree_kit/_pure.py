@@ -16,6 +16,7 @@ import functools
 import sys
 import types
 from collections import OrderedDict, defaultdict, deque
+from collections.abc import Mapping
 from itertools import islice
 from typing import Any, Iterator
 
@@ -1107,12 +1108,44 @@ def build(kind: int, t: Any, aux: Any, children: list, order: Any) -> Any:
     raise ValueError(f"unknown node kind {kind!r}")  # pragma: no cover - specs are validated
 
 
+def _refuse_iterable(value: Any, call: str, one: str, many: str) -> None:
+    """Raise TypeError for a str, bytes or mapping given where an iterable of
+    leaves or trees belongs: iterating it gives characters, bytes or keys,
+    never what the caller meant (a bug in the caller's code)."""
+    if isinstance(value, str):
+        items = "characters"
+    elif isinstance(value, (bytes, bytearray)):
+        items = "bytes"
+    elif isinstance(value, Mapping):
+        items = "keys"
+    else:
+        return
+    name = type(value).__name__
+    raise TypeError(
+        f"{call}: the {many} must be a list (or another iterable) of {many}, not {name}: "
+        f"its {items} would each be taken as a {one}; to give the {name} as one {one}, "
+        "pass [it]"
+    )
+
+
+def refuse_leaves(leaves: Any) -> None:
+    """``_refuse_iterable`` for unflatten's leaves (the C engine calls it too)."""
+    _refuse_iterable(leaves, "unflatten", "leaf", "leaves")
+
+
+def refuse_trees(trees: Any) -> None:
+    """``_refuse_iterable`` for ``TreeSpec.columns``'s trees (the C engine calls it too)."""
+    _refuse_iterable(trees, "TreeSpec.columns", "tree", "trees")
+
+
 def _read_leaves(leaves: Any, n: int) -> Any:
     """The leaves as a list or tuple. A sized iterable is read whole, so the
     error can count it; an iterator only up to one leaf more than the spec
-    needs, so an endless one is an error, not a hang."""
+    needs, so an endless one is an error, not a hang. A str, bytes or
+    mapping is refused (``refuse_leaves``)."""
     if type(leaves) is list or type(leaves) is tuple:
         return leaves
+    refuse_leaves(leaves)
     if hasattr(type(leaves), "__len__"):
         return list(leaves)
     got = list(islice(leaves, n + 1))
@@ -1358,6 +1391,8 @@ def flatten_up_to_columns(
 ) -> list:
     """flatten_up_to of each tree, as one list per leaf of the spec:
     ``columns[j][k]`` is leaf ``j`` of ``trees[k]``."""
+    if type(trees) is not list and type(trees) is not tuple:
+        refuse_trees(trees)
     rows = [flatten_up_to(spec, t, label, other) for t in tuple(trees)]
     return (
         [list(column) for column in zip(*rows)] if rows else [[] for _ in range(spec._num_leaves)]

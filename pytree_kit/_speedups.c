@@ -228,6 +228,8 @@ PyInit__speedups(void)
     if (!(LEAF_NODE = get_attr(kinds, "LEAF_NODE")) || !(NONE_NODE = get_attr(kinds, "NONE_NODE")) ||
         !(py_classify = get_attr(pure, "classify")) ||
         !(py_customised = get_attr(pure, "_customised")) ||
+        !(py_refuse_leaves = get_attr(pure, "refuse_leaves")) ||
+        !(py_refuse_trees = get_attr(pure, "refuse_trees")) ||
         !(py_dict_order_differs = get_attr(pure, "dict_order_differs")) ||
         !(py_custom_result = get_attr(pure, "_custom_result")) ||
         !(py_rule_result = get_attr(pure, "_rule_result")) ||

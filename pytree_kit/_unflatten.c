@@ -687,6 +687,11 @@ read_leaves(PyObject *leaves, Py_ssize_t n)
         Py_INCREF(leaves);
         return leaves;
     }
+    PyObject *ok = PyObject_CallOneArg(py_refuse_leaves, leaves); /* a str, bytes, mapping */
+    if (ok == NULL) {
+        return NULL;
+    }
+    Py_DECREF(ok);
     PyObject *len = PyObject_GetAttr((PyObject *)Py_TYPE(leaves), s_len);
     if (len != NULL) {
         Py_DECREF(len);

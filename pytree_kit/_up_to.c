@@ -966,6 +966,14 @@ sp_flatten_up_to_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     Py_ssize_t nleaves = call.nleaves;
     PyObject *columns = NULL;
+    if (!PyList_CheckExact(args[1]) && !PyTuple_CheckExact(args[1])) {
+        PyObject *ok = PyObject_CallOneArg(py_refuse_trees, args[1]); /* a str, bytes, mapping */
+        if (ok == NULL) {
+            up_to_clear(&call);
+            return NULL;
+        }
+        Py_DECREF(ok);
+    }
     /* a tuple of its own: user code run while flattening cannot change it */
     PyObject *trees = PySequence_Tuple(args[1]);
     Vec out;

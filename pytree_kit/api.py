@@ -63,7 +63,9 @@ def unflatten(spec: TreeSpec, leaves: Iterable[Any]) -> Any:
     The same as ``spec.unflatten(leaves)``. Raises ValueError giving both
     counts when there are too few or too many leaves. A list, tuple or other
     sized iterable is read whole; an iterator is read up to one leaf past
-    the spec's count, so an endless one is an error, not a hang.
+    the spec's count, so an endless one is an error, not a hang. A str,
+    bytes or mapping raises TypeError: its characters, bytes or keys are
+    not leaves (pass ``[it]`` for one leaf, ``iter(it)`` for its items).
 
     Examples:
         >>> import pytree_kit as pk

@@ -18,8 +18,9 @@ import os
 import pickle
 import random
 import sys
+import types
 from collections import OrderedDict, defaultdict, deque, namedtuple
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import pytest
@@ -324,11 +325,66 @@ def test_unflatten_wrong_counts(tree: Any, delta: int) -> None:
 
 def test_unflatten_takes_any_iterable() -> None:
     spec = _pure.flatten({"a": [0, 0], "b": (0,)}, None, None)[1]
-    for leaves in (iter("xyz"), "xyz", (c for c in "xyz"), range(3), deque("xyz")):
+    for leaves in (
+        iter("xyz"),
+        (c for c in "xyz"),
+        range(3),
+        deque("xyz"),
+        {"x": 1, "y": 2, "z": 3}.values(),
+    ):
         got = _speedups.unflatten(spec, leaves)
         assert got == _pure.unflatten(spec, list(got["a"]) + list(got["b"]))
     with pytest.raises(TypeError):
         _speedups.unflatten(spec, 3)
+
+
+class _Mapping(Mapping):
+    """A mapping that is not a dict."""
+
+    def __init__(self, d: dict) -> None:
+        self.d = d
+
+    def __getitem__(self, k: Any) -> Any:
+        return self.d[k]
+
+    def __iter__(self) -> Any:
+        return iter(self.d)
+
+    def __len__(self) -> int:
+        return len(self.d)
+
+
+@pytest.mark.parametrize(
+    ("value", "name", "items"),
+    [
+        ("xyz", "str", "characters"),
+        (b"xyz", "bytes", "bytes"),
+        (bytearray(b"xyz"), "bytearray", "bytes"),
+        ({"x": 1, "y": 2, "z": 3}, "dict", "keys"),
+        (OrderedDict(x=1, y=2, z=3), "OrderedDict", "keys"),
+        (types.MappingProxyType({"x": 1, "y": 2, "z": 3}), "mappingproxy", "keys"),
+        (_Mapping({"x": 1, "y": 2, "z": 3}), "_Mapping", "keys"),
+    ],
+)
+def test_a_str_bytes_or_mapping_is_refused_as_leaves_or_trees(
+    value: Any, name: str, items: str
+) -> None:
+    """Its characters, bytes or keys would be taken one by one: a TypeError
+    naming what was passed, the same from both engines (every public way in:
+    tests/test_errors.py)."""
+    spec = _pure.flatten([0, 0, 0], None, None)[1]
+    a, _ = same_outcome("unflatten", spec, value)
+    assert a[1] is TypeError and a[2] == (
+        f"unflatten: the leaves must be a list (or another iterable) of leaves, not {name}: "
+        f"its {items} would each be taken as a leaf; to give the {name} as one leaf, pass [it]"
+    )
+    a, _ = same_outcome("flatten_up_to_columns", spec, value)
+    assert a[1] is TypeError and a[2].startswith(
+        f"TreeSpec.columns: the trees must be a list (or another iterable) of trees, not {name}: "
+        f"its {items} would each be taken as a tree"
+    )
+    # given as one leaf it is taken whole
+    assert same_outcome("unflatten", _pure.flatten([0], None, None)[1], [value])[0][1] == [value]
 
 
 # -- hand-written bad input: same type, same message ----------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
+import types
 from collections import OrderedDict, defaultdict, deque
 from typing import Any
 
@@ -25,6 +26,36 @@ class Target:
 class Static:
     x: Any
     tag: Any = dataclasses.field(default="a", metadata={"static": True})
+
+
+# -- leaves given as a str, bytes or mapping --------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["xyz", b"xyz", bytearray(b"xyz"), {"x": 1, "y": 2, "z": 3}, types.MappingProxyType({"x": 1})],
+    ids=["str", "bytes", "bytearray", "dict", "mappingproxy"],
+)
+def test_a_str_bytes_or_mapping_given_as_leaves_or_trees_is_a_type_error(value: Any) -> None:
+    """Every way in refuses it, naming what was passed (dm-tree raises too);
+    given inside a list it is one leaf, or one tree, as ever."""
+    spec = pk.structure([0, 0, 0])
+    name = type(value).__name__
+    before = snapshot(value)
+    for call in (pk.unflatten, pk.tree_unflatten, lambda s, v: s.unflatten(v)):
+        with pytest.raises(
+            TypeError, match=f"^unflatten: the leaves must be a list .*, not {name}: "
+        ):
+            call(spec, value)
+    with pytest.raises(
+        TypeError, match=f"^TreeSpec.columns: the trees must be a list .*, not {name}: "
+    ):
+        spec.columns(value)
+    assert snapshot(value) == before
+    assert pk.unflatten(pk.structure([0]), [value]) == [value]
+    assert pk.structure([0]).columns([[value]]) == [[value]]
+    # an iterator over it is the caller's own choice: its items, one by one
+    assert pk.unflatten(pk.structure([0] * len(value)), iter(value)) == list(value)
 
 
 # -- unflatten counts ---------------------------------------------------------
