@@ -14,6 +14,7 @@ from __future__ import annotations
 from ._bridge import jax_rules, optree_rules
 from ._compare import assert_same_structure, tree_equal
 from ._engine import ENGINE, engine_info
+from ._errors import StructureError
 from ._keys import Accessor, DictKey, GetAttrKey, SequenceKey, keystr
 from ._kinds import Rule
 from ._paths import (
@@ -83,6 +84,7 @@ __all__ = [
     "MAP_TO_NONE",
     "Rule",
     "SequenceKey",
+    "StructureError",
     "TreeSpec",
     "__version__",
     "all_leaves",

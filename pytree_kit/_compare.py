@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from ._engine import impl as _impl
+from ._errors import StructureError
 from ._keys import where
 from ._kinds import LEAF, check_rules
 from ._paths import tree_get
@@ -66,7 +67,7 @@ def assert_same_structure(a: Any, b: Any, *, is_leaf: IsLeaf = None, rules: Any 
         ... # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: tree['a']: structure mismatch: the first tree has a list of 2, the second ...
+        pytree_kit.StructureError: tree['a']: structure mismatch: the first tree has a list ...
     """
     rules = check_rules(rules)
     sa = _impl.flatten(a, is_leaf, rules)[1]
@@ -78,7 +79,7 @@ def assert_same_structure(a: Any, b: Any, *, is_leaf: IsLeaf = None, rules: Any 
     first, second = tell_apart(
         _what(na, a, path, is_leaf, rules), na[1], _what(nb, b, path, is_leaf, rules), nb[1]
     )
-    raise ValueError(
+    raise StructureError(
         f"{where(path)}: structure mismatch: the first tree has {first}, "
         f"the second tree has {second}"
     )

@@ -21,6 +21,7 @@ from itertools import islice
 from typing import Any, Iterator
 
 from ._bridge import rules_fix
+from ._errors import StructureError
 from ._keys import DictKey, GetAttrKey, SequenceKey, where
 from ._kinds import (
     ATTRS,
@@ -1294,10 +1295,10 @@ def _field_names(t: type) -> Any:
     return None
 
 
-def _mismatch(stack: list, label: str, node: tuple, obj: Any, other: str) -> ValueError:
+def _mismatch(stack: list, label: str, node: tuple, obj: Any, other: str) -> StructureError:
     rules = {node[1]: node[3][0]} if node[0] == RULE else None
     mine, theirs = tell_apart(_describe_node(node), node[1], describe(obj, rules), type(obj))
-    return ValueError(
+    return StructureError(
         f"{where(_path(stack))}: structure mismatch: {label} has {mine}, {other} has {theirs}"
     )
 

@@ -8,6 +8,7 @@ from typing import Any, Callable, Final, Optional
 
 from ._compare import first_difference, mismatch_text
 from ._engine import impl as _impl
+from ._errors import StructureError
 from ._keys import where
 from ._kinds import RULE, check_rules
 from ._spec import TreeSpec, child_key
@@ -76,7 +77,7 @@ def tree_transpose(
     found = None if spec == expected else first_difference(expected, spec)
     if found is not None:
         text = mismatch_text(found, "outer_spec.compose(inner_spec)", "the tree")
-        raise TypeError(f"tree_transpose: {text}")
+        raise StructureError(f"tree_transpose: {text}")
     n_outer, n_inner = outer_spec.num_leaves, inner_spec.num_leaves
     rebuild = _impl.unflatten
     subtrees = [
@@ -165,7 +166,7 @@ def tree_combine(
         more, other_spec = _impl.flatten(other, leaf, rules)
         found = first_difference(spec, other_spec)
         if found is not None:
-            raise ValueError(f"tree_combine: {mismatch_text(found, 'trees[0]', f'trees[{k}]')}")
+            raise StructureError(f"tree_combine: {mismatch_text(found, 'trees[0]', f'trees[{k}]')}")
         columns.append(more)
     out = []
     for row in zip(*columns):

@@ -526,11 +526,12 @@ class TreeSpec:
     # -- operations --------------------------------------------------------
 
     def unflatten(self, leaves: Iterable[Any]) -> Any:
-        """Build a tree of this structure from leaves (any iterable).
+        """Build a tree of this structure from leaves (any iterable but a
+        str, bytes or mapping: see :func:`pytree_kit.unflatten`).
 
         Examples:
             >>> import pytree_kit as pk
-            >>> pk.structure((1, [2, 3])).unflatten("abc")
+            >>> pk.structure((1, [2, 3])).unflatten(["a", "b", "c"])
             ('a', ['b', 'c'])
         """
         return _impl.unflatten(self, leaves)
@@ -551,7 +552,7 @@ class TreeSpec:
             >>> spec.flatten_up_to({"x": 1, "y": (2, 3)})  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             ...
-            ValueError: tree['y']: structure mismatch: the spec has a list of 2, the tree has ...
+            pytree_kit.StructureError: tree['y']: structure mismatch: the spec has a list of 2, ...
         """
         return _impl.flatten_up_to(self, tree)
 

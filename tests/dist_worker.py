@@ -484,6 +484,7 @@ def scenario_collectives() -> dict[str, Callable[[], str]]:
         return expect_value_error(
             lambda: pkt.all_reduce_tree(tree),
             "different structures: leaf 1 is nothing on rank 0 but tree['b'] on rank 1",
+            pk.StructureError,
         )
 
     def mismatch_container() -> str:
@@ -491,6 +492,7 @@ def scenario_collectives() -> dict[str, Callable[[], str]]:
         return expect_value_error(
             lambda: pkt.all_reduce_tree(tree),
             "rank 0 has TreeSpec({'a': [*]}), rank 1 has TreeSpec({'a': (*,)})",
+            pk.StructureError,
         )
 
     def mismatch_shape() -> str:
@@ -558,11 +560,12 @@ def scenario_collectives() -> dict[str, Callable[[], str]]:
     }
 
 
-def expect_value_error(fn: Callable[[], Any], text: str) -> str:
+def expect_value_error(fn: Callable[[], Any], text: str, cls: type = ValueError) -> str:
     try:
         fn()
     except ValueError as e:
         check(text in str(e), f"message {str(e)!r} lacks {text!r}")
+        check(isinstance(e, cls), f"{type(e).__name__} is not a {cls.__name__}")
         return str(e)
     raise AssertionError("no ValueError")
 

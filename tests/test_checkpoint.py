@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")
 dcp = pytest.importorskip("torch.distributed.checkpoint")
 np = pytest.importorskip("numpy")
 
+import pytree_kit as pk  # noqa: E402
 from pytree_kit.torch import checkpoint  # noqa: E402
 from pytree_kit.torch.checkpoint import CheckpointMismatch, PerRank  # noqa: E402
 
@@ -133,7 +134,7 @@ def test_loading_reads_nothing_it_was_not_told_of(tmp_path: Path) -> None:
     other = {"s": Sched(torch.tensor(0.0), 0)}
     with pytest.raises(ValueError, match=r"TrainState is not allowed; pass it in allow="):
         checkpoint.load(other, tmp_path)
-    with pytest.raises(ValueError, match=r"tree\['s'\]: structure mismatch"):
+    with pytest.raises(pk.StructureError, match=r"tree\['s'\]: structure mismatch"):
         checkpoint.load(other, tmp_path, allow=[TrainState])
 
 
@@ -210,7 +211,7 @@ def test_a_differing_template_names_the_first_difference(tmp_path: Path) -> None
     state = {"w": torch.ones(3), "layers": [torch.zeros(2), torch.zeros(2)], "step": 4}
     checkpoint.save(state, tmp_path)
     short = {"w": torch.empty(3), "layers": [torch.empty(2)], "step": 0}
-    with pytest.raises(ValueError, match=r"tree\['layers'\]: structure mismatch"):
+    with pytest.raises(pk.StructureError, match=r"tree\['layers'\]: structure mismatch"):
         checkpoint.load(short, tmp_path)
     with pytest.raises(ValueError, match=r"tree\['w'\]: .*shape \(3,\).*shape \(4,\)"):
         checkpoint.load({**state, "w": torch.empty(4)}, tmp_path)

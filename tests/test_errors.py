@@ -28,6 +28,67 @@ class Static:
     tag: Any = dataclasses.field(default="a", metadata={"static": True})
 
 
+# -- StructureError: one class both camps catch --------------------------------
+
+
+def _structure_mismatches() -> list:
+    """(name, call, message start) for every public function that compares
+    two structures, each given two that differ."""
+    spec = pk.structure({"a": [0, 0]})
+    return [
+        ("flatten_up_to", lambda: spec.flatten_up_to({"a": [1, 2, 3]}),
+         "tree['a']: structure mismatch: the spec has a list of 2, the tree has a list of 3"),
+        ("TreeSpec.columns", lambda: spec.columns([{"a": [1, 2]}, {"a": (1, 2)}]),
+         "tree['a']: structure mismatch: the spec has a list of 2, the tree has a tuple of 2"),
+        ("tree_map", lambda: pk.tree_map(lambda x, y: x, {"a": 1}, {"b": 1}),
+         "tree: structure mismatch: the first tree has a dict with keys ['a'], rest[0] has"),
+        ("tree_map_with_path", lambda: pk.tree_map_with_path(lambda p, x, y: x, [1], [1, 2]),
+         "tree: structure mismatch: the first tree has a list of 1, rest[0] has a list of 2"),
+        ("assert_same_structure", lambda: pk.assert_same_structure([1, (2,)], [1, [2]]),
+         "tree[1]: structure mismatch: the first tree has a tuple of 1, the second tree has"),
+        ("tree_broadcast_prefix", lambda: pk.tree_broadcast_prefix([1, 2], [1, 2, 3]),
+         "tree: structure mismatch: the prefix tree has a list of 2, the full tree has"),
+        ("tree_transpose", lambda: pk.tree_transpose(pk.structure([0, 0]), pk.structure((0,)), [1, 2]),
+         "tree_transpose: tree[0]: structure mismatch: outer_spec.compose(inner_spec) has"),
+        ("tree_combine", lambda: pk.tree_combine({"a": 1}, {"a": [1]}),
+         "tree_combine: tree['a']: structure mismatch: trees[0] has a leaf, trees[1] has"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "call", "start"), _structure_mismatches(), ids=[m[0] for m in _structure_mismatches()]
+)
+def test_every_structure_mismatch_is_a_structure_error_both_camps_catch(name, call, start):
+    """jax's and optree's ``except ValueError`` and dm-tree's ``except
+    TypeError`` both catch it; the message is the one it always was."""
+    with pytest.raises(pk.StructureError) as e:
+        call()
+    assert type(e.value) is pk.StructureError
+    assert str(e.value).startswith(start), (name, str(e.value))
+    for camp in (ValueError, TypeError):
+        try:
+            call()
+        except camp:
+            pass
+    assert pk.StructureError.__mro__[1:3] == (ValueError, TypeError)
+    assert pk.StructureError.__module__ == "pytree_kit"
+
+
+def test_other_errors_are_not_structure_errors():
+    """A wrong leaf count, a bad argument, a cycle: not a structure mismatch."""
+    spec = pk.structure([0, 0])
+    cycle: list = []
+    cycle.append(cycle)
+    for call, cls in (
+        (lambda: spec.unflatten([1]), ValueError),
+        (lambda: pk.unflatten("not a spec", [1]), TypeError),
+        (lambda: pk.flatten(cycle), ValueError),
+    ):
+        with pytest.raises(cls) as e:
+            call()
+        assert not isinstance(e.value, pk.StructureError), e.value
+
+
 # -- leaves given as a str, bytes or mapping --------------------------------
 
 
@@ -82,7 +143,7 @@ def test_unflatten_counts_a_sized_iterable():
     with pytest.raises(ValueError, match="but 5 were given"):
         pk.unflatten(spec, range(5))
     with pytest.raises(ValueError, match="but 1 was given"):
-        pk.unflatten(spec, {"only": 1})
+        pk.unflatten(spec, {"only"})  # a set: sized, read whole
 
 
 def test_unflatten_reads_an_iterator_one_leaf_past_the_spec_and_no_further():

@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch.distributed import ReduceOp
 
 from .. import api
+from .._errors import StructureError
 from .._keys import where
 from .._kinds import Rule
 from ._hidden import check_leaves, first_hidden, hidden_message
@@ -405,7 +406,14 @@ def _check_same(packed: _Packed, group: Any) -> None:
         return
     descriptions: list[Any] = [None] * world
     dist.all_gather_object(descriptions, packed.describe(), group=group)
-    raise ValueError(f"{packed.what}: {_first_difference(descriptions)}")
+    text = _first_difference(descriptions)
+    # ranks whose trees differ in structure: StructureError (a ValueError);
+    # in a tensor's dtype, shape or device: ValueError
+    error = StructureError if text.startswith(_STRUCTURES_DIFFER) else ValueError
+    raise error(f"{packed.what}: {text}")
+
+
+_STRUCTURES_DIFFER = "the ranks hold trees of different structures"
 
 
 def _first_difference(descriptions: list) -> str:

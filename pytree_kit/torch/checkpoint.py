@@ -52,6 +52,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from .. import api
 from .._compare import first_difference, mismatch_text, tree_equal
+from .._errors import StructureError
 from .._jsonvalues import Malformed, decode, encode, resolver
 from .._keys import keystr, where
 from .._kinds import Rule
@@ -588,7 +589,7 @@ def _strict_plan(
         file_spec = _file_spec(flat, file_spec_text, allow, rules, where_)
         found = first_difference(file_spec, flat.spec)
         if found is not None:
-            raise ValueError(
+            raise StructureError(
                 "pytree_kit.torch.checkpoint.load: "
                 + mismatch_text(found, "the checkpoint", "the template")
             )
