@@ -278,7 +278,11 @@ def _node_from_json(node: Any, i: int, table: dict, rules: Any) -> tuple[tuple, 
             and getattr(cls, "n_sequence_fields", None) == arity
         ):
             raise Malformed(f"node {i}: {ref(cls)} is not a structseq of {arity} fields")
-        return (kind, cls, arity, _pairs(node, "hidden", i, table)), None
+        # "hidden": the values outside the sequence, which documents written
+        # before they left the structure hold; checked, then dropped, so such a
+        # document reads as the spec a flatten gives now
+        _pairs(node, "hidden", i, table)
+        return (kind, cls, arity, ()), None
     if kind == DATACLASS or kind == ATTRS:
         return _record_node(kind, cls, node, i, table), None
     arity = _int(node, "arity", i)

@@ -631,14 +631,17 @@ def _stored_len(obj: tuple) -> int:
 
 
 def _structseq_node(obj: Any, t: Any) -> tuple:
+    """A structseq's node: its class and its sequence fields, as in optree and
+    jax. The fields outside the sequence (``tm_zone``, ``st_atime``, ...) are
+    values, not structure: they are in no spec, and ``unflatten`` rebuilds the
+    structseq from its sequence fields alone (``t(children)``: those fields
+    are None, as in optree). The node's aux is ``()`` (a spec from before
+    this kept them there; ``build`` still gives them back)."""
     children = _items(obj)
     n = len(children)
-    hidden: tuple = ()
-    if t.n_fields > t.n_sequence_fields:
-        hidden = tuple(obj.__reduce__()[1][1].items())
     if t.n_unnamed_fields == 0 and len(getattr(t, "__match_args__", ())) == n:
-        return (STRUCTSEQ, t, n, hidden), children, _ATTR, t.__match_args__
-    return (STRUCTSEQ, t, n, hidden), children, _SEQ, None
+        return (STRUCTSEQ, t, n, ()), children, _ATTR, t.__match_args__
+    return (STRUCTSEQ, t, n, ()), children, _SEQ, None
 
 
 def _is_namedtuple(obj: Any, t: Any) -> bool:

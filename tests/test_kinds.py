@@ -179,14 +179,26 @@ def test_structseq_torch_return_types():
     assert [pk.keystr(p) for p, _ in pairs] == [".values", ".indices"]
 
 
-def test_structseq_keeps_its_hidden_fields():
-    st = os.stat(".")
-    leaves, spec, rebuilt = round_trip(st)
-    assert len(leaves) == st.n_sequence_fields
-    assert rebuilt.st_mtime_ns == st.st_mtime_ns and rebuilt.st_blksize == st.st_blksize
+def test_a_structseqs_structure_is_its_class_and_its_sequence_fields():
+    """As in optree and jax: the fields outside the sequence (tm_zone,
+    st_mtime_ns, ...) are values, not structure. They are in no spec, so two
+    structseqs of a class always match; unflatten rebuilds one from its
+    sequence fields, and the others are None."""
+    a, b = time.gmtime(0), time.struct_time(range(9))
+    assert pk.structure(a) == pk.structure(b) and hash(pk.structure(a)) == hash(pk.structure(b))
+    assert pk.structure(a).flatten_up_to(b) == list(b)
+    pk.assert_same_structure(a, b)
+    s1, s2 = os.stat("/"), os.stat(".")
+    out = pk.tree_map(lambda x, y: (x, y), s1, s2)
+    assert type(out) is os.stat_result and out[0] == (s1[0], s2[0])
     tm = time.localtime(0)
-    _, _, back = round_trip(tm)
-    assert back.tm_zone == tm.tm_zone and back.tm_gmtoff == tm.tm_gmtoff
+    _, spec, back = round_trip(tm)
+    assert tuple(back) == tuple(tm) and back.tm_zone is None and back.tm_gmtoff is None
+    _, _, st = round_trip(s1)
+    assert tuple(st) == tuple(s1) and st.st_mtime_ns is None
+    assert spec.to_json() == pk.structure(time.struct_time(range(9))).to_json()
+    optree = pytest.importorskip("optree")
+    assert optree.tree_structure(a) == optree.tree_structure(b)
 
 
 # -- dataclasses ---------------------------------------------------------------
