@@ -11,9 +11,10 @@ from collections import OrderedDict, defaultdict, deque
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 import pytree_kit as pk
-from tests.trees import RULES, ModelOutput, Opaque, snapshot
+from tests.trees import RULES, ModelOutput, Opaque, snapshot, trees
 
 
 @dataclasses.dataclass
@@ -72,6 +73,39 @@ def test_every_structure_mismatch_is_a_structure_error_both_camps_catch(name, ca
             pass
     assert pk.StructureError.__mro__[1:3] == (ValueError, TypeError)
     assert pk.StructureError.__module__ == "pytree_kit"
+
+
+_SIDES = re.compile(
+    r"^(?P<path>tree\S*): structure mismatch: (?P<a>.+?) has (?P<x>.+), (?P<b>[^,]+?) has (?P<y>.+)$"
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees(), trees())
+def test_a_mismatch_message_always_names_a_difference(a: Any, b: Any) -> None:
+    """For any two trees of different structures (every node kind, with
+    rules), the message names the path and two descriptions that differ:
+    never "X has a, Y has a"."""
+    sa, sb = pk.structure(a, rules=RULES), pk.structure(b, rules=RULES)
+    if sa == sb:
+        pk.assert_same_structure(a, b, rules=RULES)
+        return
+    for call, labels in (
+        (
+            lambda: pk.assert_same_structure(a, b, rules=RULES),
+            ("the first tree", "the second tree"),
+        ),
+        (lambda: sa.flatten_up_to(b), ("the spec", "the tree")),
+    ):
+        try:
+            call()
+        except pk.StructureError as e:
+            found = _SIDES.match(str(e))
+            assert found is not None, str(e)
+            assert (found["a"], found["b"]) == labels, str(e)
+            assert found["x"] != found["y"], str(e)
+        else:  # flatten_up_to takes a subtree where the spec has a leaf
+            assert call is not None and sa.is_prefix(sb), (sa, sb)
 
 
 def test_other_errors_are_not_structure_errors():
