@@ -416,18 +416,22 @@ def _optree_native(t: type) -> bool:
 # jax
 
 
-#: jax.tree_util.tree_flatten_with_path, bound by the first jax_rules (or
-#: the first rule run in a process that unpickled one): code that later puts
-#: pytree_kit behind jax's names does not make the rules call themselves.
+#: jax's own tree_flatten_with_path, bound by the first jax_rules (or the
+#: first rule run in a process that unpickled one), so that code that puts
+#: pytree_kit behind jax's public names does not make the rules call
+#: themselves: the function where jax defines it (``jax._src.tree_util``,
+#: which such code leaves alone), else the public one.
 _jax_flatten_with_path: Any = None
 
 
 def _bind_jax() -> Any:
     global _jax_flatten_with_path
     if _jax_flatten_with_path is None:
-        import jax.tree_util as jtu
-
-        _jax_flatten_with_path = jtu.tree_flatten_with_path
+        try:
+            from jax._src.tree_util import tree_flatten_with_path as own
+        except ImportError:  # a jax that defines it elsewhere
+            from jax.tree_util import tree_flatten_with_path as own
+        _jax_flatten_with_path = own
     return _jax_flatten_with_path
 
 

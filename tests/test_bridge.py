@@ -245,9 +245,12 @@ def test_a_context_object_of_the_registering_module_round_trips_through_json():
 
 def test_jax_rules_keep_jaxs_own_function_when_pytree_kit_is_put_behind_jaxs_names(monkeypatch):
     """A shim that puts pytree_kit behind jax.tree_util.tree_flatten_with_path,
-    with jax_rules for jax's classes: the rules call jax's own function,
-    bound by jax_rules, not the shim (which would call itself)."""
-    rules = pk.jax_rules(JBox, JPlain)
+    with jax_rules for jax's classes, made before or after the shim: the
+    rules call jax's own function, not the shim (which would call itself)."""
+    import pytree_kit._bridge as bridge
+
+    monkeypatch.setattr(bridge, "_jax_flatten_with_path", None)  # as in a fresh process
+    rules: Any = None
     calls = []
 
     def shim(tree: Any, is_leaf: Any = None) -> Any:
@@ -258,6 +261,7 @@ def test_jax_rules_keep_jaxs_own_function_when_pytree_kit_is_put_behind_jaxs_nam
         return pairs, spec
 
     monkeypatch.setattr(jtu, "tree_flatten_with_path", shim)
+    rules = pk.jax_rules(JBox, JPlain)  # made after the shim is in place
     pairs, _ = jtu.tree_flatten_with_path([JBox(1, JPlain(2))])
     assert [v for _, v in pairs] == [1, 2]
     assert len(calls) == 1

@@ -11,9 +11,9 @@ vmap and jax's own internals keep jax's tree functions.
 - The registration functions stay jax's (user setup: the classes must stay
   registered with jax for jit and for the bridge); the shim only notes each
   class they register, to name it to ``pk.jax_rules``.
-- ``pk.jax_rules`` calls jax's public ``jax.tree_util.tree_flatten_with_path``
-  to run a registered class's flatten: a call from pytree_kit's bridge
-  (``pytree_kit._bridge``) goes to jax's own function, not back to the shim.
+- ``pk.jax_rules`` runs a registered class's flatten through jax's own
+  ``tree_flatten_with_path`` (bound where jax defines it), so the shim needs
+  nothing to keep pytree_kit's bridge from calling back into it.
 - Specs are pytree_kit's ``TreeSpec`` behind :class:`PyTreeDef`, which only
   renames: jax's method names, and its class name in the repr.
 - Kept as jax's: ``Partial`` (a class registered with jax, named to the
@@ -212,18 +212,9 @@ def ravel_pytree(pytree: Any) -> tuple[Any, Callable[[Any], Any]]:
     return pk.ravel(pytree, rules=_rules())
 
 
-def _shim(fn: Callable[..., Any], real: Any) -> Callable[..., Any]:
-    """``fn``, counted as a call into pytree_kit; ``real`` (jax's own) for a
-    call from pytree_kit's jax bridge, which runs a registered class's
-    flatten through jax's public module."""
-    counted = mapped(fn)
-
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        if sys._getframe(1).f_globals.get("__name__") == "pytree_kit._bridge":
-            return real(*args, **kwargs)
-        return counted(*args, **kwargs)
-
+def _shim(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, counted as a call into pytree_kit."""
+    call = mapped(fn)
     call.__peer_mapped__ = True  # type: ignore[attr-defined]
     return call
 
@@ -351,7 +342,7 @@ def install() -> None:
     prepare()
     REGISTERED.append(jtu.Partial)  # jax registers it itself
     # jax versions differ in what tree_util has: a name it lacks is not patched
-    shims = {name: _shim(fn, getattr(jtu, name, None)) for name, fn in MAPPED.items()}
+    shims = {name: _shim(fn) for name, fn in MAPPED.items()}
     for name in dir(jtu):
         if name.startswith("_") or name in KEPT:
             continue

@@ -8,8 +8,8 @@ paths are the keys' fields, ``dict_insertion_ordered`` is the guide's
 ``rules={dict: insertion_order}``, the ``treespec_<container>`` constructors
 are ``pk.TreeSpec.from_collection`` of that container. Specs come back in
 :class:`PyTreeSpec`, a wrapper that only renames ``pk.TreeSpec``'s methods to
-optree's (``kind``'s names become ``PyTreeKind`` members; ``len`` is
-``num_leaves``; ``is_leaf(strict=False)`` is ``num_nodes == 1``).
+optree's (``kind``'s names become ``PyTreeKind`` members; ``len`` and
+``is_leaf(strict=...)`` are pytree_kit's own, with optree's meaning).
 
 Kept as optree's: the registry (``register_pytree_node``,
 ``register_pytree_node_class``, ``unregister_pytree_node``: the user's setup,
@@ -140,8 +140,7 @@ class PyTreeSpec:
 
     @mapped
     def is_leaf(self, strict: bool = True) -> bool:
-        # strict=False: a leaf, None or an empty container (the guide's recipe)
-        return self._spec.is_leaf() if strict else self._spec.num_nodes == 1
+        return self._spec.is_leaf(strict=strict)
 
     @mapped
     def entries(self) -> list:
@@ -196,7 +195,7 @@ class PyTreeSpec:
 
     @mapped
     def __len__(self) -> int:
-        return self._spec.num_leaves
+        return len(self._spec)
 
     def _compare(op: str) -> Callable[..., Any]:  # type: ignore[misc]
         def method(self: PyTreeSpec, other: Any) -> Any:
