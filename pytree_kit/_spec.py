@@ -727,6 +727,11 @@ def _substitute(outer: TreeSpec, inners: list) -> TreeSpec:
 
 
 def _from_state(nodes: tuple, orders: tuple) -> TreeSpec:
+    """The spec a pickle holds. A structseq node pickled when the values
+    outside its sequence were in the spec (a non-empty aux) reads as a
+    structseq node of today, aux ``()``, as from_json reads such a node."""
+    if any(n[0] == STRUCTSEQ and n[3] for n in nodes):
+        nodes = tuple((n[0], n[1], n[2], ()) if n[0] == STRUCTSEQ else n for n in nodes)
     return TreeSpec._make(nodes, orders, sum(1 for n in nodes if n[0] == LEAF))
 
 

@@ -2116,3 +2116,21 @@ def test_a_document_with_a_structseqs_hidden_fields_reads_as_the_spec_of_today()
     doc["nodes"][0]["hidden"] = "x"
     with pytest.raises(ValueError, match="'hidden' must be a list of"):
         TreeSpec.from_json(json.dumps(doc), allow=[time.struct_time])
+
+
+def test_a_pickled_spec_with_a_structseqs_hidden_fields_reads_as_the_spec_of_today():
+    """A spec pickled when a structseq's node held its values outside the
+    sequence: unpickled, it equals the spec a flatten gives now, and a tree
+    of its structure matches it."""
+    from pytree_kit._kinds import STRUCTSEQ
+    from pytree_kit._spec import _from_state
+
+    spec = pk.structure([time.gmtime(0), 1])
+    old_nodes = tuple(
+        (n[0], n[1], n[2], (("tm_zone", "UTC"), ("tm_gmtoff", 0))) if n[0] == STRUCTSEQ else n
+        for n in spec._nodes
+    )
+    assert old_nodes != spec._nodes
+    back = pickle.loads(pickle.dumps(_from_state(old_nodes, spec._orders)))
+    assert back == spec and hash(back) == hash(spec)
+    assert back.flatten_up_to([time.localtime(0), 2]) == [*time.localtime(0), 2]
