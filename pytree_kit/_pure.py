@@ -635,8 +635,9 @@ def _structseq_node(obj: Any, t: Any) -> tuple:
     jax. The fields outside the sequence (``tm_zone``, ``st_atime``, ...) are
     values, not structure: they are in no spec, and ``unflatten`` rebuilds the
     structseq from its sequence fields alone (``t(children)``: those fields
-    are None, as in optree). The node's aux is ``()`` (a spec from before
-    this kept them there; ``build`` still gives them back)."""
+    are None, as in optree). The node's aux is ``()``: specs from before,
+    which kept those values there, read back from JSON or a pickle with
+    ``()`` too."""
     children = _items(obj)
     n = len(children)
     if t.n_unnamed_fields == 0 and len(getattr(t, "__match_args__", ())) == n:
