@@ -406,17 +406,14 @@ def _check_same(packed: _Packed, group: Any) -> None:
         return
     descriptions: list[Any] = [None] * world
     dist.all_gather_object(descriptions, packed.describe(), group=group)
-    text = _first_difference(descriptions)
-    # ranks whose trees differ in structure: StructureError (a ValueError);
-    # in a tensor's dtype, shape or device: ValueError
-    error = StructureError if text.startswith(_STRUCTURES_DIFFER) else ValueError
+    error, text = _first_difference(descriptions)
     raise error(f"{packed.what}: {text}")
 
 
-_STRUCTURES_DIFFER = "the ranks hold trees of different structures"
-
-
-def _first_difference(descriptions: list) -> str:
+def _first_difference(descriptions: list) -> tuple[type, str]:
+    """The exception class and text for the first difference between ranks:
+    StructureError (a ValueError) where their trees differ in structure,
+    ValueError where a tensor's dtype, shape or device differs."""
     spec0, paths0, tensors0 = descriptions[0]
     for r, (spec, paths, tensors) in enumerate(descriptions[1:], start=1):
         if spec != spec0:
@@ -424,11 +421,11 @@ def _first_difference(descriptions: list) -> str:
                 a = paths0[i] if i < len(paths0) else "nothing"
                 b = paths[i] if i < len(paths) else "nothing"
                 if a != b:
-                    return (
+                    return StructureError, (
                         f"the ranks hold trees of different structures: leaf {i} is "
                         f"{a} on rank 0 but {b} on rank {r}"
                     )
-            return (
+            return StructureError, (
                 "the ranks hold trees of different structures: "
                 f"rank 0 has {_short(spec0)}, rank {r} has {_short(spec)}"
             )
@@ -437,8 +434,10 @@ def _first_difference(descriptions: list) -> str:
             if a == b:
                 continue
             show = [_show_leaf(x) for x in (a, b)]
-            return f"{p} differs between ranks: rank 0 has {show[0]}, rank {r} has {show[1]}"
-    return "the ranks hold different trees"
+            return ValueError, (
+                f"{p} differs between ranks: rank 0 has {show[0]}, rank {r} has {show[1]}"
+            )
+    return ValueError, "the ranks hold different trees"
 
 
 def _short(text: str, limit: int = 300) -> str:
