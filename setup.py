@@ -28,15 +28,22 @@ def _flag(name: str) -> bool:
 require_c = _flag("PYTREE_KIT_REQUIRE_C")
 FALLBACK = (
     "pytree_kit: the C engine could not be built ({why}); installing the pure-Python "
-    "engine, which is 10 to 20 times slower (set PYTREE_KIT_REQUIRE_C=1 to make this an error)"
+    "engine, which is 10 to 20 times slower (set PYTREE_KIT_REQUIRE_C=1 to make this an error; "
+    "for the C engine, install a wheel, or a C compiler and Python's headers and reinstall)"
 )
+#: beside the extension's place in the package, why it is not there: the
+#: engine reads it (pytree_kit._engine, engine_info()["reason"]), since pip
+#: shows a build's output only with -v
+NOT_BUILT = "_speedups.not-built.txt"
 
 
 class BuildExt(build_ext):
     """build_ext that, unless the C engine is required, turns a failed build
-    into one clear line and an install of the pure engine."""
+    into one clear line, a note in the package saying why, and an install of
+    the pure engine."""
 
     def build_extension(self, ext: Extension) -> None:
+        note = os.path.join(os.path.dirname(self.get_ext_fullpath(ext.name)), NOT_BUILT)
         try:
             super().build_extension(ext)
         except Exception as exc:  # no compiler, a compiler or a linker error
@@ -46,6 +53,12 @@ class BuildExt(build_ext):
             if len(why) > 200:
                 why = why[:200] + "..."
             print(FALLBACK.format(why=why), file=sys.stderr, flush=True)
+            os.makedirs(os.path.dirname(note), exist_ok=True)
+            with open(note, "w", encoding="utf-8") as f:
+                f.write(why + "\n")
+        else:
+            if os.path.exists(note):  # from an earlier build that failed
+                os.remove(note)
 
 
 ext_modules = []

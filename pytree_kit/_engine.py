@@ -7,6 +7,13 @@ charge, with a ``RuntimeWarning`` naming the error, which
 ``engine_info()["reason"]`` records. (CI checks that the C engine is the one
 that runs where it is required.)
 
+An install whose C build failed (no compiler: an sdist where no wheel fits)
+goes on with the pure engine, and setup.py leaves a note saying why beside
+the package's files (``_speedups.not-built.txt``): pip shows a build's
+output only with ``-v``, so importing such an install warns, once, with that
+reason and how to get the C engine. An install that never tried (another
+Python implementation) does not warn.
+
 ``PYTREE_KIT_PURE=1`` in the environment forces the pure engine.
 ``engine_info()`` says which engine runs, why, and which of the C engine's
 fast paths are on for this interpreter.
@@ -61,6 +68,25 @@ def _fallback_warning(reason: str) -> None:
     )
 
 
+#: how to get the C engine, after a warning that it was not built
+INSTALL_HINT = (
+    "; for the C engine, install a wheel of pytree_kit, or a C compiler and Python's "
+    "headers and reinstall (PYTREE_KIT_PURE=1 chooses the pure engine and silences this)"
+)
+
+
+def _build_failure() -> str:
+    """Why the C extension failed to build, as setup.py noted it beside the
+    package's files when an install went on without it; "" when no build failed
+    (the extension was never built, as on another Python implementation)."""
+    note = os.path.join(os.path.dirname(__file__), "_speedups.not-built.txt")
+    try:
+        with open(note, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 impl: Any = _pure
 #: why ``impl`` is the engine it is, in words (``engine_info()["reason"]``)
 _reason = ""
@@ -70,14 +96,18 @@ if wants_c(_setting, getattr(sys, "_is_gil_enabled", None)):
         _speedups = importlib.import_module("pytree_kit._speedups")
     except ModuleNotFoundError as exc:  # not built (no compiler, or not CPython)
         impl = _pure
-        _reason = (
-            "the C extension is not installed "
-            "(it was not built: no C compiler at install time, or not CPython)"
-            if exc.name == "pytree_kit._speedups"
-            else f"the C extension could not be imported ({exc})"
-        )
+        _not_built = _build_failure()
         if exc.name != "pytree_kit._speedups":
+            _reason = f"the C extension could not be imported ({exc})"
             _fallback_warning(_reason)
+        elif _not_built:
+            _reason = f"the C extension was not built at install ({_not_built})"
+            _fallback_warning(_reason + INSTALL_HINT)
+        else:
+            _reason = (
+                "the C extension is not installed "
+                "(it was not built: no C compiler at install time, or not CPython)"
+            )
     except ImportError as exc:  # built, but it does not load here
         impl = _pure
         _reason = f"the C extension could not be imported ({exc})"

@@ -95,23 +95,51 @@ def test_without_a_compiler_the_install_says_so_and_has_the_pure_engine(
     assert lines[0].startswith("pytree_kit: the C engine could not be built (")
     assert "installing the pure-Python engine" in lines[0]
     assert "PYTREE_KIT_REQUIRE_C=1" in lines[0]
+    assert "for the C engine, install a wheel" in lines[0]
+    why = lines[0].split("could not be built (", 1)[1].split("); installing", 1)[0]
+    assert "no-such-cc" in why
     (wheel,) = (tmp_path / "dist").glob("pytree_kit-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "pytree_kit/_pure.py" in names and not [n for n in names if n.endswith(".so")]
+    # pip shows a build's output only with -v: the install keeps why, for the engine
+    assert zipfile.ZipFile(wheel).read("pytree_kit/_speedups.not-built.txt").decode().strip() == why
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     # -S: no site-packages, so nothing but the unpacked wheel provides pytree_kit
     code = (
         f"import sys; sys.path.insert(0, {str(site)!r}); import pytree_kit as pk; "
+        "import pytree_kit; "  # a second import: still one warning
         "info = pk.engine_info(); print(info['engine'], '|', info['reason']); "
         "assert pk.__file__.startswith(sys.path[0]); "
         "assert pk.unflatten(*pk.flatten([1, {'a': 2}])[::-1]) == [1, {'a': 2}]"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTREE_KIT")}
-    out = subprocess.run(
-        [sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, timeout=60
-    )
+
+    def run(**more: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-S", "-c", code],
+            capture_output=True,
+            text=True,
+            env=dict(env, **more),
+            timeout=60,
+        )
+
+    out = run()
     assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"python | the C extension was not built at install ({why})"
+    warned = [line for line in out.stderr.splitlines() if "RuntimeWarning" in line]
+    assert len(warned) == 1, out.stderr
+    assert f"pytree_kit: the C extension was not built at install ({why})" in warned[0]
+    assert "install a wheel of pytree_kit" in warned[0] and "PYTREE_KIT_PURE=1" in warned[0]
+    # choosing the pure engine says so, and silences the warning
+    out = run(PYTREE_KIT_PURE="1")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "python | PYTREE_KIT_PURE=1 is set"
+    assert "Warning" not in out.stderr, out.stderr
+    # with no note (an implementation the extension is not built for), no warning
+    (site / "pytree_kit" / "_speedups.not-built.txt").unlink()
+    out = run()
+    assert out.returncode == 0 and "Warning" not in out.stderr, out.stderr
     assert out.stdout.strip() == (
         "python | the C extension is not installed (it was not built: no C compiler at install time, or not CPython)"
     )
