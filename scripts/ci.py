@@ -35,7 +35,11 @@ loads every page of the docs site in it, and fails under ``CI=true`` without it)
   copy of the repository (sdists write into their source tree); the
   wheel must hold the compiled extension, and is installed into a fresh
   virtual environment outside the checkout, where ``pytree_kit.ENGINE`` must
-  be ``"c"``.
+  be ``"c"``. On FULL, instead, the release script's wheel
+  (``scripts/wheels.py --python 3.11 --arch x86_64``): manylinux_2_17, built
+  by zig from the sdist, checked by auditwheel, installed with no compiler
+  reachable and run through the engine tests, and the sdist installed with
+  no compiler (the pure engine, saying why).
 
 Interpreters are found as people find them: ``python3.X`` on PATH, then pyenv's
 ``versions/3.X.*`` (``pyenv root``, ``$PYENV_ROOT`` or ``~/.pyenv``); for 3.14,
@@ -344,6 +348,15 @@ def job_package(v: str, python: str, logp: Path) -> None:
         sh([env_dir / "bin" / "python", "-c", check], logp, cwd=Path(tmp))
 
 
+def job_wheel(v: str, python: str, logp: Path) -> None:
+    """FULL's package job: the release script's x86_64 manylinux wheel of v (zig,
+    auditwheel), installed with no compiler reachable and tested, and the sdist
+    installed with no compiler (scripts/wheels.py)."""
+    with tempfile.TemporaryDirectory(prefix=f"pytree_kit-wheel-{v}-") as tmp:
+        cmd = [venv_python(v), ROOT / "scripts" / "wheels.py", "--python", v, "--arch", "x86_64"]
+        sh([*cmd, "--out", tmp], logp)
+
+
 #: the oldest supported torch (docs/compatibility.md): its job runs the tests of
 #: what torch.compile traces and of the data adapters on it, on FULL's Python
 #: and FULL's build; scripts/torch_matrix.py runs every torch
@@ -409,7 +422,10 @@ def make_jobs(pythons: dict) -> list:
             nofast = partial(job_no_fast_paths, v, python)
             jobs.append(Job(f"{v} no fast paths", 90, nofast, needs))
             jobs.append(Job(f"{v} sanitizers", 350, partial(job_sanitizers, v, python), needs))
-        jobs.append(Job(f"{v} package", 30, partial(job_package, v, python), needs))
+        if full:
+            jobs.append(Job(f"{v} wheel", 240, partial(job_wheel, v, python), needs))
+        else:
+            jobs.append(Job(f"{v} package", 30, partial(job_package, v, python), needs))
         if full:
             oldest = partial(job_oldest_torch, v, python)
             jobs.append(Job(f"torch {OLDEST_TORCH}", 420, oldest, needs))

@@ -22,8 +22,8 @@ commit's time, so that two runs on the same commit give the same bytes:
    ``SETUPTOOLS_EXT_SUFFIX``). Where Debian has no arm64 package of a
    version (3.10 and 3.12 today), the header is derived from the
    interpreter's x86_64 one by ``arm64_pyconfig``, the rule that turns
-   Debian's own x86_64 header into its arm64 one (tests/test_wheels.py checks
-   it against Debian's pairs).
+   Debian's own x86_64 header into its arm64 one (``--check-pyconfig-rule``
+   checks that against every pair Debian has).
 3. **auditwheel** repairs (retags) it to ``manylinux_2_17_ARCH`` and then
    ``auditwheel show`` must report that tag.
 4. **The test** (unless ``--no-test``). x86_64: each wheel is installed into a
@@ -135,14 +135,14 @@ def zig_cc(tools: str, arch: str) -> str:
 # -- Debian's arm64 packages ---------------------------------------------------------
 
 
-def apt_options(apt: Path) -> list:
-    """apt-get options for a private configuration under apt/, arm64 only,
-    that leaves the machine's own apt state alone."""
+def apt_options(apt: Path, arch: str) -> list:
+    """apt-get options for a private configuration under apt/, for Debian's
+    arch (arm64, amd64), that leaves the machine's own apt state alone."""
     return [
         "-o", "Dir::Etc::SourceList=/dev/null", "-o", f"Dir::Etc::SourceParts={apt}/parts",
         "-o", f"Dir::State::Lists={apt}/lists", "-o", f"Dir::Cache={apt}/cache",
         "-o", "Dir::Etc::Preferences=/dev/null", "-o", "Dir::Etc::PreferencesParts=/dev/null",
-        "-o", "APT::Architecture=arm64", "-o", "APT::Architectures=arm64",
+        "-o", f"APT::Architecture={arch}", "-o", f"APT::Architectures={arch}",
         "-o", "Debug::NoLocking=1", "-o", "APT::Sandbox::User=root",
     ]  # fmt: skip
 
@@ -161,15 +161,14 @@ def debian_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
-_apt_updated = False
+_apt_updated: set = set()
 
 
-def debian_arm64(packages: list, suite: Optional[str] = None) -> dict:
-    """Downloads Debian's arm64 packages, from suite or the newest suite that
-    has each, into CACHE/apt/debs/SUITE (a cache: only the missing ones are
-    fetched); {name: .deb path}, leaving out what Debian does not have."""
-    global _apt_updated
-    apt = CACHE / "apt"
+def debian(packages: list, suite: Optional[str] = None, arch: str = "arm64") -> dict:
+    """Downloads Debian's packages for arch, from suite or the newest suite that
+    has each, into CACHE/apt-ARCH/debs/SUITE (a cache: only the missing ones
+    are fetched); {name: .deb path}, leaving out what Debian does not have."""
+    apt = CACHE / f"apt-{arch}"
     debs = apt / "debs" / (suite or "newest")
     for d in (apt / "parts", apt / "lists/partial", apt / "cache/archives/partial", debs):
         d.mkdir(parents=True, exist_ok=True)
@@ -177,7 +176,7 @@ def debian_arm64(packages: list, suite: Optional[str] = None) -> dict:
     def found() -> dict:
         out = {}
         for p in packages:
-            hits = sorted(debs.glob(f"{p}_*_arm64.deb")) + sorted(debs.glob(f"{p}_*_all.deb"))
+            hits = sorted(debs.glob(f"{p}_*_{arch}.deb")) + sorted(debs.glob(f"{p}_*_all.deb"))
             if hits:
                 out[p] = hits[-1]
         return out
@@ -186,19 +185,19 @@ def debian_arm64(packages: list, suite: Optional[str] = None) -> dict:
     missing = [p for p in packages if p not in have]
     if not missing:
         return have
-    opts = apt_options(apt)
-    if not _apt_updated:
+    opts = apt_options(apt, arch)
+    if arch not in _apt_updated:
         keyring = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
         (apt / "parts" / "debian.sources").write_text(
             f"Types: deb\nURIs: {debian_mirror()}\nSuites: {' '.join(SUITES)}\n"
             "Components: main\n" + (f"Signed-By: {keyring}\n" if keyring.exists() else "")
         )
-        say(f"apt-get update (arm64; {', '.join(SUITES)})")
+        say(f"apt-get update ({arch}; {', '.join(SUITES)})")
         run(["apt-get", *opts, "-qq", "update"])
-        _apt_updated = True
+        _apt_updated.add(arch)
     for p in missing:
         # one at a time: a package Debian lacks is left out, not an error
-        name = f"{p}:arm64/{suite}" if suite else f"{p}:arm64"
+        name = f"{p}:{arch}/{suite}" if suite else f"{p}:{arch}"
         subprocess.run(["apt-get", *opts, "-qq", "download", name], cwd=debs, capture_output=True)
     return found()
 
@@ -206,7 +205,7 @@ def debian_arm64(packages: list, suite: Optional[str] = None) -> dict:
 def suite_of(package: str) -> Optional[str]:
     """The newest of SUITES with an arm64 package of that name."""
     for suite in reversed(SUITES):
-        if debian_arm64([package], suite):
+        if debian([package], suite):
             return suite
     return None
 
@@ -235,6 +234,33 @@ def arm64_pyconfig(x86_64_header: str) -> str:
     return re.sub(r"^#define PY_SUPPORT_TIER 1$", "#define PY_SUPPORT_TIER 2", text, flags=re.M)
 
 
+def check_arm64_rule(versions: list) -> bool:
+    """For each version Debian has for both amd64 and arm64 (in one suite), whether
+    arm64_pyconfig turns Debian's x86_64 pyconfig.h into its arm64 one exactly."""
+    ok = True
+    for v in versions:
+        package = f"libpython{v}-dev"
+        suite = suite_of(package)
+        amd = debian([package], suite, "amd64").get(package) if suite else None
+        if amd is None:
+            say(f"{v}: Debian has no amd64 and arm64 {package} in one suite; not checked")
+            continue
+        arm = debian([package], suite)[package]
+        with tempfile.TemporaryDirectory() as tmp:
+            run(["dpkg", "-x", amd, f"{tmp}/amd64"])
+            run(["dpkg", "-x", arm, f"{tmp}/arm64"])
+            x86 = Path(tmp, "amd64/usr/include/x86_64-linux-gnu", f"python{v}", "pyconfig.h")
+            aarch = Path(tmp, "arm64/usr/include/aarch64-linux-gnu", f"python{v}", "pyconfig.h")
+            x86_text, after = x86.read_text(), aarch.read_text().splitlines()
+        before = x86_text.splitlines()
+        differ = sum(a != b for a, b in zip(before, after)) + abs(len(before) - len(after))
+        same = arm64_pyconfig(x86_text).splitlines() == after
+        ok &= same
+        say(f"{v} (Debian {suite}): {differ} lines differ between amd64 and arm64; "
+            f"the rule gives arm64's {'exactly' if same else 'NOT exactly'}")  # fmt: skip
+    return ok
+
+
 def interpreter_include(python: str) -> Path:
     out = run([python, "-c", "import sysconfig; print(sysconfig.get_path('include'))"])
     return Path(out.stdout.strip())
@@ -260,7 +286,7 @@ def aarch64_headers(version: str, python: str, dest: Path) -> str:
     include = interpreter_include(python)
     out = dest / f"python{version}"
     shutil.copytree(include, out, symlinks=False)
-    deb = debian_arm64([f"libpython{version}-dev"]).get(f"libpython{version}-dev")
+    deb = debian([f"libpython{version}-dev"]).get(f"libpython{version}-dev")
     if deb is not None:
         with tempfile.TemporaryDirectory() as tmp:
             run(["dpkg", "-x", deb, tmp])
@@ -428,7 +454,7 @@ def debian_python_arm64(version: str, root: Path) -> Optional[Path]:
     if suite is None:
         return None
     # one suite's packages: its Python with its own C library
-    debs = debian_arm64([p.format(v=version) for p in ARM64_RUNTIME], suite)
+    debs = debian([p.format(v=version) for p in ARM64_RUNTIME], suite)
     for deb in debs.values():
         run(["dpkg", "-x", deb, root])
     # the loader is /lib/ld-linux-aarch64.so.1; newer suites ship /usr/lib only
@@ -486,7 +512,14 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "dist", help="default: dist/")
     parser.add_argument("--no-sdist", action="store_true", help="wheels only")
     parser.add_argument("--no-test", action="store_true", help="build and check only")
+    parser.add_argument(
+        "--check-pyconfig-rule",
+        action="store_true",
+        help="check arm64_pyconfig against Debian's amd64/arm64 pairs, and exit",
+    )
     args = parser.parse_args()
+    if args.check_pyconfig_rule:
+        return 0 if check_arm64_rule(args.python or list(VERSIONS)) else 1
     if host_arch() != "x86_64":
         raise SystemExit("wheels: builds on x86_64 only (aarch64 is cross-compiled)")
     versions, arches = args.python or list(VERSIONS), args.arch or list(ARCHES)

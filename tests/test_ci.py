@@ -112,8 +112,12 @@ def test_jobs_cover_every_version_and_what_the_issue_asks(ci: Any) -> None:
     jobs = ci.make_jobs({v: sys.executable for v in ci.VERSIONS})
     names = {j.name for j in jobs}
     for v in ci.VERSIONS:
-        for kind in ("setup", "C engine", "package"):
+        for kind in ("setup", "C engine"):
             assert f"{v} {kind}" in names
+        # FULL's package job is the release script's manylinux wheel
+        assert f"{v} {'wheel' if v == ci.FULL else 'package'}" in names
+    (wheel,) = [j for j in jobs if j.name == f"{ci.FULL} wheel"]
+    assert wheel.run.func is ci.job_wheel
     # the pure engine, no fast paths and sanitizers on the oldest and newest
     # Python only (CI's time), the oldest torch once
     edges = (ci.VERSIONS[0], ci.VERSIONS[-1])
@@ -169,3 +173,17 @@ def test_the_full_setup_installs_chromium_only_as_root_and_when_missing(
     tools["chromium"] = "/usr/bin/chromium"
     ci.install_chromium(tmp_path / "log")
     assert ran == []
+
+
+def test_the_wheel_job_runs_the_release_script_for_one_python(
+    ci: Any, monkeypatch: Any, tmp_path: Path
+) -> None:
+    calls: list = []
+    monkeypatch.setattr(ci, "sh", lambda cmd, log_path, **kw: calls.append([str(c) for c in cmd]))
+    ci.job_wheel(ci.FULL, sys.executable, tmp_path / "log")
+    ((py, script, *args),) = calls
+    assert Path(script) == ci.ROOT / "scripts" / "wheels.py"
+    assert args[:4] == ["--python", ci.FULL, "--arch", "x86_64"]
+    # the wheel goes to a folder of its own, outside the checkout, with no --no-test
+    assert args[4] == "--out" and not Path(args[5]).is_relative_to(ci.ROOT)
+    assert "--no-test" not in args

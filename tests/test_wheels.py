@@ -1,0 +1,85 @@
+"""scripts/wheels.py's parts that need no build: the arm64 header rule and
+Debian's header wrapper. (CI's wheel job runs the script itself, for 3.11
+x86_64; the release runs every wheel.)"""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def wheels() -> Any:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    spec = importlib.util.spec_from_file_location("wheels", ROOT / "scripts" / "wheels.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# the lines configure finds differently on arm64, and lines it does not
+X86 = """\
+#define HAVE_GCC_ASM_FOR_X64 1
+#define HAVE_GCC_ASM_FOR_X87 1
+#define HAVE_GETRANDOM 1
+/* #undef HAVE_USABLE_WCHAR_T */
+#define PY_SUPPORT_TIER 1
+#define SIZEOF_LONG 8
+#define _Py_HACL_CAN_COMPILE_VEC128 1
+#define _Py_HACL_CAN_COMPILE_VEC256 1
+"""
+ARM64 = """\
+/* #undef HAVE_GCC_ASM_FOR_X64 */
+/* #undef HAVE_GCC_ASM_FOR_X87 */
+#define HAVE_GETRANDOM 1
+#define HAVE_USABLE_WCHAR_T 1
+#define PY_SUPPORT_TIER 2
+#define SIZEOF_LONG 8
+/* #undef _Py_HACL_CAN_COMPILE_VEC128 */
+/* #undef _Py_HACL_CAN_COMPILE_VEC256 */
+"""
+
+
+def test_the_arm64_rule_changes_what_differs_and_nothing_else(wheels: Any) -> None:
+    assert wheels.arm64_pyconfig(X86) == ARM64
+    assert wheels.arm64_pyconfig(ARM64) == ARM64
+    # a name that only contains one of them is left alone
+    kept = "#define HAVE_GCC_ASM_FOR_X87_EXTRA 1\n#define PY_SUPPORT_TIER 10\n"
+    assert wheels.arm64_pyconfig(kept) == kept
+
+
+def test_debians_pyconfig_wrapper_is_followed(wheels: Any, tmp_path: Path) -> None:
+    include = tmp_path / "usr" / "include" / "python3.13"
+    include.mkdir(parents=True)
+    real = tmp_path / "usr" / "include" / "x86_64-linux-gnu" / "python3.13"
+    real.mkdir(parents=True)
+    (real / "pyconfig.h").write_text(X86)
+    (include / "pyconfig.h").write_text(
+        "#if defined(__x86_64__)\n#  include <x86_64-linux-gnu/python3.13/pyconfig.h>\n#endif\n"
+    )
+    assert wheels.real_pyconfig(include) == X86
+    # as scripts/python314.sh rewrites it: a path relative to the header
+    (include / "pyconfig.h").write_text('#include "../x86_64-linux-gnu/python3.13/pyconfig.h"\n')
+    assert wheels.real_pyconfig(include) == X86
+    (include / "pyconfig.h").write_text(ARM64)  # pyenv's: the header itself
+    assert wheels.real_pyconfig(include) == ARM64
+
+
+def test_the_release_script_covers_every_declared_python(wheels: Any, ci: Any) -> None:
+    assert wheels.VERSIONS == ci.VERSIONS
+    assert set(wheels.ARCHES) == {"x86_64", "aarch64"}
+    # the emulated tests are a subset of the core suite the x86_64 wheels run
+    assert set(wheels.QEMU_TESTS) <= set(ci.ENGINE_TESTS)
+
+
+def test_the_release_scripts_examples_run(wheels: Any) -> None:
+    result = doctest.testmod(wheels)
+    assert result.attempted > 0 and result.failed == 0
