@@ -1,4 +1,4 @@
-"""Property testing for your own containers (needs the ``hypothesis`` extra).
+"""Property testing for your own containers (needs hypothesis: the ``testing`` extra).
 
 Two entry points:
 
@@ -32,7 +32,9 @@ try:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 except ImportError as e:  # pragma: no cover - exercised only without the extra
-    raise ImportError("pytree_kit.testing needs hypothesis: pip install 'pytree_kit[test]'") from e
+    raise ImportError(
+        "pytree_kit.testing needs hypothesis: pip install 'pytree-kit[testing]' (or hypothesis)"
+    ) from e
 
 from . import api
 from ._keys import DictKey, SequenceKey
