@@ -55,6 +55,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Optional
 
@@ -353,10 +354,35 @@ def build_wheel(
     run([tools, "-m", "auditwheel", "repair", "--plat", asked, "--wheel-dir", out, wheel], env=aenv)
     name = wheel.name.split("-")
     (fixed,) = out.glob(f"{name[0]}-{name[1]}-{name[2]}-{name[3]}-*{arch}.whl")
+    lacks = check_metadata(fixed, (work / "src" / "README.md").read_text())
+    if lacks:
+        raise SystemExit(f"wheels: {fixed.name} lacks {', '.join(lacks)}")
     shown = run([tools, "-m", "auditwheel", "show", fixed]).stdout
     if f'"{plat}"' not in " ".join(shown.split()):
         raise SystemExit(f"wheels: auditwheel does not find {fixed.name} {plat}:\n{shown}")
     return fixed
+
+
+def check_metadata(wheel: Path, readme: str) -> list:
+    """What the wheel's METADATA lacks of what an index page shows: the
+    license, requires-python, a classifier per supported Python, and the
+    README (readme, the text built from) as the description. (Project URLs are left to the release
+    checklist: the project has no public home yet.)"""
+    with zipfile.ZipFile(wheel) as z:
+        (name,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        meta = z.read(name).decode()
+        licenses = [n for n in z.namelist() if "/licenses/" in n]
+    head, _, body = meta.partition("\n\n")
+    lacks = []
+    wanted = ["License-Expression: Apache-2.0", "Requires-Python: >=3.10",
+              "Description-Content-Type: text/markdown"]  # fmt: skip
+    wanted += [f"Classifier: Programming Language :: Python :: {v}" for v in VERSIONS]
+    lacks += [w for w in wanted if w not in head.splitlines()]
+    if body.strip() != readme.strip():
+        lacks.append("the README as its description")
+    if not licenses:
+        lacks.append("the LICENSE file")
+    return lacks
 
 
 def host_arch() -> str:

@@ -83,3 +83,32 @@ def test_the_release_script_covers_every_declared_python(wheels: Any, ci: Any) -
 def test_the_release_scripts_examples_run(wheels: Any) -> None:
     result = doctest.testmod(wheels)
     assert result.attempted > 0 and result.failed == 0
+
+
+def _wheel(path: Path, head: list, body: str, licenses: bool = True) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("pytree_kit-0.1.0.dist-info/METADATA", "\n".join(head) + "\n\n" + body)
+        if licenses:
+            z.writestr("pytree_kit-0.1.0.dist-info/licenses/LICENSE", "Apache")
+    return path
+
+
+def test_a_wheels_metadata_is_checked_for_what_an_index_shows(wheels: Any, tmp_path: Path) -> None:
+    head = [
+        "Metadata-Version: 2.4",
+        "Name: pytree_kit",
+        "License-Expression: Apache-2.0",
+        "Requires-Python: >=3.10",
+        "Description-Content-Type: text/markdown",
+        *(f"Classifier: Programming Language :: Python :: {v}" for v in wheels.VERSIONS),
+    ]
+    ok = _wheel(tmp_path / "ok.whl", head, "# pytree_kit\n")
+    assert wheels.check_metadata(ok, "# pytree_kit\n") == []
+    assert wheels.check_metadata(ok, "# another README\n") == ["the README as its description"]
+    no_314 = _wheel(tmp_path / "a.whl", head[:-1], "# pytree_kit\n", licenses=False)
+    assert wheels.check_metadata(no_314, "# pytree_kit\n") == [
+        f"Classifier: Programming Language :: Python :: {wheels.VERSIONS[-1]}",
+        "the LICENSE file",
+    ]
