@@ -409,3 +409,30 @@ def test_a_leaf_one_rank_cannot_save_fails_every_rank(two_rank_checkpoint: Path)
     details = _SAVED["details"]
     assert details[1][3].startswith("TypeError: pytree_kit.torch.checkpoint.save: tree['x']")
     assert details[0][3].startswith("ValueError: pytree_kit.torch.checkpoint.save: rank 1 failed")
+
+
+def test_save_and_load_without_numpy(tmp_path: Path) -> None:
+    """The torch extra installs torch alone: with numpy not importable, a
+    checkpoint of tensors and plain values saves and loads (the document is
+    read from its tensor's bytes, not through Tensor.numpy())."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['numpy'] = None\n"  # import numpy raises
+        "import warnings; warnings.simplefilter('ignore')\n"
+        "import torch, pytree_kit as pk\n"
+        "from pytree_kit.torch import checkpoint\n"
+        "state = {'w': torch.arange(6.0).reshape(2, 3), 'step': 7, 'names': ('a', None)}\n"
+        "for epoch in range(2):\n"
+        f"    path = {str(tmp_path)!r} + f'/ckpt{{epoch}}'\n"
+        "    checkpoint.save(state, path)\n"
+        "    fresh = {'w': torch.zeros(2, 3), 'step': 0, 'names': ('b', None)}\n"
+        "    got = checkpoint.load(fresh, path)\n"
+        "    assert pk.tree_equal(got, state), got\n"
+        "    state = pk.tree_map(lambda x: x + 1 if isinstance(x, torch.Tensor) else x, state)\n"
+        "try:\n    import numpy\nexcept ImportError:\n    print('no numpy')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "no numpy"

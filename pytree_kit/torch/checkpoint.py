@@ -37,6 +37,7 @@ still a pickle that DCP writes and reads: load checkpoints you trust.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import pickle
@@ -523,9 +524,23 @@ def _document_target(path: PathLike, metadata: Any, rank: int) -> tuple[str, tor
     return key, torch.empty(info.size[0], dtype=torch.uint8), meta_rank
 
 
+def _tensor_bytes(t: torch.Tensor) -> bytes:
+    """A CPU tensor's bytes, without numpy (the ``torch`` extra does not
+    install it, and ``Tensor.numpy()`` raises where it is missing).
+
+    Examples:
+        >>> _tensor_bytes(torch.frombuffer(bytearray(b'{"a": 1}'), dtype=torch.uint8))
+        b'{"a": 1}'
+    """
+    t = t.detach().cpu().contiguous()
+    if t.numel() == 0:
+        return b""
+    return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size())
+
+
 def _parse_document(blob: torch.Tensor, path: PathLike) -> dict:
     try:
-        meta = json.loads(blob.numpy().tobytes())
+        meta = json.loads(_tensor_bytes(blob))
         if type(meta) is not dict or meta.get("format") != FORMAT:
             raise ValueError("not a pytree_kit checkpoint document")
         if meta.get("version") != VERSION:
