@@ -25,6 +25,10 @@ loads every page of the docs site in it, and fails under ``CI=true`` without it)
 - on ``EDGES``, the engine tests against a build with every layout-reading
   fast path left out (``PYTREE_KIT_NO_FAST_PATHS=1``), in a copy of the
   repository;
+- on FULL, each extra installed alone (none, ``testing``, ``torch``) into a
+  fresh venv with nothing else, where ``scripts/docs_examples.py --extra``
+  runs the docs pages that extra alone serves (the torch pages without
+  numpy);
 - on FULL's Python and build, the compile, tracing and data tests on the
   oldest supported torch (``OLDEST_TORCH``, the registry's build, pip's cache
   keeping its ~4.6 GB); ``scripts/torch_matrix.py`` runs every torch;
@@ -348,6 +352,39 @@ def job_package(v: str, python: str, logp: Path) -> None:
         sh([env_dir / "bin" / "python", "-c", check], logp, cwd=Path(tmp))
 
 
+#: what each extra, installed alone, must not bring (the torch extra is torch
+#: alone: its pages, checkpoint's among them, run without numpy)
+EXTRA_LACKS = {"core": ("hypothesis", "torch", "numpy"), "testing": ("torch", "numpy"),
+               "torch": ("numpy", "hypothesis")}  # fmt: skip
+
+
+def job_extras_alone(v: str, python: str, logp: Path) -> None:
+    """Each extra installed alone into a fresh venv (the core with none,
+    ``testing``, ``torch``), from a copy of the checkout, with no test
+    dependency; there, scripts/docs_examples.py runs the docs pages that
+    extra alone provides for, against the installed package."""
+    with tempfile.TemporaryDirectory(prefix=f"pytree_kit-extras-{v}-") as tmp:
+        src = Path(tmp) / "src"
+        copy_checkout(src)  # pip builds a local folder in place
+        for extra, lacks in EXTRA_LACKS.items():
+            venv = Path(tmp) / f"venv-{extra}"
+            py = venv / "bin" / "python"
+            sh([python, "-m", "venv", venv], logp)
+            target = str(src) if extra == "core" else f"{src}[{extra}]"
+            pip = [py, "-m", "pip", "install", "-q", "-c", ROOT / "constraints.txt", target]
+            sh(pip, logp, env=BUILD_ENV)
+            check = (
+                "import importlib.util as u, sys, pytree_kit as pk; "
+                "assert pk.ENGINE == 'c'; assert pk.__file__.startswith(sys.prefix), pk.__file__; "
+                f"extra = [m for m in {lacks!r} if u.find_spec(m)]; "
+                f"assert not extra, f'the {extra} extra alone installs {{extra}}'; "
+                f"print('{extra} alone: pytree_kit from', pk.__file__)"
+            )
+            sh([py, "-c", check], logp, cwd=Path(tmp))
+            script = src / "scripts" / "docs_examples.py"
+            sh([py, script, "--extra", extra], logp, cwd=Path(tmp))
+
+
 def job_wheel(v: str, python: str, logp: Path) -> None:
     """FULL's package job: the release script's x86_64 manylinux wheel of v (zig,
     auditwheel), installed with no compiler reachable and tested, and the sdist
@@ -424,6 +461,8 @@ def make_jobs(pythons: dict) -> list:
             jobs.append(Job(f"{v} sanitizers", 350, partial(job_sanitizers, v, python), needs))
         if full:
             jobs.append(Job(f"{v} wheel", 240, partial(job_wheel, v, python), needs))
+            alone = partial(job_extras_alone, v, python)
+            jobs.append(Job(f"{v} extras alone", 240, alone, needs))
         else:
             jobs.append(Job(f"{v} package", 30, partial(job_package, v, python), needs))
         if full:

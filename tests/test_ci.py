@@ -118,6 +118,11 @@ def test_jobs_cover_every_version_and_what_the_issue_asks(ci: Any) -> None:
         assert f"{v} {'wheel' if v == ci.FULL else 'package'}" in names
     (wheel,) = [j for j in jobs if j.name == f"{ci.FULL} wheel"]
     assert wheel.run.func is ci.job_wheel
+    # each extra installed alone, once
+    (alone,) = [j for j in jobs if j.name.endswith(" extras alone")]
+    assert alone.name == f"{ci.FULL} extras alone" and alone.run.func is ci.job_extras_alone
+    assert set(ci.EXTRA_LACKS) == {"core", "testing", "torch"}
+    assert "numpy" in ci.EXTRA_LACKS["torch"]
     # the pure engine, no fast paths and sanitizers on the oldest and newest
     # Python only (CI's time), the oldest torch once
     edges = (ci.VERSIONS[0], ci.VERSIONS[-1])

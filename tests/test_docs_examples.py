@@ -1,4 +1,5 @@
-"""Every ```python block of every page under docs/ runs, and its asserts hold.
+"""Every ```python block of every page under docs/ runs, and its asserts hold
+(scripts/docs_examples.py runs them).
 
 One test per Markdown file (found recursively, so new pages are picked up): its
 ``python`` blocks run in order in one shared namespace, a fresh module per
@@ -9,55 +10,17 @@ is not installed is skipped. The README has its own test (test_readme.py).
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
-
-#: Modules a page may import that the package itself does not need.
-OPTIONAL = frozenset(
-    {"attrs", "jax", "jaxlib", "numpy", "optree", "tensordict", "torch", "transformers", "tree"}
-)
-
-_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*?)[ \t]*$")
-
-
-def python_blocks(text: str) -> list[tuple[int, str]]:
-    """``(line number of the block's first line, source)`` for each ```python block."""
-    blocks: list[tuple[int, str]] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        m = _FENCE.match(lines[i])
-        if not m:
-            i += 1
-            continue
-        indent, fence = m["indent"], m["fence"]
-        lang = m["info"].split()[0].lstrip(".").lower() if m["info"].split() else ""
-        body: list[str] = []
-        i += 1
-        while i < len(lines):
-            close = _FENCE.match(lines[i])
-            if (
-                close
-                and not close["info"]
-                and close["fence"][0] == fence[0]
-                and len(close["fence"]) >= len(fence)
-            ):
-                break
-            line = lines[i]
-            body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
-            i += 1
-        if lang == "python":
-            first = i - len(body) + 1  # 1-based number of the block's first line
-            blocks.append((first, "\n".join(body) + "\n"))
-        i += 1
-    return blocks
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+# the runner itself: stdlib only, for CI's venvs that hold one extra and no pytest
+import docs_examples  # noqa: E402
+from docs_examples import DOCS, python_blocks  # noqa: E402
 
 
 def _pages() -> list[str]:
@@ -103,26 +66,12 @@ def main(page: str) -> None:
 
 
 def run_page(page: str) -> None:
-    """Run the page's python blocks in order, in one fresh module."""
-    path = DOCS / page
-    blocks = python_blocks(path.read_text(encoding="utf-8"))
-    name = "_docs_" + re.sub(r"\W", "_", page)
-    module = types.ModuleType(name)
-    module.__file__ = str(path)
-    sys.modules[name] = module  # so that pickle and dataclasses find the page's classes
+    """Run the page's python blocks in order, in one fresh module (skipped
+    when it needs an optional module that is not installed)."""
     try:
-        for first_line, source in blocks:
-            # Leading newlines put every line, in tracebacks too, at its line in the page.
-            code = compile("\n" * (first_line - 1) + source, str(path), "exec")
-            try:
-                exec(code, module.__dict__)
-            except ModuleNotFoundError as e:
-                top = (e.name or "").partition(".")[0]
-                if top in OPTIONAL:
-                    pytest.skip(f"docs/{page} needs {top}, which is not installed")
-                raise
-    finally:
-        del sys.modules[name]
+        docs_examples.run_page(page)
+    except docs_examples.Skipped as e:
+        pytest.skip(str(e))
 
 
 def test_python_blocks_are_found_with_their_line_numbers() -> None:
@@ -147,3 +96,14 @@ def test_python_blocks_are_found_with_their_line_numbers() -> None:
         ]
     )
     assert python_blocks(text) == [(3, "a = 1\n"), (11, "b = [\n    2]\n")]
+
+
+def test_each_extra_alone_has_the_pages_it_can_run() -> None:
+    """CI's "extras alone" job runs these in venvs holding one extra each."""
+    of = {extra: set(docs_examples.pages_of(extra)) for extra in docs_examples.EXTRAS}
+    assert {"quickstart.md", "concepts.md", "index.md"} <= of["core"]
+    assert of["testing"] == {"testing.md"}
+    assert {"checkpoint.md", "loading.md", "datasets.md"} <= of["torch"]
+    # a page that needs a peer beside torch is no extra's alone
+    assert "ecosystem.md" not in set().union(*of.values())
+    assert not of["core"] & of["torch"] and not of["core"] & of["testing"]
