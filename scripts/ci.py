@@ -4,12 +4,15 @@
     python3 scripts/ci.py                 # everything, two jobs at a time
     python3 scripts/ci.py --python 3.12   # one version's jobs (repeatable)
     python3 scripts/ci.py --list          # the jobs, and the interpreters found
+    python3 scripts/ci.py --quick         # one Python, both engines: a few minutes
 
 For each supported CPython (``VERSIONS``) it makes a virtual environment in
 ``.venvs/3.X`` with the C engine built in place (``PYTREE_KIT_REQUIRE_C=1``,
 ``-Werror``), then runs (FULL's setup also installs Debian's ``chromium``
-with apt-get when it is missing and the run is root's: tests/test_docs_site.py
-loads every page of the docs site in it, and fails under ``CI=true`` without it):
+with apt-get when it is missing and the run is root's, with ``CI=true`` or
+``--system-packages``, or after asking at a terminal:
+tests/test_docs_site.py loads every page of the docs site in it, skips
+without it, and fails under ``CI=true`` without it):
 
 - the suite on the C engine, on every version, and on the pure engine
   (``PYTREE_KIT_PURE=1``; less the benchmark scripts' smoke runs, marked
@@ -53,6 +56,13 @@ last, the one ``scripts/python314.sh`` makes from Debian's packages
 3.14 is made with that script. With ``CI=true`` a missing one fails the run;
 otherwise its jobs are skipped, with a line saying so.
 
+``--quick`` runs one Python (FULL, or the one ``--python`` names): its venv
+(kept if there), then the engine tests, the tree operations, paths and the
+docs' examples on the C engine and on the pure one, in a few minutes.
+
+Each job's start and end are printed, with its time and outcome, and while
+jobs run a summary line comes every minute (``HEARTBEAT``): the time so far,
+each running job with its time and its pytest progress, and the counts.
 Jobs run two at a time (the machine has 2 cores), with one thread for torch's
 and the BLAS libraries' pools in each (``THREAD_VARS``), those with the longest work
 behind them first (a setup before the suites that wait for it), each one's
@@ -64,6 +74,7 @@ pytest run that collects no test exits 5, which fails its job.
 from __future__ import annotations
 
 import argparse
+import collections
 import glob
 import os
 import re
@@ -206,6 +217,7 @@ class Job:
     seconds: float = 0.0
     summaries: list = field(default_factory=list)
     detail: str = ""
+    started: float = 0.0  # time.monotonic() when it started
 
 
 class Failed(Exception):
@@ -268,15 +280,37 @@ def pytest_cmd(v: str) -> list:
     return [venv_python(v), "-m", "pytest", "-p", "no:cacheprovider", "-q", "--durations=25"]
 
 
+#: whether this run may install Debian packages with apt-get (chromium):
+#: CI=true, --system-packages, or a yes at the prompt (main() sets it)
+SYSTEM_PACKAGES = False
+
+
 def install_chromium(logp: Path) -> None:
-    """Debian's chromium, for the docs site's browser test, if it is missing
-    and this is root with apt-get; else nothing (that test skips, or fails
-    under CI=true, saying to install it)."""
+    """Debian's chromium, for the docs site's browser test, if it is missing,
+    this is root with apt-get, and SYSTEM_PACKAGES allows it; else nothing
+    (that test skips, or fails under CI=true, saying to install it)."""
     if shutil.which("chromium") or os.geteuid() != 0 or not shutil.which("apt-get"):
+        return
+    if not SYSTEM_PACKAGES:
+        with open(logp, "a") as f:
+            f.write("chromium is missing and --system-packages was not given: not installed\n")
         return
     sh(["apt-get", "update"], logp)
     apt = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
     sh(apt, logp, env={"DEBIAN_FRONTEND": "noninteractive"})
+
+
+def needs_chromium() -> bool:
+    """Whether install_chromium would install it, were it allowed."""
+    return not shutil.which("chromium") and os.geteuid() == 0 and bool(shutil.which("apt-get"))
+
+
+def ask(question: str) -> bool:
+    """A yes/no question at the terminal; no when there is none."""
+    if not sys.stdin.isatty():
+        log(question.rstrip("?") + ": not asked (no terminal); pass --system-packages to allow it")
+        return False
+    return input(f"ci: {question} [y/N] ").strip().lower() in ("y", "yes")
 
 
 def job_setup(v: str, python: str, logp: Path) -> None:
@@ -287,6 +321,30 @@ def job_setup(v: str, python: str, logp: Path) -> None:
     pip = [venv_python(v), "-m", "pip", "install", "-q", "-c", "constraints.txt"]
     sh([*pip, "-e", f".[{extras}]"], logp, env=BUILD_ENV)
     sh([venv_python(v), "-c", "import pytree_kit as pk; assert pk.ENGINE == 'c'"], logp)
+
+
+def job_quick_setup(v: str, python: str, logp: Path) -> None:
+    """--quick's setup: the venv of v kept when it is there (the full setup
+    clears it), with the test extra and the C engine built in place."""
+    if not venv_python(v).exists():
+        sh([python, "-m", "venv", ROOT / ".venvs" / v], logp)
+    pip = [venv_python(v), "-m", "pip", "install", "-q", "-c", "constraints.txt"]
+    sh([*pip, "-e", ".[test]"], logp, env=BUILD_ENV)
+    sh([venv_python(v), "-c", "import pytree_kit as pk; assert pk.ENGINE == 'c'"], logp)
+
+
+#: --quick's tests: the engine tests, the tree operations, paths and the docs' examples
+QUICK_TESTS = (
+    *ENGINE_TESTS,
+    "tests/test_ops.py",
+    "tests/test_paths.py",
+    "tests/test_docs_examples.py",
+)
+
+
+def job_quick(v: str, pure: bool, logp: Path) -> None:
+    env = {"PYTREE_KIT_PURE": "1", "HYPOTHESIS_PROFILE": "pure"} if pure else {}
+    sh([*pytest_cmd(v), "-m", "not once and not scripts", *QUICK_TESTS], logp, env=env)
 
 
 def job_c_engine(v: str, python: str, logp: Path) -> None:
@@ -436,6 +494,16 @@ def job_oldest_torch(v: str, python: str, logp: Path) -> None:
     sh([*cmd, *OLDEST_TORCH_TESTS], logp, env=env)
 
 
+def make_quick_jobs(v: str, python: str) -> list:
+    """--quick: one Python, both engines, a few minutes."""
+    needs = (f"{v} setup",)
+    return [
+        Job(f"{v} setup", 60, partial(job_quick_setup, v, python)),
+        Job(f"{v} C engine (quick)", 120, partial(job_quick, v, False), needs),
+        Job(f"{v} pure engine (quick)", 120, partial(job_quick, v, True), needs),
+    ]
+
+
 def make_jobs(pythons: dict) -> list:
     """The jobs for the interpreters found ({version: path}), with each one's
     estimated seconds (measured on 2 cores, for ordering) and what it needs."""
@@ -493,6 +561,40 @@ def priorities(jobs: list) -> dict:
     return out
 
 
+#: seconds between two progress lines while jobs run (at least once a minute)
+HEARTBEAT = 60.0
+PERCENT = re.compile(r"\[\s*(\d+)%\]")
+
+
+def progress_line(jobs: list, elapsed: float, now: float) -> str:
+    """The running summary: time so far, each running job with its time and
+    its pytest run's progress (the last ``[ NN%]`` in its log), and counts."""
+
+    def clock(s: float) -> str:
+        return f"{int(s) // 60}:{int(s) % 60:02d}"
+
+    running = []
+    for j in jobs:
+        if j.status != "running":
+            continue
+        where = ""
+        logp = LOGS / (re.sub(r"[^\w.]+", "-", j.name) + ".log")
+        try:
+            with open(logp, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 4096))
+                found = PERCENT.findall(f.read().decode(errors="replace"))
+            where = f", {found[-1]}%" if found else ""
+        except OSError:
+            pass
+        running.append(f"{j.name} ({clock(now - j.started)}{where})")
+    counts = collections.Counter(j.status for j in jobs)
+    done = ", ".join(
+        f"{counts[s]} {s}" for s in ("passed", "failed", "skipped", "waiting") if counts[s]
+    )
+    return f"... {clock(elapsed)} elapsed; running: {'; '.join(running) or 'nothing'}; {done}"
+
+
 def run_jobs(jobs: list, workers: int) -> None:
     by_name = {j.name: j for j in jobs}
     priority = priorities(jobs)
@@ -528,6 +630,9 @@ def run_jobs(jobs: list, workers: int) -> None:
             lock.notify_all()
 
     running = 0
+    t0 = time.monotonic()
+    last_line = [t0]  # when the last progress line was printed
+
     with lock:
         while True:
             for j in jobs:
@@ -539,6 +644,7 @@ def run_jobs(jobs: list, workers: int) -> None:
             while todo and running < workers:
                 j = todo.pop(0)
                 j.status = "running"
+                j.started = time.monotonic()
                 running += 1
                 log(f"start  {j.name}")
 
@@ -554,7 +660,11 @@ def run_jobs(jobs: list, workers: int) -> None:
                 threading.Thread(target=target, daemon=True).start()
             if running == 0 and not any(ready(j) for j in jobs):
                 break
-            lock.wait()
+            lock.wait(timeout=HEARTBEAT)
+            now = time.monotonic()
+            if now - last_line[0] >= HEARTBEAT:
+                log(progress_line(jobs, now - t0, now))
+                last_line[0] = now
 
 
 def totals(jobs: list) -> dict:
@@ -576,8 +686,24 @@ def main() -> int:
         action="store_true",
         help="make Python 3.14 with scripts/python314.sh if it is not found (as CI=true does)",
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"one Python ({FULL}, or --python), both engines, the engine, operation and "
+        "docs tests: a few minutes",
+    )
+    parser.add_argument(
+        "--system-packages",
+        action="store_true",
+        help="install missing Debian packages with apt-get (chromium, for the docs site "
+        "test) without asking; CI=true implies it",
+    )
     args = parser.parse_args()
     strict = os.environ.get("CI", "").lower() in ("true", "1")
+    if args.quick:
+        if args.python and len(args.python) > 1:
+            parser.error("--quick runs one Python")
+        args.python = args.python or [FULL]
     wanted = args.python or list(VERSIONS)
     pythons, missing = {}, []
     for v in wanted:
@@ -593,7 +719,18 @@ def main() -> int:
     if missing and strict:
         log(f"FAILED: CI=true and no interpreter for Python {', '.join(missing)}")
         return 1
-    jobs = make_jobs(pythons)
+    if args.quick:
+        jobs = [j for v, py in pythons.items() for j in make_quick_jobs(v, py)]
+    else:
+        jobs = make_jobs(pythons)
+    global SYSTEM_PACKAGES
+    SYSTEM_PACKAGES = strict or args.system_packages
+    wants_chromium = any(j.name == f"{FULL} setup" for j in jobs) and not args.quick
+    if wants_chromium and not SYSTEM_PACKAGES and not args.list and needs_chromium():
+        SYSTEM_PACKAGES = ask(
+            "chromium (Debian's, for the docs site test) is missing: install it with "
+            "apt-get update && apt-get install chromium?"
+        )
     if args.list:
         for j in jobs:
             print(f"{j.name:22} after {', '.join(j.after) or '-'}")

@@ -165,6 +165,7 @@ def test_the_full_setup_installs_chromium_only_as_root_and_when_missing(
     tools = {"apt-get": "/usr/bin/apt-get"}
     monkeypatch.setattr(ci.shutil, "which", tools.get)
     monkeypatch.setattr(ci.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(ci, "SYSTEM_PACKAGES", True)  # CI=true, or --system-packages
     ci.install_chromium(tmp_path / "log")
     assert ran == []  # not root: the browser test says what to install
     monkeypatch.setattr(ci.os, "geteuid", lambda: 0)
@@ -192,3 +193,60 @@ def test_the_wheel_job_runs_the_release_script_for_one_python(
     # the wheel goes to a folder of its own, outside the checkout, with no --no-test
     assert args[4] == "--out" and not Path(args[5]).is_relative_to(ci.ROOT)
     assert "--no-test" not in args
+
+
+def test_a_running_summary_comes_while_jobs_run(
+    ci: Any, monkeypatch: Any, tmp_path: Path, capsys: Any
+) -> None:
+    """Each job's start and end (with its time and outcome), and between them a
+    line at least every HEARTBEAT seconds with each running job's progress."""
+    import time as _time
+
+    monkeypatch.setattr(ci, "LOGS", tmp_path)
+    monkeypatch.setattr(ci, "HEARTBEAT", 0.2)
+
+    def slow(logp: Path) -> None:
+        logp.write_text("# slow\n........ [ 42%]\n")
+        _time.sleep(1.0)
+
+    def broken(logp: Path) -> None:
+        raise ci.Failed("it broke")
+
+    jobs = [ci.Job("slow one", 1, slow), ci.Job("broken one", 1, broken)]
+    ci.run_jobs(jobs, 2)
+    out = capsys.readouterr().out.splitlines()
+    assert "ci: start  slow one" in out and "ci: start  broken one" in out
+    assert any(line.startswith("ci: passed slow one (") for line in out), out
+    assert any(line.startswith("ci: failed broken one (") for line in out), out
+    summaries = [line for line in out if " elapsed; running: " in line]
+    assert len(summaries) >= 2, out
+    assert "slow one (0:00, 42%)" in summaries[0] and "1 failed" in summaries[0]
+
+
+def test_quick_is_one_python_both_engines(ci: Any) -> None:
+    jobs = ci.make_quick_jobs(ci.FULL, sys.executable)
+    names = [j.name for j in jobs]
+    assert names == [
+        f"{ci.FULL} setup",
+        f"{ci.FULL} C engine (quick)",
+        f"{ci.FULL} pure engine (quick)",
+    ]
+    assert set(ci.ENGINE_TESTS) <= set(ci.QUICK_TESTS)
+
+
+def test_system_packages_need_a_flag_or_an_answer(
+    ci: Any, monkeypatch: Any, tmp_path: Path
+) -> None:
+    calls: list = []
+    monkeypatch.setattr(ci, "sh", lambda cmd, log_path, **kw: calls.append(cmd))
+    monkeypatch.setattr(ci.shutil, "which", lambda name: None if name == "chromium" else "/x")
+    monkeypatch.setattr(ci.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(ci, "SYSTEM_PACKAGES", False)
+    ci.install_chromium(tmp_path / "log")
+    assert calls == [] and "not installed" in (tmp_path / "log").read_text()
+    monkeypatch.setattr(ci, "SYSTEM_PACKAGES", True)
+    ci.install_chromium(tmp_path / "log")
+    assert [c[:2] for c in calls] == [["apt-get", "update"], ["apt-get", "install"]]
+    # with no terminal, the question is not asked and the answer is no
+    monkeypatch.setattr(ci.sys, "stdin", open(os.devnull))
+    assert ci.ask("install it?") is False
