@@ -15,7 +15,8 @@ pages with one deliberate break each. Standard library only:
   resource loads), responses with a status >= 400, failed requests, images
   that did not load, links to pages the server does not have or to
   #fragments not on their page, links of other schemes than http(s) and
-  mailto, and any request to a host other than 127.0.0.1 (which the browser
+  mailto, tables and code blocks wider than their column at ``WIDTH`` px
+  (part of them only readable by scrolling), and any request to a host other than 127.0.0.1 (which the browser
   cannot make: its proxy is a closed local port, and loopback bypasses it).
 """
 
@@ -325,7 +326,7 @@ class Report:
         return "\n".join(f"{what}\n    on {', '.join(where)}" for what, where in pages.items())
 
 
-_PAGE_SCRIPT = """(async () => {
+_PAGE_SCRIPT = r"""(async () => {
   const images = Array.from(document.images);
   for (const image of images) image.loading = "eager";
   await Promise.all(images.map(image => image.decode().catch(() => null)));
@@ -334,8 +335,29 @@ _PAGE_SCRIPT = """(async () => {
                   .map(i => [i.getAttribute("src"), i.currentSrc || i.src]),
     links: Array.from(document.querySelectorAll("a[href]"),
                       a => [a.getAttribute("href"), a.href]),
+    // what is wider than its column, so that a part of it needs scrolling to
+    // be read: a table (or the box mkdocs-material scrolls it in), a code block
+    wide: Array.from(document.querySelectorAll(
+                       "table, pre, pre > code, .md-typeset__scrollwrap"))
+               .filter(e => !e.closest(".md-sidebar, .md-header, nav"))
+               .map(e => {
+                 const page = document.documentElement.clientWidth;
+                 const right = Math.round(e.getBoundingClientRect().right);
+                 // a box that scrolls what it cannot show, or one past the window
+                 if (e.scrollWidth > e.clientWidth + 1 &&
+                     getComputedStyle(e).overflowX !== "visible")
+                   return [e.tagName.toLowerCase(), `${e.scrollWidth} > ${e.clientWidth} px`, e];
+                 if (right > page + 1)
+                   return [e.tagName.toLowerCase(), `right edge ${right} > ${page} px`, e];
+                 return null;
+               })
+               .filter(found => found !== null)
+               .map(([tag, what, e]) =>
+                    [tag, what, e.textContent.trim().replace(/\s+/g, " ").slice(0, 60)]),
   };
 })()"""
+#: the width of the window pages are checked at (a laptop's), in CSS pixels
+WIDTH = 1280
 
 
 # the links' targets fetched from the local server, never through a proxy
@@ -501,6 +523,8 @@ class _SiteCheck:
         for src, resolved in value["images"]:
             self.fail(f"image not loaded: {src!r} ({resolved})")
         self.links(value["links"])
+        for tag, what, text in value["wide"]:
+            self.fail(f"wider than its column at {WIDTH} px: <{tag}> {what}: {text!r}")
         # late events (an image the script made eager) belong to this page
         self.loaded = True
         self.settle(time.monotonic() + 2)
@@ -513,6 +537,8 @@ class _SiteCheck:
         )
         self.session = attached["sessionId"]
         self.browser.call("Page.enable", session=self.session)
+        metrics = {"width": WIDTH, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+        self.browser.call("Emulation.setDeviceMetricsOverride", metrics, session=self.session)
         self.enable(self.session, self.browser.call)
         for page in pages:
             self.page = page

@@ -121,6 +121,17 @@ BROKEN_PAGES = {
     ),
     "worker-external.html": '<script>new Worker("worker.js")</script>',
     "bad-scheme.html": '<a href="file:///etc/hostname">a local file</a>',
+    # wider than the column at 1280 px: a code line, a table in a scrolled box
+    "wide-code.html": "<pre><code>x = 1  # " + "y" * 300 + "</code></pre>",
+    "wide-table.html": '<div class="md-typeset__scrollwrap" style="overflow-x: auto; width: 600px">'
+    + "<table><tr>"
+    + "<td>a&nbsp;wide&nbsp;cell</td>" * 40
+    + "</tr></table></div>",
+    # the same long line, wrapped: all of it readable, nothing wider
+    "wrapped-code.html": '<pre style="white-space: pre-wrap; overflow-wrap: anywhere">'
+    + "<code>x = 1  # "
+    + "y" * 300
+    + "</code></pre>",
     # not a page of the site: never checked
     "404.html": '<script>console.error("the 404 page")</script>',
 }
@@ -173,6 +184,12 @@ def test_the_browser_check_catches_broken_links_images_console_errors_and_outsid
         "bad-scheme.html": [
             "link 'file:///etc/hostname' is neither to this site nor an http(s) or mailto URL"
         ],
+        "wide-code.html": ["wider than its column at 1280 px: <code> right edge "],
+        "wide-table.html": [
+            "wider than its column at 1280 px: <div> ",
+            "wider than its column at 1280 px: <table> ",
+        ],
+        "wrapped-code.html": [],
     }
     assert sorted(report.pages) == sorted(expected)
     for page, wanted in expected.items():

@@ -74,3 +74,20 @@ def test_every_yes_of_the_feature_table_links_to_its_page():
         link = re.match(r"\[yes\]\((docs/[^)#]+)(#[^)]*)?\)", ours)
         assert link, row
         assert (ROOT / link.group(1)).exists(), row
+
+
+def test_the_home_page_has_the_readmes_comparison_table() -> None:
+    """The docs' home page and the README compare the same way (links are
+    relative to docs/ on the home page)."""
+    import re
+
+    def table(text: str) -> list:
+        start = text.index("| | pytree_kit | jax.tree_util")
+        rows = text[start:].split("\n\n", 1)[0].splitlines()
+        return [re.sub(r"\]\((?:docs/)?([^)]*)\)", r"](\1)", row) for row in rows]
+
+    root = Path(__file__).resolve().parent.parent
+    readme = table((root / "README.md").read_text())
+    home = table((root / "docs" / "index.md").read_text())
+    assert "tensordict" in readme[0] and len(readme) > 8
+    assert home == readme
