@@ -152,18 +152,70 @@ def render(results: dict) -> str:
     return "\n".join(lines)
 
 
+def render_grid(results: dict) -> str:
+    """The versions table of the install sections: a row per supported
+    Python, a column per torch minor, ✓ where every test passed, ✗ where one
+    failed, · where the matrix has not run that pair."""
+    from ci import VERSIONS
+
+    seen: dict = {}
+    for r in results.values():
+        py = ".".join(r["python"].split(".")[:2])
+        minor = ".".join(r["torch"].split(".")[:2])
+        failed = sum(c["failed"] for c in r["features"].values())
+        run = sum(c["passed"] + c["failed"] for c in r["features"].values())
+        seen[(py, minor)] = "✗" if failed or not run else "✓"
+    lines = ["| Python | " + " | ".join(f"torch {m}" for m in TORCH) + " |"]
+    lines.append("|---|" + ":-:|" * len(TORCH))
+    for py in VERSIONS:
+        lines.append(f"| {py} | " + " | ".join(seen.get((py, m), "·") for m in TORCH) + " |")
+    lines.append("")
+    lines.append(
+        "✓ every torch test passed, ✗ some failed, · not run by the matrix yet "
+        "([Compatibility](COMPAT) has the tests per feature). The core needs no "
+        "torch and is tested on every Python listed."
+    )
+    return "\n".join(lines)
+
+
 def _minor_key(version: str) -> tuple:
     return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
 
 
+#: the versions table's places: each page, and the link to Compatibility from it
+GRID_PAGES = {
+    ROOT / "README.md": "docs/compatibility.md",
+    ROOT / "docs" / "index.md": "compatibility.md",
+    PAGE: "#what-runs-where",
+}
+GRID_BEGIN, GRID_END = "<!-- torch-grid:begin -->", "<!-- torch-grid:end -->"
+
+
+def between(text: str, begin: str, end: str, body: str) -> str:
+    """text with what lies between the markers begin and end replaced by body."""
+    start, stop = text.index(begin) + len(begin), text.index(end)
+    return text[:start] + "\n" + body + "\n" + text[stop:]
+
+
+def pages_for(results: dict) -> dict:
+    """{page: the text it should have}: the table on the compatibility page,
+    the versions table on each of GRID_PAGES."""
+    out = {PAGE: between(PAGE.read_text(), BEGIN, END, render(results))}
+    for page, link in GRID_PAGES.items():
+        text = out.get(page, page.read_text())
+        grid = render_grid(results).replace("(COMPAT)", f"({link})")
+        out[page] = between(text, GRID_BEGIN, GRID_END, grid)
+    return out
+
+
 def write_page(results: dict) -> bool:
-    """Put the table into the page between its markers; whether it changed."""
-    text = PAGE.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    new = text[:start] + "\n" + render(results) + "\n" + text[end:]
-    if new != text:
-        PAGE.write_text(new)
-    return new != text
+    """Put the tables into their pages between their markers; whether one changed."""
+    changed = False
+    for page, new in pages_for(results).items():
+        if new != page.read_text():
+            page.write_text(new)
+            changed = True
+    return changed
 
 
 def load() -> dict:
@@ -187,7 +239,7 @@ def checkout_commit() -> str:
     (other than in what this script writes: the results and the page)."""
     git = ["git", "-C", str(ROOT)]
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    ours = [f":!{p.relative_to(ROOT)}" for p in (RESULTS, PAGE)]
+    ours = [f":!{p.relative_to(ROOT)}" for p in (RESULTS, PAGE, *GRID_PAGES)]
     dirty = subprocess.run(
         [*git, "status", "--porcelain", "--", ".", *ours], capture_output=True, text=True
     )

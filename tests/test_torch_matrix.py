@@ -87,3 +87,27 @@ def test_the_compatibility_page_is_what_the_results_give(tm):
         "docs/compatibility.md is not what benchmarks/results/torch_matrix.json gives: "
         "run python3 scripts/torch_matrix.py --table"
     )
+    # and the versions table in each install section
+    for page, wanted in tm.pages_for(tm.load()).items():
+        assert page.read_text() == wanted, (
+            f"{page.name}'s versions table is not what the results give: "
+            "run python3 scripts/torch_matrix.py --table"
+        )
+
+
+def test_the_versions_table_marks_each_pair(tm, ci):
+    ok = {f: {"passed": 3, "failed": 0, "skipped": 0, "failures": []} for f in tm.FEATURES}
+    bad = dict(ok, checkpoint={"passed": 2, "failed": 1, "skipped": 0, "failures": ["t"]})
+    grid = tm.render_grid(
+        {
+            "a": {"python": "3.11.7", "torch": "2.9.1", "features": ok},
+            "b": {"python": "3.13.0", "torch": "2.15.0", "features": bad},
+        }
+    )
+    rows = {
+        r.split(" | ")[0][2:]: r.split(" | ")[1:] for r in grid.splitlines() if r.startswith("| 3.")
+    }
+    assert list(rows) == list(ci.VERSIONS)  # every supported Python, in order
+    column = {m: i for i, m in enumerate(tm.TORCH)}
+    assert rows["3.11"][column["2.9"]] == "✓" and rows["3.13"][column["2.15"]].startswith("✗")
+    assert rows["3.10"][column["2.9"]] == "·" and rows["3.11"][column["2.10"]] == "·"
