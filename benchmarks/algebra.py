@@ -6,7 +6,8 @@ assert_same_structure) timed beside that peer's equivalent, in one process,
 interleaved as ``compare.py`` does (its ``measure_many``), on trees of ints
 that every library reads alike.
 
-    python benchmarks/algebra.py            # results/pythonX.Y/algebra.md
+    python benchmarks/algebra.py            # build/benchmarks/pythonX.Y/algebra.md
+    python benchmarks/algebra.py --record   # benchmarks/results/pythonX.Y/algebra.md
     python benchmarks/algebra.py --quick    # smoke mode (CI): two trees, rough
     python benchmarks/algebra.py --only tree_any   # some functions, printed only
 
@@ -23,16 +24,14 @@ import importlib.metadata
 import operator
 import platform
 import sys
-from pathlib import Path
 from typing import Any, Callable, Optional
 
+import _output
 from compare import measure_many  # the same timing: warm-up, calibration, interleaving
 from compare import tree_chain as chain  # tree (d)
 
 import pytree_kit as pk
 from pytree_kit._engine import impl as engine_impl
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _peer(name: str) -> Any:
@@ -322,7 +321,7 @@ def run(quick: bool, only: Optional[list[str]] = None) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke mode: tiny repeats")
-    ap.add_argument("--out", type=Path, default=None, help="folder for algebra.md")
+    _output.add_arguments(ap, sub=_output.PYTHON)
     ap.add_argument(
         "--only",
         action="append",
@@ -333,10 +332,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.only:
         print(text)
         return 0
-    out = args.out or RESULTS / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output.folder(args, sub=_output.PYTHON)
     (out / "algebra.md").write_text(text)
     print(text)
+    _output.wrote(out / "algebra.md")
     return 0
 
 

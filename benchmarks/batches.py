@@ -2,7 +2,8 @@
 DataLoader's throughput with plain and consolidated batches, and the cost of
 the check for leaves that hold tensors.
 
-    python benchmarks/batches.py            # full run, writes benchmarks/results/batches.md
+    python benchmarks/batches.py            # full run, writes build/benchmarks/batches.md
+    python benchmarks/batches.py --record   # the same, into benchmarks/results/batches.md
     python benchmarks/batches.py --quick    # a smoke run (CI), writes nothing unless --out DIR
 
 tensordict's ``consolidate()`` is compared when tensordict is installed
@@ -21,17 +22,15 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+import _output
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, default_collate
 
 import pytree_kit as pk
 from pytree_kit.torch import collate, consolidate, to_device
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def best_of(fns: dict[str, Callable[[], Any]], rounds: int, number: int) -> dict[str, float]:
@@ -434,7 +433,7 @@ def report(collates: list, consolidates: list, loaders: list, stricts: list) -> 
 def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run")
-    parser.add_argument("--out", type=Path, default=None, help="the folder to write batches.md in")
+    _output.add_arguments(parser)
     parser.add_argument("--skip-loader", action="store_true")
     args = parser.parse_args(argv)
     collates = bench_collate(args.quick)
@@ -443,10 +442,10 @@ def main(argv: Any = None) -> int:
     stricts = bench_strict(args.quick)
     text = report(collates, consolidates, loaders, stricts)
     print(text)
-    out = args.out or (None if args.quick else RESULTS)
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+    if not args.quick or args.out is not None or args.record:
+        out = _output.folder(args)
         (out / "batches.md").write_text(text, encoding="utf-8")
+        _output.wrote(out / "batches.md")
     return 0
 
 

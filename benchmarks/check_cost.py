@@ -6,7 +6,8 @@ disturb: each tree runs in three processes under ``valgrind --tool=callgrind``
 (setup and one warm call; then N more calls with the check; then N more
 without), and a call's count is the difference from the first, over N.
 
-    python benchmarks/check_cost.py            # writes results/check_cost.md
+    python benchmarks/check_cost.py            # writes build/benchmarks/check_cost.md
+    python benchmarks/check_cost.py --record   # writes benchmarks/results/check_cost.md
     python benchmarks/check_cost.py --n 20 --out /tmp/x   # a shorter run
 """
 
@@ -22,7 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+import _output
+
 TREES = {
     "1,000 tensors": "tensors",
     "250 samples of tensor, int, str, None": "mixed",
@@ -125,7 +127,7 @@ def report(rows: list[dict], n: int) -> str:
 def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200, help="calls counted per process")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    _output.add_arguments(parser)
     parser.add_argument("--op", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.op:
@@ -134,8 +136,9 @@ def main(argv: Any = None) -> int:
         return 0
     text = report(measure(args.n), args.n)
     print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "check_cost.md").write_text(text, encoding="utf-8")
+    out = _output.folder(args)
+    (out / "check_cost.md").write_text(text, encoding="utf-8")
+    _output.wrote(out / "check_cost.md")
     return 0
 
 

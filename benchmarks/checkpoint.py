@@ -1,7 +1,10 @@
 """Saving and loading nested training state: pytree_kit.torch.checkpoint against
 DCP alone and torch.save.
 
-    python benchmarks/checkpoint.py [--quick] [--out benchmarks/results]
+    python benchmarks/checkpoint.py [--quick] [--out DIR | --record]
+
+It writes ``checkpoint.md`` into ``build/benchmarks/`` (``--record``: into
+``benchmarks/results/``, the published figures).
 
 The state: 1,000 float32 tensors of 25,600 elements (102 MB in all), each in a
 dataclass beside a dict of metadata (a name, a learning rate, an index), plus
@@ -37,9 +40,9 @@ import sys
 import tempfile
 import time
 import warnings
-from pathlib import Path
 from typing import Any, Callable
 
+import _output
 import torch
 import torch.distributed.checkpoint as dcp
 
@@ -192,7 +195,7 @@ def check_round_trip() -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few rounds (smoke run)")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    _output.add_arguments(parser)
     args = parser.parse_args()
     warnings.filterwarnings("ignore", message="torch.distributed is disabled")
     rounds = 2 if args.quick else 9
@@ -238,9 +241,9 @@ def main() -> int:
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output.folder(args)
     (out / "checkpoint.md").write_text(text)
+    _output.wrote(out / "checkpoint.md")
     return 0
 
 

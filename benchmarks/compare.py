@@ -11,13 +11,15 @@ the cost per leaf of flatten and leaves from 10^3 to 10^6 leaves.
     python benchmarks/compare.py                 # full run, a few minutes
     python benchmarks/compare.py --quick         # smoke mode (CI), well under a minute
     python benchmarks/compare.py --out /tmp/b    # write the outputs elsewhere
+    python benchmarks/compare.py --record        # into benchmarks/results/ (published)
     python benchmarks/compare.py --only optree   # pytree_kit and the peers named
 
 The markdown report goes to stdout and to ``OUT/compare.md``, its figures for
 pytree_kit's C engine to ``OUT/compare.json`` (``benchmarks/versions.py``
 gathers those of several Pythons into one page); the charts to
 ``OUT/compare.png`` (speedups per tree and operation) and ``OUT/scaling.png``
-(ns per leaf). ``OUT`` defaults to ``benchmarks/results``.
+(ns per leaf). ``OUT`` defaults to ``build/benchmarks/``; ``--record`` writes
+into ``benchmarks/results/``, the published figures.
 
 How it measures: each (library, tree, operation) is a zero-argument call
 (``functools.partial`` of the library's function, so every library pays the
@@ -73,6 +75,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+import _output
 
 import pytree_kit as pk
 from pytree_kit import _pure
@@ -1140,12 +1144,7 @@ def summary(
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smoke mode: tiny repeats, no tree (f)")
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=ROOT / "benchmarks" / "results",
-        help="folder for compare.md, compare.png and scaling.png (default: benchmarks/results)",
-    )
+    _output.add_arguments(p)
     p.add_argument(
         "--only",
         action="append",
@@ -1183,23 +1182,25 @@ def main(argv: Optional[list[str]] = None) -> int:
     elapsed = time.perf_counter() - start
     report = render(argv, libs, settings, cells, counts, floor, scaling, notes, elapsed, revision)
     print(report)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "compare.md").write_text(report, encoding="utf-8")
+    out = _output.folder(args)
+    written = [out / "compare.md", out / "compare.json"]
+    written[0].write_text(report, encoding="utf-8")
     figures = summary(libs, cells, floor, revision)
-    (args.out / "compare.json").write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+    written[1].write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
     if not args.no_plot:
         try:
             import matplotlib
 
             matplotlib.use("Agg")
-            plot_compare(libs, cells, counts, floor, args.out / "compare.png")
-            plot_scaling(libs, scaling, settings.scaling_sizes, args.out / "scaling.png")
+            plot_compare(libs, cells, counts, floor, out / "compare.png")
+            plot_scaling(libs, scaling, settings.scaling_sizes, out / "scaling.png")
+            written += [out / "compare.png", out / "scaling.png"]
         except ImportError:
             log(" matplotlib is not installed: no charts")
         except Exception:
             traceback.print_exc()
             return 1
-    log(f" wrote {args.out}")
+    _output.wrote(*written)
     return 0
 
 

@@ -1,6 +1,7 @@
 """Inside torch.compile: pytree_kit against torch.utils._pytree and optree.
 
-    python benchmarks/compiled.py           # full run, writes benchmarks/results/compiled.md
+    python benchmarks/compiled.py           # full run, writes build/benchmarks/compiled.md
+    python benchmarks/compiled.py --record  # the same, into benchmarks/results/compiled.md
     python benchmarks/compiled.py --quick   # a smoke run (CI), writes nothing unless --out DIR
     python benchmarks/compiled.py --instructions  # adds each call's instructions (callgrind)
 
@@ -47,15 +48,13 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
 
+import _output
 import torch
 import torch.utils._pytree as torch_pytree
 
 import pytree_kit as pk
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 @dataclasses.dataclass
@@ -348,7 +347,7 @@ def report(rows: list[dict[str, Any]], rounds: int, calls: int, fresh: int) -> s
 def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run")
-    parser.add_argument("--out", type=Path, default=None, help="the folder to write compiled.md in")
+    _output.add_arguments(parser)
     parser.add_argument(
         "--instructions", action="store_true", help="also count a call's instructions (callgrind)"
     )
@@ -365,10 +364,10 @@ def main(argv: Any = None) -> int:
                 row["call_ir"] = call_instructions(row["name"])
     text = report(rows, rounds, calls, fresh)
     print(text)
-    out = args.out if args.out is not None else (None if args.quick else RESULTS)
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+    if not args.quick or args.out is not None or args.record:
+        out = _output.folder(args)
         (out / "compiled.md").write_text(text)
+        _output.wrote(out / "compiled.md")
     ours = next(r for r in rows if r["name"] == "pytree_kit")
     return 0 if ours["graphs"] == 1 else 1
 

@@ -37,11 +37,13 @@ strs and bools of the families that have them; drawing needs no torch.
     python benchmarks/corpus.py --families wide,chain
     python benchmarks/corpus.py --only optree        # pytree_kit and the peers named
     python benchmarks/corpus.py --out /tmp/c         # write the outputs elsewhere
+    python benchmarks/corpus.py --record             # into benchmarks/results/ (published)
 
 The report goes to stdout and ``OUT/corpus.md``, its figures to
 ``OUT/corpus.json`` (``benchmarks/versions.py`` gathers those of several
-Pythons). ``OUT`` defaults to ``benchmarks/results/python3.X/`` of the running
-Python, beside compare.py's per-version runs.
+Pythons). ``OUT`` defaults to ``build/benchmarks/python3.X/`` of the running
+Python; ``--record`` writes into ``benchmarks/results/python3.X/``, the published
+figures, beside compare.py's per-version runs.
 
 How it measures: as compare.py does, with its machinery (``Lib``,
 ``load_libraries``, ``_calls_checked``, ``measure_many``, ``settings_for``,
@@ -83,9 +85,9 @@ import sys
 import time
 import types
 import typing
-from pathlib import Path
 from typing import Any, Callable, Optional
 
+import _output
 import compare
 from compare import (
     OPS,
@@ -118,8 +120,6 @@ try:
 except ImportError:  # the attrs family is skipped, with a note
     attrs = None
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 #: The seed of the draw unless --seed says otherwise.
 DEFAULT_SEED = 21
 PEER_OPS: tuple[str, ...] = ("flatten", "unflatten", "leaves", "tree_map")
@@ -1175,12 +1175,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--quick", action="store_true", help="smoke mode: the smallest sizes, short loops"
     )
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=RESULTS / f"python{sys.version_info[0]}.{sys.version_info[1]}",
-        help="folder for corpus.md and corpus.json (default: benchmarks/results/python3.X)",
-    )
+    _output.add_arguments(p, sub=_output.PYTHON)
     p.add_argument(
         "--only",
         action="append",
@@ -1285,13 +1280,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         revision,
     )
     print(report)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "corpus.md").write_text(report, encoding="utf-8")
+    out = _output.folder(args, sub=_output.PYTHON)
+    (out / "corpus.md").write_text(report, encoding="utf-8")
     data = summary(
         libs, ours, settings, args.seed, figures, trees, dropped, notes, elapsed, revision
     )
-    (args.out / "corpus.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    log(f"wrote {args.out}")
+    (out / "corpus.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    _output.wrote(out / "corpus.md", out / "corpus.json")
     return 0
 
 

@@ -17,7 +17,12 @@ and a baseline, that one operation is counted instead, before and after, and
 the report (``instructions_NAME.md``) gives each tree's counts and their
 ratio, before ÷ now.
 
-    python benchmarks/corpus_instructions.py --baseline /tmp/base --out results/python3.12
+The report is printed; it is written (``instructions_up_to.md`` or
+``instructions_NAME.md``) only into ``--out DIR``, or with ``--record`` into
+``benchmarks/results/python3.X/``, the published figures.
+
+    python benchmarks/corpus_instructions.py --baseline /tmp/base --out /tmp/x
+    python benchmarks/corpus_instructions.py --baseline /tmp/base --record
     python benchmarks/corpus_instructions.py --family none --family dataclass
     python benchmarks/corpus_instructions.py --baseline /tmp/base --op unflatten --family records
 """
@@ -33,6 +38,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
+
+import _output
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -180,7 +187,7 @@ def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, help="a checkout built in place to compare with")
     parser.add_argument("--family", action="append", default=[], help="these families only")
-    parser.add_argument("--out", type=Path, help="write instructions_up_to.md into this folder")
+    _output.add_arguments(parser, sub=_output.PYTHON, default=False)
     parser.add_argument(
         "--op", choices=ONE_OPS, help="this operation alone, before and now (needs --baseline)"
     )
@@ -197,16 +204,18 @@ def main(argv: Any = None) -> int:
             parser.error("--op needs --baseline")
         text = report_one(pts, measure([ROOT, before], pts, (args.op,)), args.op, ROOT, before)
         print(text)
-        if args.out:
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / f"instructions_{args.op}.md").write_text(text, encoding="utf-8")
+        if args.out is not None or args.record:
+            out = _output.folder(args, sub=_output.PYTHON)
+            (out / f"instructions_{args.op}.md").write_text(text, encoding="utf-8")
+            _output.wrote(out / f"instructions_{args.op}.md")
         return 0
     got = measure([ROOT] + ([before] if before else []), pts)
     text = report(pts, got, ROOT, before)
     print(text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "instructions_up_to.md").write_text(text, encoding="utf-8")
+    if args.out is not None or args.record:
+        out = _output.folder(args, sub=_output.PYTHON)
+        (out / "instructions_up_to.md").write_text(text, encoding="utf-8")
+        _output.wrote(out / "instructions_up_to.md")
     return 0
 
 

@@ -1,12 +1,13 @@
 """all_reduce_tree against one all_reduce per tensor, 2 ranks on gloo (CPU).
 
-    python benchmarks/distributed.py [--quick] [--out benchmarks/results]
+    python benchmarks/distributed.py [--quick] [--out DIR | --record]
     python benchmarks/distributed.py --backend nccl --world 1   # on a GPU machine
 
 The script starts its own ranks (fresh processes joined over 127.0.0.1 on a
-free port) and rank 0 writes ``distributed.md`` to ``--out``. For each tree
-(N small tensors, N = 10, 100, 1,000, 10,000; and 1,000 tensors of three
-dtypes) it times, in the same processes:
+free port) and rank 0 writes ``distributed.md`` into ``build/benchmarks/``
+(``--out DIR``: into DIR; ``--record``: into ``benchmarks/results/``, the
+published figures). For each tree (N small tensors, N = 10, 100, 1,000,
+10,000; and 1,000 tensors of three dtypes) it times, in the same processes:
 
 - ``all_reduce_tree(tree)``: flatten, the cross-rank structure check, one
   collective per bucket (dtype, device, at most 25 MB), unpack;
@@ -36,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+import _output
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -195,10 +198,10 @@ def write_report(args: argparse.Namespace, rows: list) -> None:
     ]
     if args.backend == "nccl":
         lines.append(f"- GPU: {torch.cuda.get_device_name(0)}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output.folder(args)  # launch() passed the folder it chose as --out
     (out / "distributed.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
+    _output.wrote(out / "distributed.md")
 
 
 def free_port() -> int:
@@ -211,7 +214,7 @@ def launch(args: argparse.Namespace) -> int:
     port = free_port()
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
     base = [sys.executable, __file__, "--port", str(port), "--world", str(args.world)]
-    base += ["--backend", args.backend, "--out", str(args.out)]
+    base += ["--backend", args.backend, "--out", str(_output.folder(args))]
     if args.quick:
         base.append("--quick")
     procs = [subprocess.Popen([*base, "--rank", str(r)], env=env) for r in range(args.world)]
@@ -230,7 +233,7 @@ def launch(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    _output.add_arguments(parser)
     parser.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
     parser.add_argument("--world", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600)

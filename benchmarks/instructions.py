@@ -15,7 +15,8 @@ run there, after the tree is built and one warm call is made. The hash seed
 is fixed. Leaves are small stand-in objects, not tensors, so torch is not
 imported.
 
-    python benchmarks/instructions.py --baseline /tmp/base            # results/pythonX.Y/
+    python benchmarks/instructions.py --baseline /tmp/base          # build/benchmarks/pythonX.Y/
+    python benchmarks/instructions.py --baseline /tmp/base --record # benchmarks/results/...
     python benchmarks/instructions.py --baseline /tmp/base --n 20 --out /tmp/x
     python benchmarks/instructions.py --baseline /tmp/base --title "The split"
 """
@@ -34,8 +35,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+import _output
+
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).resolve().parent / "results"
 OPS = (
     "flatten",
     "unflatten",
@@ -201,7 +203,7 @@ def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, help="a checkout built in place to compare with")
     parser.add_argument("--n", type=int, default=40, help="calls counted per process")
-    parser.add_argument("--out", type=Path, help="default: results/pythonX.Y/")
+    _output.add_arguments(parser, sub=_output.PYTHON)
     parser.add_argument("--only", action="append", default=[], choices=OPS, help="these ops")
     parser.add_argument(
         "--tree", action="append", default=[], help="the trees whose label has this text"
@@ -221,9 +223,9 @@ def main(argv: Any = None) -> int:
     base = args.baseline.resolve()
     text = report(measure(base, args.n, args.only, args.tree), args.n, base, args.title)
     print(text)
-    out = args.out or RESULTS / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output.folder(args, sub=_output.PYTHON)
     (out / args.name).write_text(text, encoding="utf-8")
+    _output.wrote(out / args.name)
     return 0
 
 

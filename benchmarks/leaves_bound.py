@@ -17,6 +17,9 @@ no implementation can beat on that tree with this interpreter and machine.
     python benchmarks/leaves_bound.py                # a minute or so
     python benchmarks/leaves_bound.py --quick        # smoke mode
     python benchmarks/leaves_bound.py --out /tmp/b   # write OUT/leaves_bound.md elsewhere
+    python benchmarks/leaves_bound.py --record       # benchmarks/results/leaves_bound.md
+
+By default it writes ``build/benchmarks/leaves_bound.md``.
 
 Needs a C compiler (the one Python was built with, from ``sysconfig``).
 """
@@ -37,6 +40,7 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import _output  # noqa: E402
 import compare  # noqa: E402
 
 import pytree_kit as pk  # noqa: E402
@@ -74,7 +78,7 @@ def build(workdir: Path, source: Path = SOURCE) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke mode: tiny loops")
-    parser.add_argument("--out", type=Path, default=HERE / "results", help="output folder")
+    _output.add_arguments(parser)
     args = parser.parse_args(argv)
     min_time, repeats = (0.002, 3) if args.quick else (0.05, 9)
     try:
@@ -132,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {case.label} | {n:,} | {floor * 1e6:.3g} | " + " | ".join(cells) + " |")
     report = "\n".join(lines) + "\n"
     print(report)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "leaves_bound.md").write_text(report, encoding="utf-8")
+    out = _output.folder(args)
+    (out / "leaves_bound.md").write_text(report, encoding="utf-8")
+    _output.wrote(out / "leaves_bound.md")
     return 0
 
 

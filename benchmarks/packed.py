@@ -1,6 +1,7 @@
 """Datasets without copy-on-read: a COCO-like dataset kept four ways.
 
-    python benchmarks/packed.py            # results/packed.md and results/packed.png
+    python benchmarks/packed.py            # build/benchmarks/packed.md, .json and .png
+    python benchmarks/packed.py --record   # the same in benchmarks/results/ (published)
     python benchmarks/packed.py --quick    # smoke mode: 1,000 samples, 1 worker
 
 The dataset is generated (seeded): 100,000 samples, each an image path, height,
@@ -44,12 +45,12 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
+import _output
 import torch
 
 import pytree_kit as pk
 from pytree_kit.torch import PackedList
 
-RESULTS = Path(__file__).resolve().parent / "results"
 STORES = ("list", "pickle", "PackedList", "tensordict")
 
 
@@ -519,7 +520,7 @@ def main() -> None:
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1,000 samples, 1 worker: a smoke run")
-    ap.add_argument("--out", type=Path, default=RESULTS, help="where packed.md and .png go")
+    _output.add_arguments(ap)
     args = ap.parse_args()
     n, workers = (1_000, 1) if args.quick else (100_000, 4)
     results: dict = {"n": n, "workers": workers}
@@ -533,12 +534,13 @@ def main() -> None:
     }
     print("packed: epochs done", flush=True)
     results["million"] = million(20_000 if args.quick else 1_000_000)
-    args.out.mkdir(parents=True, exist_ok=True)
+    out = _output.folder(args)
     text = report(results, args.quick)
-    (args.out / "packed.md").write_text(text, encoding="utf-8")
-    (args.out / "packed.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    chart(results, args.out / "packed.png")
+    (out / "packed.md").write_text(text, encoding="utf-8")
+    (out / "packed.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    chart(results, out / "packed.png")
     print(text)
+    _output.wrote(out / "packed.md", out / "packed.json", out / "packed.png")
 
 
 if __name__ == "__main__":

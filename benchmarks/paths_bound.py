@@ -22,7 +22,8 @@ that no collection's cost lands in whichever allocation happened to start it.
 Where the key objects alone cost more than optree's whole call, no first call
 can match optree's: that is the bound. Trees are benchmarks/algebra.py's.
 
-    python benchmarks/paths_bound.py            # results/pythonX.Y/paths_bound.md
+    python benchmarks/paths_bound.py            # build/benchmarks/pythonX.Y/paths_bound.md
+    python benchmarks/paths_bound.py --record   # benchmarks/results/pythonX.Y/paths_bound.md
     python benchmarks/paths_bound.py --n 20 --out /tmp/x
 """
 
@@ -40,9 +41,9 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _output
 from instructions import ROOT, count_instructions
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TREES = ("sd", "cfg", "rec", "chain")
 WHICH = ("optree", "first", "later")
 KEYS = ("pk_key", "subtype_dealloc")
@@ -139,7 +140,7 @@ def report(rows: list[dict], n: int) -> str:
 def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=40, help="calls counted per process")
-    parser.add_argument("--out", type=Path, help="default: results/pythonX.Y/")
+    _output.add_arguments(parser, sub=_output.PYTHON)
     parser.add_argument("--op", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.op:
@@ -147,10 +148,10 @@ def main(argv: Any = None) -> int:
         op(which, tree, int(n))
         return 0
     text = report(measure(args.n), args.n)
-    out = args.out or RESULTS / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output.folder(args, sub=_output.PYTHON)
     (out / "paths_bound.md").write_text(text)
     print(text)
+    _output.wrote(out / "paths_bound.md")
     return 0
 
 

@@ -1,7 +1,10 @@
 """Moving nested batches to a device: the host-side work on any machine, and
 pinned host-to-device transfer where CUDA is present.
 
-    python benchmarks/pinning.py [--quick] [--instructions N] [--out benchmarks/results]
+    python benchmarks/pinning.py [--quick] [--instructions N] [--out DIR | --record]
+
+It writes ``pinning.md`` into ``build/benchmarks/`` (``--record``: into
+``benchmarks/results/``, the published figures).
 
 **Host side (every run, on the CPU).** For 1,000 small tensors (float32[64]),
 1,000 of three dtypes (float32[64], int64[32], bool[128]), 333 detection
@@ -70,6 +73,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable
 
+import _output
 import torch
 from batches import best_of  # seconds per call, best of interleaved rounds
 
@@ -366,7 +370,7 @@ def on_gpu(quick: bool) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few repeats (smoke run)")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    _output.add_arguments(parser)
     parser.add_argument(
         "--instructions", type=int, metavar="N", help="also count N calls under callgrind"
     )
@@ -386,9 +390,9 @@ def main() -> int:
         lines.append("No CUDA device here: the GPU ratios were not measured in this run.")
     text = "\n".join(lines) + "\n"
     print(text)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output.folder(args)
     (out / "pinning.md").write_text(text)
+    _output.wrote(out / "pinning.md")
     return 0
 
 

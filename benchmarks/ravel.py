@@ -2,7 +2,8 @@
 vector_to_parameters and jax's ravel_pytree, on the parameters of real
 models.
 
-    python benchmarks/ravel.py            # results/ravel.md
+    python benchmarks/ravel.py            # build/benchmarks/ravel.md
+    python benchmarks/ravel.py --record   # benchmarks/results/ravel.md (published)
     python benchmarks/ravel.py --quick    # smoke mode (CI): two models, rough
 
 The trees are the parameter lists of four models (torch.nn modules with their
@@ -38,9 +39,9 @@ import importlib.metadata
 import os
 import platform
 import sys
-from pathlib import Path
 from typing import Any, Callable, Optional
 
+import _output
 import numpy as np
 import torch
 from compare import measure_many  # warm-up, calibration, interleaving
@@ -48,7 +49,6 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 import pytree_kit as pk
 
-RESULTS = Path(__file__).resolve().parent / "results"
 X = "\N{MULTIPLICATION SIGN}"
 
 
@@ -233,12 +233,13 @@ def run(quick: bool) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke mode: two models, rough")
-    ap.add_argument("--out", type=Path, default=RESULTS, help="folder for ravel.md")
+    _output.add_arguments(ap)
     args = ap.parse_args(argv)
     text = run(args.quick)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "ravel.md").write_text(text, encoding="utf-8")
+    out = _output.folder(args)
+    (out / "ravel.md").write_text(text, encoding="utf-8")
     print(text)
+    _output.wrote(out / "ravel.md")
     return 0
 
 

@@ -14,7 +14,8 @@ ones are new instances each call, as batches from a loader are (on 3.12 and
 3.13 the engine makes each one's ``__dict__``, as ``vars()`` would, the
 first time it reads it).
 
-    python benchmarks/record_cost.py --baseline /tmp/base   # results/pythonX.Y/record_cost.md
+    python benchmarks/record_cost.py --baseline /tmp/base   # build/benchmarks/pythonX.Y/
+    python benchmarks/record_cost.py --baseline /tmp/base --record   # benchmarks/results/...
     python benchmarks/record_cost.py --baseline /tmp/base --n 20 --out /tmp/x
 """
 
@@ -31,12 +32,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import _output
 import attrs
 from compare import Batch, Meta, Target  # tree (e)'s classes
 from instructions import count_instructions
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).resolve().parent / "results"
 OPS = ("flatten", "leaves", "tree_map", "flatten_up_to")
 
 
@@ -171,7 +172,7 @@ def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, help="a checkout built in place to compare with")
     parser.add_argument("--n", type=int, default=50, help="calls counted per process")
-    parser.add_argument("--out", type=Path, help="default: results/pythonX.Y/")
+    _output.add_arguments(parser, sub=_output.PYTHON)
     parser.add_argument("--op", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.op:
@@ -182,9 +183,9 @@ def main(argv: Any = None) -> int:
         parser.error("--baseline is required")
     text = report(measure(args.baseline.resolve(), args.n), args.n, args.baseline.resolve())
     print(text)
-    out = args.out or RESULTS / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output.folder(args, sub=_output.PYTHON)
     (out / "record_cost.md").write_text(text, encoding="utf-8")
+    _output.wrote(out / "record_cost.md")
     return 0
 
 

@@ -23,6 +23,10 @@ unflatten meets the target there.
     python benchmarks/unflatten_bound.py                # a minute or two
     python benchmarks/unflatten_bound.py --quick        # smoke mode
     python benchmarks/unflatten_bound.py --out /tmp/b   # write OUT/unflatten_bound.md
+    python benchmarks/unflatten_bound.py --record       # benchmarks/results/python3.X/
+
+By default it writes ``build/benchmarks/python3.X/unflatten_bound.md``; ``--record``
+writes the published figures, one per Python, which ``benchmarks/report.py`` reads.
 
 Needs a C compiler (the one Python was built with, from ``sysconfig``).
 """
@@ -40,6 +44,7 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import _output  # noqa: E402
 import compare  # noqa: E402
 import corpus  # noqa: E402
 import leaves_bound  # noqa: E402
@@ -137,7 +142,7 @@ def same(a: Any, b: Any) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke mode: tiny loops")
-    parser.add_argument("--out", type=Path, default=HERE / "results", help="output folder")
+    _output.add_arguments(parser, sub=_output.PYTHON)
     args = parser.parse_args(argv)
     min_time, repeats = (0.002, 3) if args.quick else (0.05, 9)
     families = {f.name: f for f in corpus.FAMILIES}
@@ -221,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     lines += [""] + [f"- {note}" for note in notes] if notes else []
     report = "\n".join(lines) + "\n"
     print(report)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "unflatten_bound.md").write_text(report, encoding="utf-8")
+    out = _output.folder(args, sub=_output.PYTHON)
+    (out / "unflatten_bound.md").write_text(report, encoding="utf-8")
+    _output.wrote(out / "unflatten_bound.md")
     return 0
 
 

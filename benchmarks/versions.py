@@ -1,6 +1,7 @@
 """One page of the C engine's speedups on every supported Python.
 
-    python benchmarks/versions.py     # reads benchmarks/results/python3.*/compare.json
+    python benchmarks/versions.py            # reads benchmarks/results/python3.*/compare.json
+    python benchmarks/versions.py --record   # and writes benchmarks/results/versions.md
 
 Each ``benchmarks/results/python3.X/`` holds a full run of
 ``benchmarks/compare.py`` made with that Python (``--out`` pointing there).
@@ -8,19 +9,25 @@ This page puts their figures side by side, one table per version, and lists
 every tree and operation where the C engine is slower than the fastest peer
 (speedup below 1x). Where a version's folder also holds a run of
 ``benchmarks/corpus.py`` (``corpus.json``), a last section gives, for each family
-of its trees and each operation, the worst speedup on each version. It writes
-``benchmarks/results/versions.md``.
+of its trees and each operation, the worst speedup on each version. It reads
+the recorded runs (``benchmarks/results/``) and writes ``versions.md`` into
+``build/benchmarks/``; ``--record`` writes it into ``benchmarks/results/``, the
+published figures, and ``--out DIR`` into DIR.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
+
+import _output
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = _output.RECORDED  # what it reads: the recorded runs, whatever --out says
 X = "\N{MULTIPLICATION SIGN}"
 OPS = ("flatten", "unflatten", "leaves", "tree_map")
 
@@ -152,7 +159,10 @@ def _initial(name: str) -> str:
     }.get(name, name)
 
 
-def main() -> int:
+def main(argv: Any = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    _output.add_arguments(parser)
+    args = parser.parse_args(argv)
     paths = sorted(RESULTS.glob("python3.*/compare.json"), key=_version_key)
     if not paths:
         print("no benchmarks/results/python3.*/compare.json: run compare.py --out first")
@@ -162,8 +172,10 @@ def main() -> int:
     corpus_paths = sorted(RESULTS.glob("python3.*/corpus.json"), key=_version_key)
     if corpus_paths:
         page += render_corpus([json.loads(p.read_text()) for p in corpus_paths])
-    (RESULTS / "versions.md").write_text(page, encoding="utf-8")
+    out = _output.folder(args)
+    (out / "versions.md").write_text(page, encoding="utf-8")
     print(page)
+    _output.wrote(out / "versions.md")
     return 0
 
 

@@ -1,0 +1,88 @@
+"""Where a benchmark script writes its reports.
+
+By default a script writes into ``build/benchmarks/`` (ignored by git), so
+running one changes no tracked file. ``--record`` writes into
+``benchmarks/results/`` instead: the published figures, which
+``benchmarks/report.py`` reads, for those who update them. ``--out DIR``
+writes into DIR. Per-Python scripts write into a ``python3.X`` sub-folder of
+either default (``sub``); ``--out`` is used as given.
+
+A script does::
+
+    import _output
+
+    _output.add_arguments(parser, sub=_output.PYTHON)
+    args = parser.parse_args(argv)
+    out = _output.folder(args, sub=_output.PYTHON)
+    (out / "name.md").write_text(text)
+    _output.wrote(out / "name.md")
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDED = ROOT / "benchmarks" / "results"
+"""The published figures, read by benchmarks/report.py (tracked)."""
+SCRATCH = ROOT / "build" / "benchmarks"
+"""Where a run writes by default (build/ is ignored by git)."""
+PYTHON = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+"""The sub-folder of a per-Python script's reports, for the running Python."""
+
+
+def _shown(path: Path) -> str:
+    """path relative to the repository when it is inside it, else as given."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def add_arguments(parser: argparse.ArgumentParser, sub: str = "", *, default: bool = True) -> None:
+    """Add ``--out DIR`` and ``--record`` (one or the other) to parser (sub:
+    the sub-folder of a per-Python script, e.g. ``python3.11``, for the help
+    text; default=False for a script that writes only when given one of them)."""
+    where = f"default: {_shown(SCRATCH / sub)}/, ignored by git"
+    if not default:
+        where = "without it or --record, the report is only printed"
+    recorded = f"{_shown(RECORDED / sub)}/"
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"the folder to write in ({where})",
+    )
+    group.add_argument(
+        "--record",
+        action="store_true",
+        help=f"write into {recorded}: the published figures, for those who update them",
+    )
+
+
+def folder(args: argparse.Namespace, sub: str = "") -> Path:
+    """The folder to write in, created: ``args.out`` when given, else
+    ``benchmarks/results/<sub>`` with ``--record``, else ``build/benchmarks/<sub>``."""
+    if args.out is not None:
+        out = Path(args.out)
+    else:
+        out = (RECORDED if args.record else SCRATCH) / sub
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def wrote(*paths: Path) -> None:
+    """Print one line (to stderr: stdout is often the report itself) saying
+    where the reports went and, when not recorded, how to record them."""
+    names = ", ".join(_shown(p) for p in paths)
+    recorded = all(_is_recorded(p) for p in paths)
+    note = "" if recorded else f" (not recorded: --record writes {_shown(RECORDED)}/)"
+    print(f"benchmarks: wrote {names}{note}", file=sys.stderr, flush=True)
+
+
+def _is_recorded(path: Path) -> bool:
+    return path.resolve().is_relative_to(RECORDED.resolve())
