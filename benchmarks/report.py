@@ -20,6 +20,7 @@ import json
 import re
 import struct
 import sys
+import textwrap
 import zlib
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -42,7 +43,9 @@ OP_CALLS = {
     ),
 }
 X = "\N{MULTIPLICATION SIGN}"  # the speedup sign
-CHART_STYLE = {"figure.dpi": 100, "font.size": 9, "svg.hashsalt": "pytree_kit"}
+CHART_STYLE = {"figure.dpi": 100, "font.size": 12, "svg.hashsalt": "pytree_kit"}
+#: group labels longer than this wrap onto more lines (none is rotated)
+LABEL_WIDTH = 14
 COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
 
 
@@ -184,12 +187,14 @@ def _grouped(plt, data):
     if data.get("line") is not None:
         ax.axhline(data["line"], color="black", linewidth=0.8, linestyle="--")
     ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels(groups, rotation=40, ha="right")
+    ax.set_xticklabels([textwrap.fill(g, LABEL_WIDTH) for g in groups])
+    ax.set_xlim(-0.6, len(groups) - 0.4)
     if data.get("log"):
         ax.set_yscale("log")
     ax.set_ylabel(data["ylabel"])
-    ax.set_title(data["title"])
-    ax.legend(ncol=len(series), fontsize=8, loc="upper right")
+    # the legend between the title and the plot, never over a bar
+    ax.set_title(data["title"], pad=34)
+    ax.legend(ncol=len(series), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -198,7 +203,7 @@ def _grouped(plt, data):
 def _horizontal(plt, data):
     """Grouped horizontal bars, one row a label: data as _grouped's."""
     groups, series = data["groups"], data["series"]
-    fig, ax = plt.subplots(figsize=(10, max(3.0, 1.2 + 0.09 * len(groups) * (len(series) + 1))))
+    fig, ax = plt.subplots(figsize=(10, max(3.0, 1.4 + 0.1 * len(groups) * (len(series) + 1))))
     height = 0.8 / len(series)
     for k, (name, values) in enumerate(series.items()):
         values = [float("nan") if x is None else x for x in values]
@@ -208,13 +213,13 @@ def _horizontal(plt, data):
         ax.axvline(data["line"], color="black", linewidth=0.8, linestyle="--")
     ax.set_yticks(range(len(groups)))
     ax.set_yticklabels(groups)
-    ax.invert_yaxis()
+    ax.set_ylim(len(groups) - 0.5, -0.5)  # the first group on top, no empty band
     if data.get("log"):
         ax.set_xscale("log")
     ax.set_xlabel(data["ylabel"])
     ax.set_title(data["title"])
     if len(series) > 1:  # beside the bars, never over them
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -261,12 +266,7 @@ def _corpus_rows(
 
 def operations() -> Tuple[str, List[Chart]]:
     data = {v: corpus(v) for v in VERSIONS}
-    run_on = r"run on (\S+)"
-    recorded = ", ".join(
-        f"{data[v]['python']}: {md_line(RESULTS / f'python{v}' / 'corpus.md', run_on).group(1)}"
-        for v in VERSIONS
-    )
-    commits = sorted({data[v]["pytree_kit"] for v in VERSIONS})
+    pythons = ", ".join(data[v]["python"] for v in VERSIONS)
     peers = data[VERSIONS[1]]["peers"]
     out = [
         "## The core operations",
@@ -286,8 +286,8 @@ def operations() -> Tuple[str, List[Chart]]:
         " are torch tensors and Python numbers. Peers get the dataclasses registered"
         " (pytree_kit needs nothing); a peer that sees another number of leaves"
         " (torch.utils._pytree takes None for a leaf) takes no part in that tree."
-        f" Recorded on a 2-core x86_64 VM ({recorded}; pytree_kit at"
-        f" {', '.join(commits)}; {', '.join(f'{k} {w}' for k, w in peers.items())})."
+        " Measured on x86_64 Linux with 2 CPU cores, CPython"
+        f" {pythons}; {', '.join(f'{k} {w}' for k, w in peers.items())}."
         " Every tree and peer: `benchmarks/results/python3.X/corpus.md`.",
         "",
     ]
@@ -298,7 +298,7 @@ def operations() -> Tuple[str, List[Chart]]:
         chart = Chart(
             op,
             f"{op}: speedup over {what} per tree and Python",
-            "grouped",
+            "horizontal",
             {
                 "title": f"{op}: speedup over {what} (higher is better)",
                 "ylabel": f"speedup ({X})",
@@ -341,6 +341,10 @@ def algebra() -> Tuple[str, List[Chart]]:
             values[v].append(x)
             cells.append("—" if x is None else f"{x:.2f}{X}")
         rows.append(cells)
+    # the outlier the caption explains: jax's flatten_one_level, on the Pythons
+    # whose jax has one (3.10's does not: optree is the peer there)
+    below = [v for v in VERSIONS if cells_of[v].get("flatten_one_level", 1.0) < 1.0]
+    one_level_low = min((cells_of[v]["flatten_one_level"] for v in below), default=1.0)
     chart = Chart(
         "algebra",
         "tree algebra: worst speedup over the fastest peer per function",
@@ -369,6 +373,14 @@ def algebra() -> Tuple[str, List[Chart]]:
         " the peer is faster (`flatten_one_level` makes a spec where optree's"
         " returns only the children; `spec.paths()` computes its paths on the"
         " first call and keeps them).",
+        "",
+        f"*The outlier:* `flatten_one_level` falls to {one_level_low:.2f}{X} on"
+        f" {', '.join(below)} on a list"
+        " of 1,000 records, where jax's hands back the list it was given (faster than"
+        " copying the list: `list(records) alone` in the results) while pytree_kit"
+        " makes a new list and its spec. On 3.10, the jax that installs there has no"
+        " `flatten_one_level`, so the peer is optree, and the figure is"
+        f" {cells_of['3.10'].get('flatten_one_level', float('nan')):.2f}{X}.",
         "",
         table(rows),
         "",
@@ -488,7 +500,12 @@ def device() -> Tuple[str, List[Chart]]:
         "",
         table(host_rows),
         "",
-        f"**Method.** `python benchmarks/pinning.py` on a 2-core VM: {host_machine}"
+        "In the last row the parts time staging its 40 MB (a `torch.cat`, then a"
+        " copy), which the whole call never does: its tensors are over"
+        " `STAGE_LIMIT` and go one by one, and a CPU tensor sent to the CPU comes"
+        " back as it is, so that whole call is the walk alone.",
+        "",
+        f"**Method.** `python benchmarks/pinning.py` on x86_64 Linux, 2 CPU cores: {host_machine}"
         " Instruction counts (callgrind) and every run: `benchmarks/results/pinning.md`.",
         "",
     ]
@@ -703,52 +720,6 @@ def checkpoint() -> Tuple[str, List[Chart]]:
     return "\n".join(out), [chart]
 
 
-def bounds() -> str:
-    leaves = md_table(RESULTS / "leaves_bound.md")
-    unflatten = columns(
-        md_table(RESULTS / "python3.11" / "unflatten_bound.md"),
-        "tree",
-        "bound",
-        "pk",
-        "jax.tree_util",
-        "optree",
-        "most",
-        f"pk{X}",
-    )
-    return "\n".join(
-        [
-            "## Appendix: measured bounds",
-            "",
-            "What no implementation can beat, measured on the same machine, to say"
-            " how much room is left.",
-            "",
-            "**leaves().** `benchmarks/bound/leaves_bound.c` walks exact dicts,"
-            " lists and tuples with no spec, no key ordering, no cycle check and"
-            " no `is_leaf`: less than any real `leaves()` does. Each cell: µs per"
-            " call and its multiple of copying as many references into a list"
-            " (`python benchmarks/leaves_bound.py`, Python 3.11):",
-            "",
-            table(leaves),
-            "",
-            "**unflatten().** `benchmarks/bound/unflatten_bound.c` builds the tree"
-            " from a plan compiled ahead into a flat C array, with no spec and no"
-            " checks, each dict the cheapest of three ways. *most* is the fastest"
-            " peer's time over the bound: the largest speedup any unflatten can"
-            f" reach on that tree; *pk{X}* is pytree_kit's (µs per call,"
-            " `python benchmarks/unflatten_bound.py`, Python 3.11; every Python:"
-            " `benchmarks/results/python3.X/unflatten_bound.md`):",
-            "",
-            table(unflatten),
-            "",
-            "Also measured, in instructions (callgrind): `spec.paths()` against"
-            " optree's (`benchmarks/results/python3.X/paths_bound.md`), the check for"
-            " state outside a record's fields (`record_cost.md` beside it) and the"
-            " check for leaves that hold tensors (`benchmarks/results/check_cost.md`).",
-            "",
-        ]
-    )
-
-
 def readme_chart() -> Chart:
     """The README's one chart: each operation's worst speedup over the 47 trees, per Python."""
     data = {v: corpus(v) for v in VERSIONS}
@@ -807,7 +778,8 @@ def page() -> Tuple[str, List[Chart]]:
             "python benchmarks/report.py            # this page, from benchmarks/results/",
             "```",
             "",
-            "Timings on a shared 2-core VM move by several percent between runs;"
+            "Timings on a 2-core machine shared with other work move by several"
+            " percent between runs;"
             " each benchmark interleaves the libraries round by round so a drift"
             " of the machine hits all of them alike. Where the machine is too"
             " noisy for a decision, the same scripts count instructions with"
@@ -823,13 +795,25 @@ def page() -> Tuple[str, List[Chart]]:
             "- [Inside torch.compile](#inside-torchcompile)",
             "- [Collectives over a tree](#collectives-over-a-tree)",
             "- [Checkpointing nested state](#checkpointing-nested-state)",
-            "- [Appendix: measured bounds](#appendix-measured-bounds)",
             "",
             summary.markdown(),
             "",
         ]
     )
-    return head + "\n" + "\n".join(parts) + "\n" + bounds(), charts
+    tail = "\n".join(
+        [
+            "## How much room is left",
+            "",
+            "What no implementation can beat, measured on the same machine: a C walk"
+            " of exact dicts, lists and tuples with no spec for `leaves()`"
+            " (`benchmarks/results/leaves_bound.md`), and a C rebuild from a plan"
+            " compiled ahead for `unflatten()`"
+            " (`benchmarks/results/python3.X/unflatten_bound.md`), with their"
+            " scripts in `benchmarks/` and their C in `benchmarks/bound/`.",
+            "",
+        ]
+    )
+    return head + "\n" + "\n".join(parts) + "\n" + tail, charts
 
 
 # -- checking ----------------------------------------------------------------------------------
