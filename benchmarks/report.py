@@ -183,7 +183,11 @@ def _grouped(plt, data):
     for k, (name, values) in enumerate(series.items()):
         values = [float("nan") if x is None else x for x in values]
         xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(groups))]
-        ax.bar(xs, values, width, label=name, color=COLORS[k % len(COLORS)])
+        bars = ax.bar(xs, values, width, label=name, color=COLORS[k % len(COLORS)])
+        if data.get("labels"):  # figures too small to see as bars: each one written
+            ax.bar_label(bars, fmt="%.2f", fontsize=10, padding=2)
+    if data.get("labels"):
+        ax.margins(y=0.15)  # room above the tallest bar for its figure
     if data.get("line") is not None:
         ax.axhline(data["line"], color="black", linewidth=0.8, linestyle="--")
     ax.set_xticks(range(len(groups)))
@@ -526,6 +530,7 @@ def packed() -> Tuple[str, List[Chart]]:
         "grouped",
         {
             "title": "a worker's private memory growth over an epoch, MiB (lower is better)",
+            "labels": True,
             "ylabel": "MiB",
             "groups": store_names,
             "series": by_start,
