@@ -130,8 +130,8 @@ def render(results: dict) -> str:
     """The compatibility table: a row per cell, a column per feature, each
     ``passed / run`` (run: passed and failed; skips are counted apart)."""
     cells = sorted(results.values(), key=lambda r: (r["python"], _minor_key(r["torch"])))
-    head = "| Python | torch | " + " | ".join(FEATURES) + " | commit |"
-    lines = [head, "|" + "---|" * (len(FEATURES) + 3)]
+    head = "| Python | torch | " + " | ".join(FEATURES) + " |"
+    lines = [head, "|" + "---|" * (len(FEATURES) + 2)]
     for r in cells:
         row = [r["python"], r["torch"]]
         for f in FEATURES:
@@ -139,7 +139,6 @@ def render(results: dict) -> str:
             run = c["passed"] + c["failed"]
             mark = "" if c["failed"] == 0 and run else " ✗"
             row.append(f"{c['passed']} / {run}{mark}")
-        row.append(r.get("commit", "not recorded"))
         lines.append("| " + " | ".join(row) + " |")
     skipped = {f"{r['python']}/{r['torch']}": sum(c["skipped"] for c in r["features"].values())
                for r in cells}  # fmt: skip
