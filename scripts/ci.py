@@ -660,7 +660,8 @@ def run_jobs(jobs: list, workers: int) -> None:
                 threading.Thread(target=target, daemon=True).start()
             if running == 0 and not any(ready(j) for j in jobs):
                 break
-            lock.wait(timeout=HEARTBEAT)
+            # until the next summary is due, whatever woke it before
+            lock.wait(timeout=max(0.05, last_line[0] + HEARTBEAT - time.monotonic()))
             now = time.monotonic()
             if now - last_line[0] >= HEARTBEAT:
                 log(progress_line(jobs, now - t0, now))
