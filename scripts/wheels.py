@@ -82,10 +82,11 @@ NEEDS_CHECKOUT = {
         "imports optree and jax, the test extras"
     ),
 }
-#: compile flags added to the interpreter's own: no debug sections (they hold
-#: the build folder's path, and are a third of the file), no sanitizers (zig's
-#: default without optimisation)
-CFLAGS = ("-g0", "-fno-sanitize=all")
+#: the compile flags: setuptools takes CFLAGS from the environment in place of
+#: the interpreter's own once CC is set, so CPython's release flags are named
+#: here (without them zig builds unoptimised, with asserts and UBSan traps);
+#: no debug sections (they hold the build folder's path)
+CFLAGS = ("-O3", "-DNDEBUG", "-fwrapv", "-Wall", "-g0", "-fno-sanitize=all")
 
 
 def say(message: str) -> None:
@@ -355,8 +356,9 @@ def build_wheel(
     name = wheel.name.split("-")
     (fixed,) = out.glob(f"{name[0]}-{name[1]}-{name[2]}-{name[3]}-*{arch}.whl")
     lacks = check_metadata(fixed, (work / "src" / "README.md").read_text())
+    lacks += check_release_build(fixed)
     if lacks:
-        raise SystemExit(f"wheels: {fixed.name} lacks {', '.join(lacks)}")
+        raise SystemExit(f"wheels: {fixed.name}: {'; '.join(lacks)}")
     shown = run([tools, "-m", "auditwheel", "show", fixed]).stdout
     if f'"{plat}"' not in " ".join(shown.split()):
         raise SystemExit(f"wheels: auditwheel does not find {fixed.name} {plat}:\n{shown}")
@@ -383,6 +385,19 @@ def check_metadata(wheel: Path, readme: str) -> list:
     if not licenses:
         lacks.append("the LICENSE file")
     return lacks
+
+
+def check_release_build(wheel: Path) -> list:
+    """What says the wheel's extension is not a release build: C asserts left in
+    (it imports ``__assert_fail``) or UBSan's runtime (``__ubsan_handle``)."""
+    found = []
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            if name.endswith(".so"):
+                data = z.read(name)
+                found += [f"{name} has {s.decode()}" for s in (b"__assert_fail", b"__ubsan_handle")
+                          if s in data]  # fmt: skip
+    return found
 
 
 def host_arch() -> str:
