@@ -112,3 +112,21 @@ def test_a_wheels_metadata_is_checked_for_what_an_index_shows(wheels: Any, tmp_p
         f"Classifier: Programming Language :: Python :: {wheels.VERSIONS[-1]}",
         "the LICENSE file",
     ]
+
+
+def test_a_wheel_that_is_not_a_release_build_is_named(wheels: Any, tmp_path: Path) -> None:
+    import zipfile
+
+    def wheel(name: str, so: bytes) -> Path:
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("pytree_kit/_speedups.cpython-311-x86_64-linux-gnu.so", so)
+            z.writestr("pytree_kit/__init__.py", "__assert_fail")  # not an extension
+        return path
+
+    assert wheels.check_release_build(wheel("ok.whl", b"\x7fELF...PyInit__speedups")) == []
+    debug = wheel("debug.whl", b"\x7fELF...__assert_fail...__ubsan_handle_add_overflow")
+    assert wheels.check_release_build(debug) == [
+        "pytree_kit/_speedups.cpython-311-x86_64-linux-gnu.so has __assert_fail",
+        "pytree_kit/_speedups.cpython-311-x86_64-linux-gnu.so has __ubsan_handle",
+    ]
