@@ -12,8 +12,8 @@ commit's time, so that two runs on the same commit give the same bytes:
 
 1. **The sdist**, with ``python -m build --sdist``.
 2. **Each wheel is built from the sdist** (so the sdist is proven complete),
-   by pip with the target Python (``python3.X``, found as ``scripts/ci.py``
-   finds it), with zig's C compiler (the registry's ``ziglang`` package) as
+   by pip in a venv of the target Python (``python3.X``, found as
+   ``scripts/ci.py`` finds it), with zig's C compiler (the registry's ``ziglang`` package) as
    ``CC``, targeting glibc 2.17 (``-target ARCH-linux-gnu.2.17``). x86_64
    uses that Python's own headers. aarch64 is cross-compiled: the same
    headers with Debian's arm64 ``pyconfig.h`` (``libpython3.X-dev:arm64``,
@@ -344,7 +344,11 @@ def build_wheel(
             _PYTHON_HOST_PLATFORM=f"linux-{arch}",
             SETUPTOOLS_EXT_SUFFIX=f".cpython-{tag}-{arch}-linux-gnu.so",
         )
-    run([python, "-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir", raw, sdist], env=benv)
+    builder = work / f"build-venv-{version}"
+    if not builder.exists():  # a venv has pip: a base interpreter may not (Debian's 3.14)
+        run([python, "-m", "venv", builder])
+    pip = [builder / "bin" / "python", "-m", "pip", "wheel", "-q", "--no-deps"]
+    run([*pip, "--wheel-dir", raw, sdist], env=benv)
     (wheel,) = raw.glob("*.whl")
     plat = f"manylinux_2_{GLIBC.split('.')[1]}_{arch}"
     aenv = dict(env, PATH=f"{Path(tools).parent}{os.pathsep}{env.get('PATH', '')}")
