@@ -372,8 +372,8 @@ def build_wheel(
 def check_metadata(wheel: Path, readme: str) -> list:
     """What the wheel's METADATA lacks of what an index page shows: the
     license, requires-python, a classifier per supported Python, and the
-    README (readme, the text built from) as the description. (Project URLs are left to the release
-    checklist: the project has no public home yet.)"""
+    README it was built from (readme) as the description. (Project URLs are
+    left to the release checklist: the project has no public home yet.)"""
     with zipfile.ZipFile(wheel) as z:
         (name,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
         meta = z.read(name).decode()
