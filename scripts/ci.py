@@ -125,6 +125,11 @@ def log(message: str) -> None:
     print(f"ci: {message}", flush=True)
 
 
+def job_log(job: str) -> Path:
+    """Where a job's output goes: build/ci-logs/<job>.log, the name made safe."""
+    return LOGS / (re.sub(r"[^\w.]+", "-", job) + ".log")
+
+
 # -- interpreters ---------------------------------------------------------------------
 
 
@@ -318,6 +323,12 @@ def job_setup(v: str, python: str, logp: Path) -> None:
     if v == FULL:
         install_chromium(logp)
     sh([python, "-m", "venv", "--clear", ROOT / ".venvs" / v], logp)
+    install_checkout(v, extras, logp)
+
+
+def install_checkout(v: str, extras: str, logp: Path) -> None:
+    """The checkout, editable with extras, into v's venv, its C engine built in
+    place (-Werror) and checked to be the one that runs."""
     pip = [venv_python(v), "-m", "pip", "install", "-q", "-c", "constraints.txt"]
     sh([*pip, "-e", f".[{extras}]"], logp, env=BUILD_ENV)
     sh([venv_python(v), "-c", "import pytree_kit as pk; assert pk.ENGINE == 'c'"], logp)
@@ -328,9 +339,7 @@ def job_quick_setup(v: str, python: str, logp: Path) -> None:
     clears it), with the test extra and the C engine built in place."""
     if not venv_python(v).exists():
         sh([python, "-m", "venv", ROOT / ".venvs" / v], logp)
-    pip = [venv_python(v), "-m", "pip", "install", "-q", "-c", "constraints.txt"]
-    sh([*pip, "-e", ".[test]"], logp, env=BUILD_ENV)
-    sh([venv_python(v), "-c", "import pytree_kit as pk; assert pk.ENGINE == 'c'"], logp)
+    install_checkout(v, "test", logp)
 
 
 #: --quick's tests: the engine tests, the tree operations, paths and the docs' examples
@@ -578,7 +587,7 @@ def progress_line(jobs: list, elapsed: float, now: float) -> str:
         if j.status != "running":
             continue
         where = ""
-        logp = LOGS / (re.sub(r"[^\w.]+", "-", j.name) + ".log")
+        logp = job_log(j.name)
         try:
             with open(logp, "rb") as f:
                 f.seek(0, os.SEEK_END)
@@ -609,7 +618,7 @@ def run_jobs(jobs: list, workers: int) -> None:
         )
 
     def work(j: Job) -> None:
-        logp = LOGS / (re.sub(r"[^\w.]+", "-", j.name) + ".log")
+        logp = job_log(j.name)
         logp.write_text(f"# {j.name}\n")
         t0 = time.monotonic()
         try:

@@ -22,16 +22,11 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import docs_examples  # noqa: E402
 from docs_examples import DOCS, python_blocks  # noqa: E402
 
-
-def _pages() -> list[str]:
-    return sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md"))
-
-
 #: exit status of run_page's subprocess for a page that needs a missing peer
 SKIPPED = 3
 
 
-@pytest.mark.parametrize("page", _pages())
+@pytest.mark.parametrize("page", docs_examples.pages())
 def test_page_examples_run(page: str) -> None:
     path = DOCS / page
     text = path.read_text(encoding="utf-8")
