@@ -39,7 +39,7 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from ci import copy_checkout, find_python  # noqa: E402
+from ci import VERSIONS, copy_checkout, find_python  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "torch_matrix.json"
 PAGE = ROOT / "docs" / "compatibility.md"
@@ -155,8 +155,6 @@ def render_grid(results: dict) -> str:
     """The versions table of the install sections: a row per supported
     Python, a column per torch minor, ✓ where every test passed, ✗ where one
     failed, · where the matrix has not run that pair."""
-    from ci import VERSIONS
-
     seen: dict = {}
     for r in results.values():
         py = ".".join(r["python"].split(".")[:2])
