@@ -78,7 +78,7 @@ import torch
 from batches import best_of  # seconds per call, best of interleaved rounds
 
 import pytree_kit as pk
-from pytree_kit.torch import PinnedPool, _data, _staging, consolidate, pin_memory, to_device
+from pytree_kit.torch import PinnedPool, _staging, consolidate, pin_memory, to_device
 
 HOST_TARGET_MS = 1.5  # per 1,000 small tensors
 DEVICE = "cuda"  # where the GPU section moves batches
@@ -125,14 +125,20 @@ def callables(batch: Any, pool: PinnedPool) -> tuple[dict[str, Callable[[], Any]
     buf = torch.empty(total, dtype=torch.uint8)
     copy = buf.clone()
     out = list(leaves)
-    real_transfer = _data._transfer
+    real_copy = _staging._copy
 
     def whole_cpu() -> Any:
-        _data._transfer = to_cpu
+        _staging._copy = to_cpu
         try:
             return to_device(batch, "meta", coalesce=True, pool=pool)
         finally:
-            _data._transfer = real_transfer
+            _staging._copy = real_copy
+
+    def pin_packing() -> Any:
+        leaves = pk.flatten(batch)[0]
+        out = list(leaves)
+        _staging.stage(leaves, _staging.tensors_in(leaves)[0], out, pool)
+        return spec.unflatten(out)
 
     parts = {
         "flatten": lambda: pk.flatten(batch),
@@ -165,8 +171,8 @@ def callables(batch: Any, pool: PinnedPool) -> tuple[dict[str, Callable[[], Any]
     wholes = {
         "cpu": whole_cpu,
         "meta": lambda: to_device(batch, "meta", coalesce=True, pool=pool),
-        "per tensor": lambda: to_device(batch, "meta"),
-        "pin packing": lambda: spec.unflatten(pool.pack(pk.flatten(batch)[0])),
+        "per tensor": lambda: to_device(batch, "meta", coalesce=False),
+        "pin packing": pin_packing,
     }
     return {**parts, **bound, **wholes}, list(parts)
 
@@ -347,12 +353,20 @@ def on_gpu(quick: bool) -> list[str]:
                 pool=pool,
             ),
             "pinned coalesced, moved by storage": lambda b=batch: to_device(
-                pin_memory(b, coalesce=True, pool=pool), DEVICE, non_blocking=True, pool=pool
+                pin_memory(b, coalesce=True, pool=pool),
+                DEVICE,
+                non_blocking=True,
+                pool=pool,
+                coalesce=False,
             ),
-            "per tensor": lambda b=batch: to_device(pin_memory(b), DEVICE, non_blocking=True),
-            "per tensor, unpinned": lambda b=batch: to_device(b, DEVICE, non_blocking=True),
+            "per tensor": lambda b=batch: to_device(
+                pin_memory(b, coalesce=False), DEVICE, non_blocking=True, coalesce=False
+            ),
+            "per tensor, unpinned": lambda b=batch: to_device(
+                b, DEVICE, non_blocking=True, coalesce=False
+            ),
             "consolidated (beforehand)": lambda b=whole: to_device(
-                pin_memory(b), DEVICE, non_blocking=True
+                pin_memory(b, coalesce=False), DEVICE, non_blocking=True, coalesce=False
             ),
             "torch DataLoader pinning": lambda b=batch: [
                 t.to(DEVICE, non_blocking=True) for t in pk.leaves(torch_pin(b))

@@ -22,9 +22,11 @@ from hypothesis import strategies as st  # noqa: E402
 import pytree_kit as pk  # noqa: E402
 from pytree_kit.torch import (  # noqa: E402
     Padded,
+    PinnedPool,
     SampleList,
-    _data,
+    _pool,
     _storage,
+    _transfer,
     collate,
     consolidate,
     is_consolidated,
@@ -554,10 +556,17 @@ def test_to_device_moves_a_consolidated_tree_with_one_copy():
 
     tree = consolidate(mixed(40))
     with Copies() as plain_mode:
-        to_device(mixed(40), "meta")
+        to_device(mixed(40), "meta", coalesce=False)
     with Copies() as mode:
-        out = to_device(tree, "meta")
+        out = to_device(tree, "meta", coalesce=False)
+    with Copies() as default_mode:  # 41 tensors: staged, one copy too
+        default = to_device(tree, "meta")
     assert len(mode.ops) == 1 and len(plain_mode.ops) == 41, (mode.ops, len(plain_mode.ops))
+    assert default_mode.ops.count("_to_copy.default") == 1, default_mode.ops
+    assert pk.structure(default) == pk.structure(tree)
+    for a, b in zip(pk.leaves(tree), pk.leaves(default)):
+        if isinstance(a, torch.Tensor):
+            assert (b.device.type, b.dtype, b.shape) == ("meta", a.dtype, a.shape)
     assert is_consolidated(out)
     for a, b in zip(pk.leaves(tree), pk.leaves(out)):
         if isinstance(a, torch.Tensor):
@@ -574,19 +583,25 @@ def test_pin_memory_pins_a_consolidated_tree_with_one_allocation(monkeypatch):
         calls.append(whole.numel())
         return whole.clone()
 
-    monkeypatch.setattr(_data, "_pinning_available", lambda: True)
-    monkeypatch.setattr(_data, "_pin_storage", pin)
+    monkeypatch.setattr(_pool, "pinning_available", lambda: True)
+    monkeypatch.setattr(_transfer, "_pin_storage", pin)
     tree = consolidate(mixed(40))
-    out = _data.pin_memory(tree)
+    out = _transfer.pin_memory(tree, coalesce=False)
     assert len(calls) == 1 and is_consolidated(out)
     same(out, tree)
     assert out["t0"].untyped_storage().data_ptr() != tree["t0"].untyped_storage().data_ptr()
+    # by default its 41 tensors are packed into one buffer of a pool: one allocation too
+    pool = PinnedPool(allocator=lambda n, dtype: torch.empty(n, dtype=dtype))
+    packed = _transfer.pin_memory(tree, pool=pool)
+    assert len(calls) == 1 and pool.allocations == 1
+    same(packed, tree)
+    assert pool.buffer_of(packed["t0"]) is not None
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_pin_memory_and_to_device_on_cuda_with_a_consolidated_tree():  # pragma: no cover
     tree = consolidate(mixed(40))
-    pinned = _data.pin_memory(tree)
+    pinned = _transfer.pin_memory(tree, coalesce=False)
     assert is_consolidated(pinned) and all(
         t.is_pinned() for t in pk.leaves(pinned) if isinstance(t, torch.Tensor)
     )
@@ -626,14 +641,14 @@ def test_views_a_moved_storage_cannot_rebuild_faithfully_move_one_by_one(monkeyp
         whole_moves.append(whole.numel())
         return whole.clone()
 
-    monkeypatch.setattr(_data, "_pinning_available", lambda: True)
-    monkeypatch.setattr(_data, "_pin_storage", pin)
+    monkeypatch.setattr(_pool, "pinning_available", lambda: True)
+    monkeypatch.setattr(_transfer, "_pin_storage", pin)
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self.clone())  # no accelerator
     c = torch.rand(4, dtype=torch.complex64)
     w = torch.rand(4, requires_grad=True)
     p = torch.nn.Parameter(torch.rand(4))
     tree = {"c": c, "conj": c.conj(), "w0": w[:2], "w1": w[2:], "p": p, "pv": p[:2]}
-    out = _data.pin_memory(tree)
+    out = _transfer.pin_memory(tree)
     assert whole_moves == []
     assert torch.equal(out["conj"], c.conj()) and torch.equal(out["c"], c)
     assert out["w0"].requires_grad and out["w1"].grad_fn is not None
@@ -641,7 +656,7 @@ def test_views_a_moved_storage_cannot_rebuild_faithfully_move_one_by_one(monkeyp
     # the same tree without them is one storage moved whole
     plain = {"a": c.real.clone(), "b": c.imag.clone()}
     one = consolidate(plain)
-    _data.pin_memory(one)
+    _transfer.pin_memory(one)
     assert len(whole_moves) == 1
 
 

@@ -581,3 +581,14 @@ def test_ravel_benchmark_smoke(tmp_path: Path) -> None:
     cells = [r for r in sections["Every cell"].splitlines() if r.startswith("| MLP")]
     assert len(cells) == 4 and all(re.search(r"\| \d+\.\d\d\u00d7 \|$", r) for r in cells), cells
     assert "vector.clone() alone" in sections["Every cell"]
+
+
+def test_transfer_peers_benchmark_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    _run_quick("transfer_peers.py", tmp_path, "--thresholds")
+    report = (tmp_path / "transfer_peers.md").read_text()
+    for batch in ("tokenizer batch: 4 x int64[32, 512] in a dict", "40 0-d tensors (metrics)"):
+        assert f"| {batch} |" in report
+    assert re.search(r"Targets \(issue 62\).*\*\*(met|MISSED)\*\*", report)
+    assert "| pkt.to_device (default) | coalesce=True | coalesce=False |" in report
+    assert re.search(r"Packing pays from (\d+|no count measured) tensors of 128 B", report)

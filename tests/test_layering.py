@@ -63,10 +63,11 @@ LAYERS: list[list[str]] = [
     ["_restructure"],
     ["__init__"],
     # pytree_kit.torch, on top of the core
-    ["torch/_bridge", "torch/_staging", "torch/_storage", "torch/_testing"],
-    ["torch/_hidden"],
-    ["torch/_data", "torch/_collate", "torch/_flatspec", "torch/_packed"],
-    ["torch/_distributed", "torch/_arguments"],
+    ["torch/_bridge", "torch/_pool", "torch/_storage", "torch/_testing"],
+    ["torch/_staging", "torch/_hidden"],
+    # a batch goes one way: transfer drives staging, staging the pool
+    ["torch/_transfer", "torch/_collate", "torch/_flatspec", "torch/_packed"],
+    ["torch/_loader", "torch/_distributed", "torch/_arguments"],
     ["torch/_tracing", "torch/checkpoint"],
     ["torch/__init__"],
 ]
@@ -100,7 +101,7 @@ def _name(path: Path, package: Path) -> str:
 
 
 def _dotted(name: str) -> str:
-    """``torch/_data`` -> ``pytree_kit.torch._data``; ``torch/__init__`` -> ``pytree_kit.torch``."""
+    """``torch/_transfer`` -> ``pytree_kit.torch._transfer``; ``torch/__init__`` -> ``pytree_kit.torch``."""
     parts = ["pytree_kit", *name.split("/")]
     if parts[-1] == "__init__":
         parts.pop()

@@ -36,7 +36,6 @@ _check_torch(_torch.__version__)
 
 from ._bridge import torch_rules
 from ._collate import Padded, SampleList, collate, select, uncollate
-from ._data import PinnedLoader, PinnedPool, default_pool, pin_memory, to_device
 from ._distributed import (
     DistributedDataParallel,
     TreeWork,
@@ -45,10 +44,13 @@ from ._distributed import (
     broadcast_tree,
 )
 from ._flatspec import FlatSpec
+from ._loader import PinnedLoader
 from ._packed import Column, PackedList
+from ._pool import PinnedPool, default_pool
 from ._storage import consolidate, is_consolidated
 from ._testing import assert_close
 from ._tracing import TracedModel, TracingAdapter, export, load, save, trace
+from ._transfer import pin_memory, to_device
 
 __all__ = [
     "Column",

@@ -168,7 +168,7 @@ class DistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
             return inputs, kwargs
         moved: tuple[tuple, dict] = (inputs, kwargs)
         if self.device_ids:
-            from ._data import to_device
+            from ._transfer import to_device
 
             device = torch.device(self.device_type, self.device_ids[0])
             moved = to_device(

@@ -1,9 +1,13 @@
 """Many small tensors into one byte buffer and back, in a few C++ calls.
 
-This is how ``pin_memory(coalesce=True)`` packs a batch into a pinned buffer
-and how ``to_device(coalesce=True)`` moves one with a single copy. The work in
-Python is a pass over the tensors to read their dtype and element count; the
-copying and the making of tensors happen in one torch call per group:
+``stage`` is this module's one entry: it packs a batch's tensors into a
+buffer of a ``PinnedPool`` and hands back the tensors cut from that buffer
+(how ``pin_memory`` coalesces) or from its one copy on a device (how
+``to_device`` coalesces). With ``non_blocking=True``, tensors over
+``STAGE_LIMIT`` go through the same buffer with a copy each, so that packing
+one overlaps the copy of the one before. The work in Python is a pass over
+the tensors to read their dtype and element count; the copying and the
+making of tensors happen in one torch call per group. Its steps:
 
 - ``plan(leaves, idx)`` groups the tensors ``leaves[idx]`` by dtype and shape
   past the first dimension (so sequences of varying length share a group) and
@@ -50,16 +54,28 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["ALIGNMENT", "Group", "plan", "read", "refine", "stageable", "tensors_in", "write"]
+from . import _pool
+from ._pool import ALIGNMENT, Buffer, PinnedPool
 
-#: bytes between the starts of two groups in a buffer
-ALIGNMENT = 128
+__all__ = ["ALIGNMENT", "STAGE_LIMIT", "stage", "stageable", "tensors_in"]
+
+#: bytes above which ``stage`` does not pack a tensor with the others (that
+#: would hold its copy back until all are packed) but gives it a copy of its
+#: own: through the buffer when non-blocking, as it is otherwise
+STAGE_LIMIT = 1 << 20
 #: runs of one dtype (or shape) from which plan no longer takes the tensors a
 #: run at a time (a group a run: a few torch calls each) but looks for a
 #: period, or sorts the tensors one by one
 MANY_RUNS = 16
 #: tensors a run of one dtype holds on average where plan makes a group a run
 LONG_RUN = 8
+#: where one dtype's tensors come in more than two shapes past the first
+#: dimension, and in one shape per fewer than FLAT_SHARE tensors, they make one
+#: flat group (each flattened), not a group of a cat and a split per shape
+FLAT_SHARE = 4
+#: tensors up to which plan reads every shape from the start (``exact``): a
+#: group ``cat`` refuses costs more than reading a few shapes
+EXACT_UP_TO = 256
 
 _Tensor = torch.Tensor
 _dtype = attrgetter("dtype")
@@ -80,7 +96,10 @@ class Group:
     where the members' shapes were not read, only the first one's (``cat``
     refuses the group if the others differ past the first dimension); such a
     group keeps its members' element ``counts``, and ``same_ndim`` says
-    whether they are known to have one number of dimensions."""
+    whether they are known to have one number of dimensions. A *flat* group
+    holds tensors of many shapes end to end, each flattened: ``shapes`` is
+    their shapes (None for any other group), ``rest`` is ``()``, and
+    ``sizes`` their element counts."""
 
     __slots__ = (
         "counts",
@@ -92,6 +111,7 @@ class Group:
         "rest",
         "rows",
         "same_ndim",
+        "shapes",
         "sizes",
         "span",
         "where",
@@ -103,6 +123,7 @@ class Group:
         self.exact = exact
         self.counts: Any = None
         self.same_ndim = exact
+        self.shapes: Optional[list] = None
         self.where: list[int] = []
         self.sizes: list[int] = []
         self.members: Any = []  # the tensors, in the order of where (a list or tuple)
@@ -293,6 +314,14 @@ def _by_shape(
             return
     else:
         keys = [tuple(shape[1:]) if shape else None for shape in shapes]
+    distinct = len(set(keys))
+    if distinct > 2 and distinct * FLAT_SHARE > len(keys):  # a group for each few tensors
+        g = Group(dtype, ())
+        g.where, g.members, g.span = where, members, span
+        g.shapes = list(shapes)
+        g.sizes = [math.prod(shape) for shape in shapes]
+        groups.append(g)
+        return
     for key, (at, these, their_shapes) in _split(keys, where, members, shapes):
         g = Group(dtype, None if key is None else tuple(key))
         g.where, g.members = at, these
@@ -339,6 +368,9 @@ def write(groups: list[Group], buf: torch.Tensor, start: int = 0) -> int:
         if g.rest is None:
             torch.stack(g.members, out=region)
             continue
+        if g.shapes is not None:  # flat: exact, so a refusal raises
+            torch.cat([x.reshape(-1) for x in g.members], out=region)
+            continue
         try:
             torch.cat(g.members, out=region)
         except (RuntimeError, NotImplementedError, TypeError):
@@ -372,6 +404,8 @@ def read(groups: list[Group], flat: torch.Tensor, out: list) -> None:
     for g in groups:
         if g.rest is None:  # 0-d tensors: each one's own (.data: no base, its own counter)
             pieces = [p.data for p in g.region(flat).unbind(0)]
+        elif g.shapes is not None:  # flat: each piece shaped (.data: no base)
+            pieces = [p.view(s).data for p, s in zip(split(g.region(flat), g.sizes), g.shapes)]
         else:
             pieces = split(g.region(flat), g.sizes)
         if g.span is not None:  # one slice assignment, in C
@@ -401,3 +435,176 @@ def stageable(x: Any, device: Optional[torch.device] = None) -> bool:
         and not (x.requires_grad and torch.is_grad_enabled())
         and (device is None or x.device != device)
     )
+
+
+# --------------------------------------------------------------------------
+# the one entry: a batch's tensors through one buffer
+
+
+def stage(
+    leaves: list,
+    idx: list[int],
+    out: list,
+    pool: PinnedPool,
+    device: Optional[torch.device] = None,
+    non_blocking: bool = False,
+    min_tensors: int = 1,
+    limit: int = STAGE_LIMIT,
+) -> list[int]:
+    """Pack the plain CPU tensors ``leaves[idx]`` into one buffer of ``pool``
+    and put, at their places in ``out``, the tensors cut from that buffer
+    (``device`` None: the batch stays in the buffer, which is not reused
+    while one of them lives) or from its one copy to ``device``. Returns the
+    positions of ``idx`` it left for the caller to move its own way.
+
+    To a device, tensors over ``limit`` bytes are not packed with the
+    others: with ``non_blocking``, each goes through the same buffer with a
+    copy of its own (unless it is pinned already); otherwise it is left. The
+    small ones are packed only if there are at least ``min_tensors`` of them,
+    or if the buffer is taken anyway, for a large one. A tensor ``cat``
+    refuses (on another device, sparse, nested, requiring grad) is left.
+    Every tensor put in ``out`` is its own: it shares the buffer (or its
+    copy) with the others, but is not a view, and has its own version counter.
+    """
+    alignment = pool.alignment
+    exact = len(idx) <= EXACT_UP_TO
+    groups, total = plan(leaves, idx, alignment, exact)
+    small, big = (idx, []) if device is None else _small(groups, total, idx, limit)
+    if big:
+        groups, total = plan(leaves, small, alignment, exact)
+        if non_blocking:  # pinned ones need no packing: they move as they are
+            big = [i for i in big if stageable(leaves[i], device) and not leaves[i].is_pinned()]
+        else:
+            big = []
+    if len(small) < min_tensors and not big:
+        return idx
+    if not groups and not big:
+        return idx
+    extra = _big_bytes(leaves, big, alignment)
+    groups, total, buf = _packed(pool, groups, total, leaves, small, device, extra)
+    copy_fence = None
+    try:
+        buf.used = total
+        if device is None:
+            read(groups, buf.data, out)
+        else:
+            if groups:
+                copy = _copy(buf.data[:total], device, non_blocking)
+            _streamed(leaves, big, buf.data, total, device, alignment, out)
+    finally:  # a copy queued before an error may still be reading the buffer
+        if device is not None:
+            copy_fence = _pool.fence(device, non_blocking)
+        pool.give_back(buf, copy_fence)
+    if device is not None and groups:
+        read(groups, copy, out)
+    if len(small) + len(big) == len(idx) and sum(len(g.where) for g in groups) == len(small):
+        return []
+    return [i for i in idx if out[i] is leaves[i]]
+
+
+def _copy(flat: torch.Tensor, device: torch.device, non_blocking: bool) -> torch.Tensor:
+    """A copy of the buffer to the device (the tests put a copy on the CPU in
+    its place, to read the values back on a machine with no GPU)."""
+    return flat.to(device, non_blocking=non_blocking)
+
+
+def _small(
+    groups: list[Group], total: int, idx: list[int], limit: int = STAGE_LIMIT
+) -> tuple[list[int], list[int]]:
+    """``idx`` split into the tensors of at most ``limit`` bytes and the
+    larger ones (``idx`` itself, and no large one, where all are small: the
+    ``total`` bytes of the groups are no more than that)."""
+    if total <= limit:
+        return idx, []
+    big: set[int] = set()
+    for g in groups:
+        row = g.row_bytes()
+        if max(g.sizes) * row > limit:
+            big.update(i for i, n in zip(g.where, g.sizes) if n * row > limit)
+    if not big:
+        return idx, []
+    return [i for i in idx if i not in big], [i for i in idx if i in big]
+
+
+def _packed(
+    pool: PinnedPool,
+    groups: list[Group],
+    total: int,
+    leaves: list,
+    idx: list[int],
+    device: Optional[torch.device],
+    extra: int = 0,
+) -> tuple[list[Group], int, Buffer]:
+    """Take a buffer from ``pool`` and write the planned groups into it. A
+    group whose shapes were not read and whose tensors differ past the first
+    dimension is split up (``refine``). Where ``cat`` refuses a tensor, plan
+    again with the tensors that can be packed and write those; the rest stay
+    where they are. The buffer has ``extra`` bytes more, past the groups.
+    Returns the groups written, their bytes, and the buffer, reserved: the
+    caller gives it back."""
+    buf = pool.take(total + extra)
+    try:
+        try:
+            k = write(groups, buf.data)
+            while k < len(groups):
+                groups, total = refine(groups, k, pool.alignment)
+                if total + extra > buf.data.numel():  # more groups take more bytes
+                    buf = _larger(pool, buf, total + extra)
+                    k = 0
+                k = write(groups, buf.data, k)
+            return groups, total, buf
+        except (RuntimeError, NotImplementedError, TypeError):
+            kept = [i for i in idx if stageable(leaves[i], device)]
+            groups, total = plan(leaves, kept, pool.alignment, exact=True)
+            if total + extra > buf.data.numel():  # fewer tensors may make more groups
+                buf = _larger(pool, buf, total + extra)
+            write(groups, buf.data)
+            return groups, total, buf
+    except BaseException:
+        pool.give_back(buf)
+        raise
+
+
+def _larger(pool: PinnedPool, buf: Buffer, nbytes: int) -> Buffer:
+    """A buffer of ``nbytes`` from ``pool`` in place of ``buf``, given back."""
+    pool.give_back(buf)
+    return pool.take(nbytes)
+
+
+def _aligned(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+def _big_bytes(leaves: list, big: list[int], alignment: int) -> int:
+    """The bytes the large tensors ``leaves[big]`` take after the groups (each
+    on an ``alignment`` boundary), counting the padding before the first."""
+    total = 0
+    for i in big:
+        total = _aligned(total, alignment) + leaves[i].nbytes
+    return total + alignment if big else 0
+
+
+def _streamed(
+    leaves: list,
+    big: list[int],
+    flat: torch.Tensor,
+    start: int,
+    device: torch.device,
+    alignment: int,
+    out: list,
+) -> None:
+    """Copy each large tensor into the byte buffer ``flat`` from ``start`` on,
+    and from there to ``device`` with a copy of its own: a non-blocking copy
+    from pinned memory returns at once, so the next tensor is packed while
+    the one before is on its way (``pin_memory`` then ``to`` packs them all
+    first; ``to`` from ordinary memory copies through the driver's own
+    staging, waiting for each)."""
+    offset = _aligned(start, alignment)
+    for i in big:
+        x = leaves[i]
+        n = x.nbytes
+        region = flat[offset : offset + n]
+        region.view(x.dtype).view(x.shape).copy_(x)
+        moved = _copy(region, device, True)
+        out[i] = moved.view(x.dtype).view(x.shape).data  # no base: its own version counter
+        offset = _aligned(offset + n, alignment)

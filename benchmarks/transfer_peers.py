@@ -1,0 +1,434 @@
+"""Moving a nested batch: pytree_kit's ``to_device`` against what users call
+now, accelerate's ``send_to_device``, Lightning's ``move_data_to_device`` and
+``tree_map(lambda t: t.to(device))`` over torch's own pytree.
+
+    python benchmarks/transfer_peers.py [--quick] [--thresholds] [--out DIR | --record]
+
+It writes ``transfer_peers.md`` into ``build/benchmarks/`` (``--record``:
+into ``benchmarks/results/``; with CUDA, into ``benchmarks/results/gpu_<name>/``).
+
+**The ways**, each called as a user calls it, blocking (``non_blocking``
+left at its default): torch's ``tree_map``, accelerate, Lightning, and
+``pkt.to_device`` three ways: the default (``coalesce=None``: it picks per
+batch), ``coalesce=True`` and ``coalesce=False``.
+
+**Host-side mode** (on a machine with no GPU, or ``--host``). Every way's
+target is the ``meta`` device, and ``torch.Tensor.to`` is replaced, for all
+of them alike, by a function that makes a copy on the CPU (``clone``) where
+a tensor would go to ``meta``. So each call does its whole host work (the
+walk, the checks, packing, making the tensors) and really copies every byte
+once, with the copy made on the CPU, not over a bus. glibc's malloc is told
+to keep freed memory (``mallopt``), as CUDA's caching allocator does on the
+device; otherwise every large copy would time the kernel's page faults.
+torch runs on one thread: on a 2-core machine a copy of a few MB split over
+two threads takes several times longer than on one. What it does not show
+is a GPU's cost per copy (a synchronising ``cudaMemcpy`` of pageable memory
+takes several microseconds), which makes a copy each dearer on a GPU than
+here.
+
+**With CUDA** (the default where it is available): the target is ``cuda``,
+and a call is timed to a ``torch.cuda.synchronize()`` after it.
+
+**Batches**: the five of issue 62 (a tokenizer's dict; 1,000 small tensors
+in 500 dicts; 256 namedtuples; 16 images with dataclass targets; 10 large
+tensors), and mixed ones: six dtypes and shapes, 0-d tensors, views of one
+storage, empty tensors, a bare tensor, and a tokenizer batch with a nested
+dict of 0-d tensors (the pipeline's batch).
+
+**Figures**: best of interleaved rounds, ms per call. For each batch and
+way, the tensors *left behind* (an output tensor that is the input's own,
+or shares its memory: not moved) and *not own* (an output tensor that is a
+view of another, so an in-place change to one would bump the other's
+version counter). Targets (issue 62): the default is at least as fast as the
+fastest peer (ratio >= 1.0) and within 10 % of pytree_kit's best explicit
+option, leaving nothing behind.
+
+``--thresholds`` also sweeps the number of small tensors in a batch and
+times ``coalesce=True`` against ``coalesce=False`` at each: the smallest
+count from which packing pays is ``COALESCE_MIN``'s measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Optional
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _output
+
+import pytree_kit as pk
+from pytree_kit.torch import (
+    _transfer,
+    to_device,
+)
+
+META = torch.device("meta")
+
+
+class Pair(NamedTuple):
+    ids: Any
+    mask: Any
+
+
+@dataclasses.dataclass
+class Target:
+    boxes: Any
+    labels: Any
+
+
+def batches() -> dict[str, Any]:
+    g = torch.Generator().manual_seed(0)
+
+    def ints(*shape: int) -> torch.Tensor:
+        return torch.randint(0, 1000, shape, generator=g)
+
+    big = torch.randn(64, 1024, generator=g)
+    return {
+        "tokenizer batch: 4 x int64[32, 512] in a dict": {
+            k: ints(32, 512) for k in ("input_ids", "attention_mask", "token_type_ids", "labels")
+        },
+        "1,000 small tensors in 500 dicts": [
+            {"x": torch.randn(16, generator=g), "y": ints(8)} for _ in range(500)
+        ],
+        "256 namedtuples of 2 x int64[128]": [Pair(ints(128), ints(128)) for _ in range(256)],
+        "16 uint8 images [3, 480, 640] + dataclass targets": {
+            "images": [torch.randint(0, 255, (3, 480, 640), dtype=torch.uint8) for _ in range(16)],
+            "targets": [Target(torch.rand(n, 4, generator=g), ints(n)) for n in [3, 1, 7, 2] * 4],
+        },
+        "10 x float32[1M]": [torch.randn(1 << 20, generator=g) for _ in range(10)],
+        "mixed: 60 tensors of 6 dtypes and shapes": {
+            f"f{i}": torch.ones(*[1 + (i * k) % 5 for k in range(1 + i % 3)]).to(dtype)
+            for i, dtype in enumerate(
+                [torch.float32, torch.float16, torch.int64, torch.int32, torch.bool, torch.uint8]
+                * 10
+            )
+        },
+        "40 0-d tensors (metrics)": {f"m{i}": torch.tensor(float(i)) for i in range(40)},
+        "32 views of one storage": [big[i : i + 2] for i in range(0, 64, 2)],
+        "20 empty tensors among 20": [torch.zeros(0, 3) for _ in range(20)]
+        + [torch.ones(5, 3) for _ in range(20)],
+        "a bare tensor: float32[256, 1024]": torch.randn(256, 1024, generator=g),
+        "tokenizer batch + nested dict of 0-d": {
+            "input_ids": ints(64, 128),
+            "attention_mask": ints(64, 128),
+            "label": ints(64),
+            "meta": {"a": torch.rand(64, generator=g), "b": torch.rand(64, generator=g)},
+        },
+    }
+
+
+def tensors(tree: Any) -> list[torch.Tensor]:
+    """Every tensor of a batch, dataclass fields included (what a user means to move)."""
+    return [x for x in pk.leaves(tree) if isinstance(x, torch.Tensor)]
+
+
+def left_behind(batch: Any, out: Any) -> tuple[int, int]:
+    """(tensors of out that are, or share memory with, an input tensor;
+    tensors of out that are views of another tensor)."""
+    before = tensors(batch)
+    inputs = {id(t) for t in before}
+    memory = {t.untyped_storage().data_ptr() for t in before if t.device.type == "cpu"}
+    after = tensors(out)
+    if len(after) != len(before):
+        raise AssertionError("a way changed the batch's structure")
+    behind = 0
+    for t in after:
+        if id(t) in inputs:
+            behind += 1
+        elif t.device.type == "cpu" and t.untyped_storage().data_ptr() in memory:
+            behind += 1
+    not_own = sum(1 for t in after if t._base is not None)
+    return behind, not_own
+
+
+def peers() -> dict[str, Callable[[Any, Any], Any]]:
+    """The other ways, those whose library is installed."""
+    from torch.utils._pytree import tree_map
+
+    ways: dict[str, Callable[[Any, Any], Any]] = {
+        "torch tree_map(.to)": lambda b, d: tree_map(
+            lambda t: t.to(d) if isinstance(t, torch.Tensor) else t, b
+        )
+    }
+    try:
+        from accelerate.utils import send_to_device  # type: ignore[import-untyped]
+
+        ways["accelerate send_to_device"] = send_to_device
+    except ImportError:  # pragma: no cover - the bench extra has it
+        pass
+    try:
+        from lightning.fabric.utilities.apply_func import move_data_to_device
+
+        ways["Lightning move_data_to_device"] = move_data_to_device
+    except ImportError:  # pragma: no cover - the bench extra has it
+        pass
+    return ways
+
+
+OURS = {
+    "pkt.to_device (default)": lambda b, d: to_device(b, d),
+    "coalesce=True": lambda b, d: to_device(b, d, coalesce=True),
+    "coalesce=False": lambda b, d: to_device(b, d, coalesce=False),
+}
+
+
+def _is_meta(target: Any) -> bool:
+    if isinstance(target, torch.device):
+        return target.type == "meta"
+    return isinstance(target, str) and target == "meta"
+
+
+def reuse_freed_memory() -> None:
+    """Have glibc's malloc serve large blocks from its heap and keep freed ones
+    (as CUDA's caching allocator keeps device memory), instead of mapping
+    fresh pages for each large copy and faulting them in: otherwise a host-side
+    run times the kernel's page faults, in an order that depends on which way
+    ran before."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None or platform.system() != "Linux":
+        return
+    libc = ctypes.CDLL(name)
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    libc.mallopt(m_mmap_threshold, 32 << 20)  # glibc's most: larger blocks are still mapped
+    libc.mallopt(m_trim_threshold, 1 << 30)
+
+
+class HostCopies:
+    """While active, ``Tensor.to(meta)`` makes a copy on the CPU instead."""
+
+    def __enter__(self) -> HostCopies:
+        self.real = real = torch.Tensor.to
+
+        def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if args and _is_meta(args[0]):
+                return self.clone()
+            return real(self, *args, **kwargs)
+
+        torch.Tensor.to = to  # type: ignore[method-assign,assignment]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        torch.Tensor.to = self.real  # type: ignore[method-assign]
+
+
+def timed(fn: Callable[[], Any], number: int, sync: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
+        sync()
+    return (time.perf_counter() - start) / number * 1e3
+
+
+def measure(
+    ways: dict[str, Callable[[Any, Any], Any]],
+    batch: Any,
+    device: Any,
+    rounds: int,
+    sync: Callable[[], None],
+    budget: float = 0.02,
+) -> dict[str, float]:
+    """Best ms per call of each way over interleaved rounds."""
+    calls = {name: (lambda f=f: f(batch, device)) for name, f in ways.items()}
+    numbers = {}
+    for name, fn in calls.items():  # warm up, and size each round to ~budget s
+        fn()
+        t = timed(fn, 1, sync) / 1e3
+        numbers[name] = max(1, min(200, int(budget / max(t, 1e-7))))
+    best = {name: float("inf") for name in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            best[name] = min(best[name], timed(fn, numbers[name], sync))
+    return best
+
+
+def environment(device: Any, host: bool) -> str:
+    where = (
+        "host-side mode: the copy made on the CPU (`clone`), no GPU"
+        if host
+        else f"on {torch.cuda.get_device_name(0)}"
+    )
+    import importlib.metadata as md
+
+    versions = []
+    for name in ("accelerate", "lightning"):
+        try:
+            versions.append(f"{name} {md.version(name)}")
+        except md.PackageNotFoundError:
+            versions.append(f"{name} not installed")
+    return (
+        f"torch {torch.__version__}, Python {platform.python_version()}, "
+        f"{platform.machine()}, {', '.join(versions)}, engine {pk.engine_info()['engine']}; "
+        f"{where}"
+    )
+
+
+def comparison(device: Any, host: bool, rounds: int, sync: Callable[[], None]) -> tuple[str, bool]:
+    ways = {**peers(), **OURS}
+    names = list(ways)
+    lines = [
+        "| batch | " + " | ".join(names) + " | default vs fastest peer | "
+        "default vs best of ours | left behind (per way) |",
+        "|---" * (len(names) + 4) + "|",
+    ]
+    met = True
+    for label, batch in batches().items():
+        best = measure(ways, batch, device, rounds, sync)
+        fastest_peer = min(best[n] for n in names if n not in OURS)
+        ours = min(best["coalesce=True"], best["coalesce=False"])
+        default = best["pkt.to_device (default)"]
+        vs_peer, vs_ours = fastest_peer / default, ours / default
+        behind = []
+        for name in names:
+            with HostCopies() if host else _Nothing():
+                n, not_own = left_behind(batch, ways[name](batch, device))
+            if name in OURS and (n or not_own):
+                met = False
+            behind.append(f"{n}" + (f" ({not_own} views)" if not_own else ""))
+        met = met and vs_peer >= 1.0 and vs_ours >= 1 / 1.1
+        cells = [f"{best[n]:.3f}" for n in names]
+        lines.append(
+            f"| {label} | "
+            + " | ".join(cells)
+            + f" | **{vs_peer:.2f}x** | {vs_ours:.2f}x | {' / '.join(behind)} |"
+        )
+    total = sum(len(tensors(b)) for b in batches().values())
+    lines += [
+        "",
+        f"Left behind: output tensors that are the input's own or share its memory, "
+        f"per way in the column order ({total} tensors in all batches); views: output "
+        "tensors that are views of another.",
+    ]
+    return "\n".join(lines), met
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _packed_over_each(batch: Any, device: Any, rounds: int, sync: Callable[[], None]) -> tuple:
+    best = measure(
+        {
+            "packed": lambda b, d: to_device(b, d, coalesce=True),
+            "each": lambda b, d: to_device(b, d, coalesce=False),
+        },
+        batch,
+        device,
+        rounds,
+        sync,
+        budget=0.01,
+    )
+    return best["packed"], best["each"], best["packed"] / best["each"]
+
+
+def _first_paying(keys: list, ratios: list[float]) -> Any:
+    """The first key from which packing is no slower, at every later key too."""
+    return next((keys[i] for i in range(len(keys)) if all(r <= 1.0 for r in ratios[i:])), None)
+
+
+def _last_paying(keys: list, ratios: list[float]) -> Any:
+    """The last key up to which packing is no slower, at every earlier key too."""
+    last = None
+    for key, r in zip(keys, ratios):
+        if r > 1.0:
+            break
+        last = key
+    return last
+
+
+def thresholds(device: Any, rounds: int, sync: Callable[[], None]) -> tuple[str, Any, Any]:
+    """coalesce=True against coalesce=False: over the number of tensors of
+    128 bytes (COALESCE_MIN), then over their size, 64 of them (NO_DMA_STAGE_LIMIT)."""
+    counts = [2, 4, 8, 12, 16, 20, 24, 32, 48, 64, 128]
+    lines = ["| tensors of 128 B | packed ms | a copy each ms | ratio |", "|---|---|---|---|"]
+    ratios = []
+    for n in counts:
+        batch = {f"t{i}": torch.arange(16) + i for i in range(n)}
+        packed, each, ratio = _packed_over_each(batch, device, rounds, sync)
+        ratios.append(ratio)
+        lines.append(f"| {n} | {packed:.4f} | {each:.4f} | {ratio:.2f} |")
+    count = _first_paying(counts, ratios)
+    sizes = [128, 512, 1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10]
+    lines += ["", "| 64 tensors of | packed ms | a copy each ms | ratio |", "|---|---|---|---|"]
+    ratios = []
+    for nbytes in sizes:
+        batch = {f"t{i}": torch.arange(nbytes // 8) + i for i in range(64)}
+        packed, each, ratio = _packed_over_each(batch, device, rounds, sync)
+        ratios.append(ratio)
+        lines.append(f"| {nbytes:,} B | {packed:.4f} | {each:.4f} | {ratio:.2f} |")
+    size = _last_paying(sizes, ratios)
+    lines += [
+        "",
+        f"Packing pays from {count or 'no count measured'} tensors of 128 B "
+        f"(`COALESCE_MIN` is {_transfer.COALESCE_MIN}), and for 64 tensors up to "
+        f"{size if size is None else f'{size:,} B'} each "
+        f"(`NO_DMA_STAGE_LIMIT` is {_transfer.NO_DMA_STAGE_LIMIT:,} B: larger tensors "
+        "get a copy each, to a device without a DMA engine, such as this run's).",
+    ]
+    return "\n".join(lines), count, size
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a few rounds: a smoke test")
+    parser.add_argument("--host", action="store_true", help="host-side mode even with CUDA")
+    parser.add_argument("--thresholds", action="store_true", help="also sweep COALESCE_MIN")
+    _output.add_arguments(parser)
+    args = parser.parse_args(argv)
+    host = args.host or not torch.cuda.is_available()
+    rounds = 2 if args.quick else 9
+    if host:
+        reuse_freed_memory()
+        # one thread: a copy of a few MB split over two threads of a 2-core
+        # machine takes 5-10x longer than on one (the copy a GPU would make
+        # takes no CPU thread at all)
+        torch.set_num_threads(1)
+        device: Any = META
+        sync: Callable[[], None] = lambda: None  # noqa: E731
+        sub = ""
+    else:
+        device = torch.device("cuda")
+        sync = torch.cuda.synchronize
+        sub = "gpu_" + torch.cuda.get_device_name(0).split()[-1].lower()
+    out = _output.folder(args, sub=sub)
+    text = [
+        "# Moving a nested batch: pytree_kit against accelerate, Lightning and torch",
+        "",
+        environment(device, host) + f"; best of {rounds} interleaved rounds, ms per call.",
+        "",
+    ]
+    with HostCopies() if host else _Nothing():
+        table, met = comparison(device, host, rounds, sync)
+        text += [table, ""]
+        text.append(
+            "Targets (issue 62): the default at least as fast as the fastest peer, "
+            "within 10 % of our best explicit option, nothing left behind: "
+            + ("**met**." if met else "**MISSED**.")
+        )
+        if args.thresholds:
+            sweep, _, _ = thresholds(device, max(3, rounds // 2), sync)
+            text += ["", "## How many tensors packing pays for", "", sweep]
+    if host:
+        text += ["", "GPU figures: not measured in this run (no GPU)."]
+    path = out / "transfer_peers.md"
+    path.write_text("\n".join(text) + "\n")
+    print("\n".join(text))
+    _output.wrote(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

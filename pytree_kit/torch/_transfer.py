@@ -1,0 +1,301 @@
+"""Moving a batch: ``to_device`` and ``pin_memory``.
+
+torch's DataLoader machinery understands tensors, numbers, dicts, lists and
+namedtuples; a dataclass or a class of your own is skipped by its
+``pin_memory``, and by accelerate's ``send_to_device``. These functions work
+on any tree pytree_kit understands, and keep every container's type.
+
+A batch goes one way through this module: flattened, its leaves checked for
+hidden tensors (``_hidden``), then moved by one of two ways, and unflattened:
+
+- **staged** (``_staging.stage``): the small tensors packed into one buffer
+  of a ``PinnedPool`` (``_pool``) and moved with one copy;
+- **by tensor**: each tensor with its own ``.to``, except tensors that share
+  one storage (a consolidated batch, or one ``pin_memory`` packed), whose
+  storage moves with one copy (``_storage``).
+
+``coalesce=None``, the default, picks per batch (``choose``): staged where at
+least ``COALESCE_MIN`` tensors would each pay a copy of their own, by tensor
+otherwise. ``coalesce=True`` and ``coalesce=False`` force one way.
+(``collate`` and the way back from a batch are in ``_collate``; the loader
+thread that pins ahead of the consumer is in ``_loader``.)
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Mapping, Optional, Union
+
+import torch
+
+from .. import api
+from .._kinds import Rule
+from . import _pool, _staging
+from ._hidden import check_leaves
+from ._pool import PinnedPool, default_pool
+from ._staging import STAGE_LIMIT
+from ._storage import move_storage, storage_groups
+
+__all__ = [
+    "COALESCE_MIN",
+    "DMA_DEVICES",
+    "NO_DMA_STAGE_LIMIT",
+    "STAGE_LIMIT",
+    "choose",
+    "pin_memory",
+    "to_device",
+]
+
+Rules = Optional[Mapping[type, Rule]]
+
+#: the fewest tensors that ``coalesce=None`` packs into one buffer (each of at
+#: most ``STAGE_LIMIT`` bytes): below it, a copy each costs less than packing
+#: (measured by ``benchmarks/transfer_peers.py --thresholds``; docs/loading.md)
+COALESCE_MIN = 16
+#: the device types a copy to which runs faster from pinned memory than from
+#: pageable memory (a DMA engine reads it): there, packing into a pinned buffer
+#: pays for its extra host copy at any size up to ``STAGE_LIMIT``
+#: (benchmarks/results/gpu_h200/pinning.md: 10 x float32[1M] moved 2.6x faster
+#: through pinned memory than from pageable memory)
+DMA_DEVICES = frozenset({"cuda", "xpu", "hpu", "mtia", "privateuseone"})
+#: elsewhere (the meta device, a CPU-side copy), packing costs a second copy of
+#: every byte, and pays only for tensors of at most this many bytes: larger
+#: ones move each with a copy of its own (``STAGE_LIMIT`` plays that part to a
+#: DMA device; measured by ``benchmarks/transfer_peers.py --thresholds``)
+NO_DMA_STAGE_LIMIT = 64 << 10
+
+_Tensor = torch.Tensor
+_device = torch.device
+
+
+def choose(leaves: list, idx: list[int], non_blocking: bool) -> bool:
+    """Whether ``coalesce=None`` stages the plain CPU tensors ``leaves[idx]``:
+    when there are at least ``COALESCE_MIN`` of them, or, with
+    ``non_blocking``, when one is over ``STAGE_LIMIT`` bytes (it is streamed
+    through pinned memory, and the small ones go with it). (Staging may
+    still leave the small ones to a copy each: fewer than ``COALESCE_MIN``
+    of them under the size limit: to a device not in ``DMA_DEVICES``,
+    ``NO_DMA_STAGE_LIMIT`` bytes.)"""
+    if len(idx) >= COALESCE_MIN:
+        return True
+    return non_blocking and any(leaves[i].nbytes > STAGE_LIMIT for i in idx)
+
+
+def to_device(
+    batch: Any,
+    device: Union[str, torch.device],
+    *,
+    non_blocking: bool = False,
+    coalesce: Optional[bool] = None,
+    rules: Rules = None,
+    pool: Optional[PinnedPool] = None,
+    strict: bool = True,
+) -> Any:
+    """Move every tensor of a batch to ``device``, keeping structure and types.
+
+    Non-tensor leaves are untouched; one that holds tensors (an object of a
+    class pytree_kit does not see into, such as a cache or a TensorDict) raises
+    TypeError naming its path: pass ``rules=`` for its class, or
+    ``strict=False`` to leave it where it is.
+
+    How the tensors move (``coalesce``):
+
+    - ``None`` (the default) picks per batch. With ``COALESCE_MIN`` (16) or
+      more plain CPU tensors, the small ones are staged as with ``True``:
+      one copy pays for them all (to a device without a DMA engine, such as
+      ``meta``, only those of at most ``NO_DMA_STAGE_LIMIT`` bytes).
+      With fewer, each moves with a ``.to`` of its own, unless
+      ``non_blocking=True`` and one is over ``STAGE_LIMIT`` (1 MiB): then it
+      is streamed through pinned memory, as with ``True``;
+    - ``True``: the batch's small CPU tensors (up to ``STAGE_LIMIT`` bytes
+      each; plain, dense) are packed into one pinned staging buffer from
+      ``pool`` (by default the process's), moved with a single copy, and cut
+      apart on the device: a few torch calls in all, not one per tensor. The
+      buffer is reused once that copy has finished (an event is queried).
+      Tensors over ``STAGE_LIMIT`` go, with ``non_blocking=True``, through
+      the same buffer with a copy each, so that packing one overlaps the
+      copy of the one before;
+    - ``False``: each tensor moves on its own, except tensors that share one
+      storage (a consolidated batch, or one ``pin_memory(..., coalesce=True)``
+      packed): that storage moves with one copy.
+
+    Every tensor that comes out is its own: it may share the device memory
+    of its batch, but is not a view, and has its own version counter.
+
+    Examples:
+        >>> import torch
+        >>> from pytree_kit.torch import to_device
+        >>> moved = to_device({"x": torch.ones(2), "n": 3}, "meta")
+        >>> moved["x"].device.type, moved["n"]
+        ('meta', 3)
+        >>> batch = {"ids": [torch.arange(n) for n in (3, 5, 2)], "x": torch.ones(4)}
+        >>> moved = to_device(batch, "meta", coalesce=True)  # one copy for all four
+        >>> [t.shape[0] for t in moved["ids"]], moved["x"].device.type
+        ([3, 5, 2], 'meta')
+    """
+    if type(device) is not _device:
+        device = _device(device)
+    leaves, spec = api.flatten(batch, rules=rules)
+    check_leaves(leaves, batch, rules, "to_device", "tree", strict)
+    return spec.unflatten(_moved(leaves, device, non_blocking, coalesce, pool))
+
+
+def _moved(
+    leaves: list,
+    device: torch.device,
+    non_blocking: bool,
+    coalesce: Optional[bool],
+    pool: Optional[PinnedPool],
+) -> list:
+    """The leaves moved to ``device``: staged or by tensor, as ``coalesce``
+    says (None: as ``choose`` says)."""
+    out = list(leaves)
+    if coalesce is False or device.type == "cpu":  # on the CPU: nothing to stage
+        _by_tensor(leaves, device, non_blocking, pool, out)
+        return out
+    idx, others = _staging.tensors_in(leaves)
+    dma = device.type in DMA_DEVICES
+    if coalesce is None and not choose(leaves, idx, non_blocking and dma):
+        if non_blocking:  # a pool buffer must not be reused while a copy reads it
+            _by_tensor(leaves, device, non_blocking, pool, out)
+        else:  # few tensors: sharing a storage saves few copies, and costs a look each
+            for i in idx + others:
+                out[i] = leaves[i].to(device)
+        return out
+    left = _staging.stage(
+        leaves,
+        idx,
+        out,
+        pool or default_pool(),
+        device,
+        non_blocking and (dma or bool(coalesce)),  # streaming pays to a DMA device
+        min_tensors=1 if coalesce else COALESCE_MIN,
+        limit=STAGE_LIMIT if coalesce or dma else NO_DMA_STAGE_LIMIT,
+    )
+    rest = left + others
+    if rest and non_blocking:  # one may lie in a pool buffer: by tensor, with its fence
+        sub = [leaves[i] for i in rest]
+        moved = list(sub)
+        _by_tensor(sub, device, non_blocking, pool, moved)
+        for i, x in zip(rest, moved):
+            out[i] = x
+    else:
+        for i in rest:
+            out[i] = leaves[i].to(device)
+    return out
+
+
+def _by_tensor(
+    leaves: list,
+    device: torch.device,
+    non_blocking: bool,
+    pool: Optional[PinnedPool],
+    out: list,
+) -> None:
+    """Move the tensors among ``leaves`` into ``out`` one by one, a
+    storage they share whole. A pool buffer moves only the part its batch
+    uses (one copy for the tensors that lie in it), and is not handed out
+    again before that copy has read it."""
+    pool = pool or _pool.existing_default_pool()
+    whole, singles = storage_groups(leaves)
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device, non_blocking=non_blocking)
+
+    def move_buffer(at: list[int], buf: Optional[_pool.Buffer]) -> None:
+        move_storage(leaves, at, move, out, None if buf is None else buf.used)
+        if buf is not None and pool is not None:
+            pool.copied_from(buf, _pool.fence(device, non_blocking))
+
+    for at in whole:
+        x0 = leaves[at[0]]
+        if x0.device != device:
+            move_buffer(at, pool.buffer_of(x0) if pool is not None else None)
+    in_buffers: dict[int, tuple[_pool.Buffer, list[int]]] = {}
+    for i in singles:
+        x = leaves[i]
+        buf = pool.buffer_of(x) if pool is not None and x.device != device else None
+        if buf is None:
+            out[i] = x.to(device, non_blocking=non_blocking)
+        else:  # a few tensors of a large pool buffer: still one copy
+            in_buffers.setdefault(id(buf), (buf, []))[1].append(i)
+    for buf, at in in_buffers.values():
+        move_buffer(at, buf)
+
+
+def pin_memory(
+    batch: Any,
+    *,
+    coalesce: Optional[bool] = None,
+    rules: Rules = None,
+    pool: Optional[PinnedPool] = None,
+    strict: bool = True,
+) -> Any:
+    """Pin every tensor of a batch, keeping its structure and types.
+
+    With ``coalesce=True`` all plain tensors are copied into one pinned
+    buffer (from ``pool``, by default the process's pool) and the batch gets
+    tensors cut from it: one host allocation in all, and none when a buffer
+    of a finished batch can be reused. With ``coalesce=False`` each tensor
+    is pinned on its own (a storage tensors share, whole). ``None``, the
+    default, packs where there are at least ``COALESCE_MIN`` tensors, as
+    ``to_device`` does.
+
+    On a build with no accelerator, pinning is impossible: as torch's
+    DataLoader does, this warns and returns the batch unpinned.
+
+    A leaf that is not a tensor or a plain value but holds tensors (an object
+    of a class pytree_kit does not see into, such as a cache or a TensorDict)
+    raises TypeError naming its path: pass ``rules=`` for its class, or
+    ``strict=False`` to pass it through unpinned.
+
+    Examples:
+        >>> import torch, warnings
+        >>> from pytree_kit.torch import pin_memory
+        >>> batch = {"x": [torch.zeros(2), torch.ones(3)], "name": "a"}
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")  # no accelerator here: a warning
+        ...     pinned = pin_memory(batch, coalesce=True)
+        >>> pinned["name"], all(
+        ...     t.is_pinned() == torch.cuda.is_available() for t in pinned["x"]
+        ... )
+        ('a', True)
+    """
+    leaves, spec = api.flatten(batch, rules=rules)
+    # checked with no accelerator too, so a CPU test run sees what a GPU one would
+    check_leaves(leaves, batch, rules, "pin_memory", "tree", strict)
+    if not _pool.pinning_available():
+        warnings.warn(
+            "pytree_kit.torch.pin_memory: no accelerator is available, so no memory "
+            "is pinned (torch's DataLoader does the same)",
+            stacklevel=2,
+        )
+        return batch
+    return spec.unflatten(_pinned(leaves, coalesce, pool))
+
+
+def _pin_storage(whole: torch.Tensor) -> torch.Tensor:
+    return whole.pin_memory()
+
+
+def _pinned(leaves: list, coalesce: Optional[bool], pool: Optional[PinnedPool]) -> list:
+    """The leaves with every CPU tensor pinned. Packed: the plain dense ones
+    in one pool buffer, any other pinned on its own. Not packed: a storage
+    the tensors share (a consolidated batch) with one pinned allocation and
+    one copy, every other tensor on its own."""
+    out = list(leaves)
+    if coalesce is not False:
+        idx, _ = _staging.tensors_in(leaves)
+        if coalesce or len(idx) >= COALESCE_MIN:
+            _staging.stage(leaves, idx, out, pool or default_pool())
+            for i, x in enumerate(leaves):
+                if out[i] is x and isinstance(x, _Tensor) and x.device.type == "cpu":
+                    out[i] = x.pin_memory()  # a subclass, sparse or nested tensor
+            return out
+    whole, singles = storage_groups(leaves)
+    for at in whole:
+        if leaves[at[0]].device.type == "cpu" and not leaves[at[0]].is_pinned():
+            move_storage(leaves, at, _pin_storage, out)
+    for i in singles:
+        out[i] = leaves[i].pin_memory()
+    return out

@@ -1,0 +1,231 @@
+"""``to_device`` and ``pin_memory`` by default (``coalesce=None``): which way
+each batch goes, and that every way gives every tensor back, its own, and
+leaves none behind. (The ways themselves, forced, are tested in
+test_torch_data.py; pytree_kit/torch/_transfer.py holds the rule.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any, NamedTuple
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import pytree_kit as pk  # noqa: E402
+from pytree_kit.torch import (  # noqa: E402
+    PinnedLoader,
+    PinnedPool,
+    _pool,
+    _staging,
+    _transfer,
+    pin_memory,
+    to_device,
+)
+from pytree_kit.torch._transfer import COALESCE_MIN, NO_DMA_STAGE_LIMIT, STAGE_LIMIT  # noqa: E402
+
+
+@dataclasses.dataclass
+class Target:
+    boxes: Any
+    labels: Any
+
+
+class Pair(NamedTuple):
+    left: Any
+    right: Any
+
+
+def plain_pool() -> PinnedPool:
+    return PinnedPool(allocator=lambda n, dtype: torch.empty(n, dtype=dtype))
+
+
+def tensors(tree: Any) -> list:
+    return [x for x in pk.leaves(tree) if isinstance(x, torch.Tensor)]
+
+
+class Calls:
+    """Counts the staging buffer's copies (made on the CPU, so values can be
+    read back) and the tensors moved with a ``.to`` of their own."""
+
+    def __init__(self, monkeypatch: Any) -> None:
+        self.staged: list[int] = []
+        self.own = 0
+        real_to = torch.Tensor.to
+
+        def copy(flat: Any, device: Any, non_blocking: bool) -> Any:
+            self.staged.append(flat.nbytes)
+            return flat.clone()
+
+        def to(x: Any, *args: Any, **kwargs: Any) -> Any:
+            self.own += 1
+            return real_to(x, *args, **kwargs)
+
+        monkeypatch.setattr(_staging, "_copy", copy)
+        monkeypatch.setattr(torch.Tensor, "to", to)
+
+
+def small(n: int, seed: int = 0) -> dict:
+    return {f"t{i}": torch.arange(3) + seed + i for i in range(n)}
+
+
+def test_the_default_moves_a_few_tensors_each_and_many_with_one_copy(monkeypatch):
+    calls = Calls(monkeypatch)
+    pool = plain_pool()
+    to_device(small(COALESCE_MIN - 1), "meta", pool=pool)
+    assert calls.staged == [] and calls.own == COALESCE_MIN - 1
+    calls.own = 0
+    out = to_device(small(COALESCE_MIN, seed=5), "meta", pool=pool)
+    assert len(calls.staged) == 1 and calls.own == 0
+    assert all(torch.equal(out[f"t{i}"], torch.arange(3) + 5 + i) for i in range(COALESCE_MIN))
+    # forced either way, whatever the count
+    calls.staged.clear()
+    to_device(small(2), "meta", pool=pool, coalesce=True)
+    assert len(calls.staged) == 1
+    calls.own = 0
+    to_device(small(COALESCE_MIN), "meta", pool=pool, coalesce=False)
+    assert len(calls.staged) == 1 and calls.own == COALESCE_MIN
+
+
+def test_the_default_streams_a_large_tensor_only_when_non_blocking_to_a_dma_device(monkeypatch):
+    calls = Calls(monkeypatch)
+    pool = plain_pool()
+    big = torch.zeros(STAGE_LIMIT // 4 + 1)
+    batch = {"big": big, "a": torch.ones(2), "b": torch.ones(3)}
+    leaves = pk.leaves(batch)
+    idx, _ = _staging.tensors_in(leaves)
+    assert _transfer.choose(leaves, idx, non_blocking=True)
+    assert not _transfer.choose(leaves, idx, non_blocking=False)
+    # the meta device has no DMA engine: nothing to gain from pinned memory
+    to_device(batch, "meta", pool=pool, non_blocking=True)
+    assert calls.staged == [] and calls.own == 3
+    # to CUDA it would be: the staging and its copies as they would run there
+    # (the copies made on the CPU), the big one streamed with a copy of its own
+    monkeypatch.setattr(_transfer, "DMA_DEVICES", frozenset({"meta"}))
+    calls.own = 0
+    out = to_device(batch, "meta", pool=pool, non_blocking=True)
+    assert len(calls.staged) == 2 and calls.own == 0
+    assert torch.equal(out["big"], big) and torch.equal(out["b"], torch.ones(3))
+
+
+def test_to_a_device_without_dma_only_tensors_up_to_its_limit_are_packed(monkeypatch):
+    calls = Calls(monkeypatch)
+    over = NO_DMA_STAGE_LIMIT // 8 + 1  # int64 elements: just over the limit
+    batch = {
+        "images": [torch.full((over,), i) for i in range(3)],
+        "labels": [torch.tensor([i, i + 1]) for i in range(COALESCE_MIN)],
+    }
+    out = to_device(batch, "meta", pool=plain_pool())
+    assert len(calls.staged) == 1 and calls.own == 3  # the labels in one copy
+    assert calls.staged[0] < NO_DMA_STAGE_LIMIT
+    assert [int(t[0]) for t in out["labels"]] == list(range(COALESCE_MIN))
+    # the same to a DMA device: all in the one buffer
+    monkeypatch.setattr(_transfer, "DMA_DEVICES", frozenset({"meta"}))
+    calls.staged.clear()
+    calls.own = 0
+    out = to_device(batch, "meta", pool=plain_pool())
+    assert len(calls.staged) == 1 and calls.own == 0
+    assert all(torch.equal(out["images"][i], batch["images"][i]) for i in range(3))
+
+
+def test_pin_memory_by_default_packs_many_tensors_and_pins_a_few_each(monkeypatch):
+    monkeypatch.setattr(_pool, "pinning_available", lambda: True)
+    pinned_each = []
+
+    def pin(x: Any) -> Any:
+        pinned_each.append(x.numel())
+        return x.clone()
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin)
+    pool = plain_pool()
+    few = pin_memory(small(COALESCE_MIN - 1), pool=pool)
+    assert len(pinned_each) == COALESCE_MIN - 1 and pool.allocations == 0
+    many = pin_memory(small(COALESCE_MIN, seed=3), pool=pool)
+    assert len(pinned_each) == COALESCE_MIN - 1 and pool.allocations == 1
+    assert all(pool.buffer_of(t) is not None for t in many.values())
+    assert all(pool.buffer_of(t) is None for t in few.values())
+    assert all(torch.equal(many[f"t{i}"], torch.arange(3) + 3 + i) for i in range(COALESCE_MIN))
+
+
+def test_pinned_loader_uses_the_default_rule(monkeypatch):
+    monkeypatch.setattr(_pool, "pinning_available", lambda: True)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda x: x.clone())
+    pool = plain_pool()
+    batches = [small(COALESCE_MIN, seed=s) for s in range(3)] + [small(2, seed=9)]
+    out = list(PinnedLoader(batches, pool=pool))
+    assert [pool.buffer_of(b["t0"]) is not None for b in out] == [True, True, True, False]
+    assert all(torch.equal(b["t1"], batches[k]["t1"]) for k, b in enumerate(out))
+
+
+DTYPES = [torch.float32, torch.float16, torch.int64, torch.int32, torch.bool, torch.uint8]
+
+
+def mixed(seed: int) -> Any:
+    """A fresh batch of one of the shapes the benchmark covers: mixed dtypes
+    and shapes, 0-d tensors, views of one storage, empty tensors, a bare
+    tensor, a dataclass and a namedtuple; sometimes fewer tensors than
+    COALESCE_MIN, sometimes more."""
+    rnd = random.Random(seed)
+    g = torch.Generator().manual_seed(seed)
+    n = rnd.choice([1, 3, COALESCE_MIN - 1, COALESCE_MIN, 40])
+
+    def tensor() -> Any:
+        shape = [rnd.randint(0, 4) for _ in range(rnd.randint(0, 3))]
+        x = (torch.randn(shape, generator=g) * 50).to(rnd.choice(DTYPES))
+        if rnd.random() < 0.2 and x.dim() == 2:
+            x = x.t()
+        return x
+
+    kind = seed % 5
+    if kind == 0:
+        return torch.randn(rnd.randint(1, 5), 3, generator=g)  # a bare tensor
+    if kind == 1:
+        base = torch.randn(2 * n + 2, 3, generator=g)
+        return [base[2 * i : 2 * i + 2] for i in range(n)]  # views of one storage
+    if kind == 2:
+        return {f"m{i}": torch.tensor(float(i + seed)) for i in range(n)}  # 0-d
+    if kind == 3:
+        return [torch.zeros(0, 3) if i % 2 else torch.ones(i, 3) for i in range(n)]  # empty
+    return {
+        "mixed": [tensor() for _ in range(n)],
+        "targets": [Target(tensor(), f"s{i}") for i in range(rnd.randint(0, 4))],
+        "pair": Pair(tensor(), seed),
+        "big": torch.full((NO_DMA_STAGE_LIMIT // 4 + 1,), float(seed)),
+    }
+
+
+@pytest.mark.parametrize("dma", [False, True])
+def test_the_default_over_many_fresh_batches_leaves_nothing_behind(monkeypatch, dma):
+    """Every tensor comes back equal, moved (not the caller's, nor sharing its
+    memory), its own (no base: its own version counter), and the caller's
+    batch is untouched; batches kept alive keep their values while the pool
+    reuses buffers for later ones."""
+    Calls(monkeypatch)
+    if dma:
+        monkeypatch.setattr(_transfer, "DMA_DEVICES", frozenset({"meta"}))
+    pool = plain_pool()
+    kept = []
+    for seed in range(60):
+        batch = mixed(seed)
+        before = [t.clone() for t in tensors(batch)]
+        out = to_device(batch, "meta", pool=pool, non_blocking=seed % 3 == 0)
+        assert pk.structure(out) == pk.structure(batch)
+        ins = tensors(batch)
+        memory = {t.untyped_storage().data_ptr() for t in ins if t.numel()}
+        for x, y in zip(ins, tensors(out)):
+            assert y is not x and y._base is None
+            if y.device.type == "cpu" and y.numel():  # staged: cut from the copy
+                assert y.untyped_storage().data_ptr() not in memory
+        assert all(torch.equal(a, b) for a, b in zip(before, ins))  # untouched
+        kept.append((before, out))
+    for before, out in kept:
+        for a, b in zip(before, tensors(out)):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            if b.device.type == "cpu":
+                assert torch.equal(a, b)
+    # an in-place change to one moved tensor shows in no other
+    out = to_device(small(COALESCE_MIN), "meta", pool=pool)
+    versions = [t._version for t in out.values()]
+    out["t0"].add_(1)
+    assert [t._version for t in out.values()][1:] == versions[1:]
