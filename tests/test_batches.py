@@ -664,3 +664,22 @@ def test_numpy_scalars_become_a_tensor_of_their_dtype():
     batch = collate([{"i": np.int64(i), "f": np.float32(i / 2)} for i in range(3)])
     assert batch["i"].dtype == torch.int64 and batch["i"].tolist() == [0, 1, 2]
     assert batch["f"].dtype == torch.float32 and batch["f"].tolist() == [0.0, 0.5, 1.0]
+
+
+def test_ragged_answers_are_remembered_per_structure_and_never_stale():
+    """collate remembers how ragged= applies to a structure; a batch whose
+    sample 0 lacks the node (it is looked for in the others), a batch of
+    another structure, and a batch where it names nothing are each still
+    answered on their own."""
+    ragged = {"ann": "list"}
+    with_ann = {"x": torch.ones(2), "ann": [torch.ones(1), torch.ones(2)]}
+    empty = {"x": torch.ones(2), "ann": []}
+    for _ in range(3):  # asked again and again, as a DataLoader does
+        batch = collate([with_ann, with_ann], ragged=ragged)
+        assert type(batch["ann"]) is SampleList and len(batch["ann"][1]) == 2
+    batch = collate([empty, with_ann], ragged=ragged)
+    assert list(map(len, batch["ann"])) == [0, 2]
+    other = {"x": torch.ones(2), "ann": torch.ones(3)}
+    assert type(collate([other, other], ragged=ragged)["ann"]) is SampleList
+    with pytest.raises(ValueError, match="names 'ann', which is no path"):
+        collate([{"x": torch.ones(2)}] * 2, ragged=ragged)

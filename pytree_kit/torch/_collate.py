@@ -264,6 +264,34 @@ def _resolve(
     return _collapse(spec, paths, modes, cuts)
 
 
+#: _resolve's answers, by (sample 0's spec, ragged=), where they hang on
+#: nothing else: every selector named a node of sample 0 (a DataLoader asks
+#: the same question for every batch)
+_RESOLVED: dict = {}
+
+
+def _resolved(
+    ragged: Ragged, spec: TreeSpec, samples: Any, rules: Rules
+) -> tuple[TreeSpec, list[tuple], list[Optional[tuple[str, int]]]]:
+    """``_resolve``, remembered where its answer depends on the spec alone."""
+    try:
+        named = ragged if isinstance(ragged, str) else tuple(ragged.items())  # type: ignore[union-attr]
+        key = (spec, named)
+        hash(key)
+    except (AttributeError, TypeError):  # a callable, or a selector that is not hashable
+        return _resolve(ragged, spec, samples, rules)
+    found = _RESOLVED.get(key)
+    if found is None:
+        try:
+            found = _resolve(ragged, spec, samples[:1], rules)
+        except ValueError:  # a selector names no node of sample 0: ask the others
+            return _resolve(ragged, spec, samples, rules)
+        if len(_RESOLVED) >= 256:
+            _RESOLVED.clear()
+        _RESOLVED[key] = found
+    return found
+
+
 def _collapse(
     spec: TreeSpec, paths: list[tuple], modes: list, cuts: dict[int, tuple]
 ) -> tuple[TreeSpec, list, list]:
@@ -617,7 +645,7 @@ def collate(
     spec = api.structure(samples[0], rules=rules)
     paths = modes = None
     if ragged is not None:
-        spec, paths, modes = _resolve(ragged, spec, samples, rules)
+        spec, paths, modes = _resolved(ragged, spec, samples, rules)
     cols = _Columns(samples, rules, paths, strict)
     in_worker = torch.utils.data.get_worker_info() is not None
     if spec.is_leaf():  # the samples are the one column

@@ -159,6 +159,19 @@ class _Restricted(pickle.Unpickler):
         return found
 
 
+#: the strides of a contiguous tensor, by shape (samples repeat a few shapes)
+_STRIDES: dict = {}
+
+
+def _contiguous_strides(shape: Any) -> tuple:
+    strides = []
+    step = 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
 class _Store:
     """What the samples of a PackedList and of its slices share (never changed)."""
 
@@ -208,8 +221,14 @@ class _Store:
                 f"PackedList: a tensor's elements {first}:{first + n} are outside its "
                 f"buffer of {size} (the data is corrupt)"
             )
+        strides = _STRIDES.get(shape)
+        if strides is None:
+            if len(_STRIDES) >= 4096:  # ragged data: many shapes, kept few at a time
+                _STRIDES.clear()
+            strides = _STRIDES[shape] = _contiguous_strides(shape)
         try:
-            t = buf[first : first + n].view(shape).clone()
+            # one view and one copy (a slice, then a view, cost a call each more)
+            t = buf.as_strided(shape, strides, buf.storage_offset() + first).clone()
             if code == TENSOR:
                 return t
             arr = t.numpy()

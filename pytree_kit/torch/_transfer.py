@@ -150,7 +150,13 @@ def _moved(
     """The leaves moved to ``device``: staged or by tensor, as ``coalesce``
     says (None: as ``choose`` says)."""
     out = list(leaves)
-    if coalesce is False or device.type == "cpu":  # on the CPU: nothing to stage
+    if device.type == "cpu":  # nothing to stage; tensors there already stay as they are
+        idx, others = _staging.tensors_in(leaves)
+        if all(leaves[i].is_cpu for i in idx) and all(leaves[i].is_cpu for i in others):
+            return out
+        _by_tensor(leaves, device, non_blocking, pool, out)
+        return out
+    if coalesce is False:
         _by_tensor(leaves, device, non_blocking, pool, out)
         return out
     idx, others = _staging.tensors_in(leaves)
