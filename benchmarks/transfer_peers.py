@@ -35,7 +35,8 @@ tensors), and mixed ones: six dtypes and shapes, 0-d tensors, views of one
 storage, empty tensors, a bare tensor, and a tokenizer batch with a nested
 dict of 0-d tensors (the pipeline's batch).
 
-**Figures**: best of interleaved rounds, ms per call. For each batch and
+**Figures**: best of interleaved rounds (the ways in a new order each
+round), ms per call. For each batch and
 way, the tensors *left behind* (an output tensor that is the input's own,
 or shares its memory: not moved) and *not own* (an output tensor that is a
 view of another, so an in-place change to one would bump the other's
@@ -45,7 +46,9 @@ option, leaving nothing behind.
 
 ``--thresholds`` also sweeps the number of small tensors in a batch and
 times ``coalesce=True`` against ``coalesce=False`` at each: the smallest
-count from which packing pays is ``COALESCE_MIN``'s measurement.
+count from which packing pays is ``NO_DMA_COALESCE_MIN``'s measurement in
+host-side mode (``COALESCE_MIN``'s on a GPU), and the size up to which it
+pays ``NO_DMA_STAGE_LIMIT``'s.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import platform
+import random
 import sys
 import time
 from pathlib import Path
@@ -134,7 +138,9 @@ def left_behind(batch: Any, out: Any) -> tuple[int, int]:
     tensors of out that are views of another tensor)."""
     before = tensors(batch)
     inputs = {id(t) for t in before}
-    memory = {t.untyped_storage().data_ptr() for t in before if t.device.type == "cpu"}
+    memory = {
+        t.untyped_storage().data_ptr() for t in before if t.device.type == "cpu" and t.numel()
+    }
     after = tensors(out)
     if len(after) != len(before):
         raise AssertionError("a way changed the batch's structure")
@@ -142,8 +148,8 @@ def left_behind(batch: Any, out: Any) -> tuple[int, int]:
     for t in after:
         if id(t) in inputs:
             behind += 1
-        elif t.device.type == "cpu" and t.untyped_storage().data_ptr() in memory:
-            behind += 1
+        elif t.device.type == "cpu" and t.numel() and t.untyped_storage().data_ptr() in memory:
+            behind += 1  # (an empty tensor has no memory to share)
     not_own = sum(1 for t in after if t._base is not None)
     return behind, not_own
 
@@ -245,9 +251,12 @@ def measure(
         t = timed(fn, 1, sync) / 1e3
         numbers[name] = max(1, min(200, int(budget / max(t, 1e-7))))
     best = {name: float("inf") for name in calls}
+    order = list(calls)
+    shuffle = random.Random(0).shuffle
     for _ in range(rounds):
-        for name, fn in calls.items():
-            best[name] = min(best[name], timed(fn, numbers[name], sync))
+        shuffle(order)  # no way always runs after the same other (caches, allocator)
+        for name in order:
+            best[name] = min(best[name], timed(calls[name], numbers[name], sync))
     return best
 
 
@@ -320,17 +329,24 @@ class _Nothing:
 
 
 def _packed_over_each(batch: Any, device: Any, rounds: int, sync: Callable[[], None]) -> tuple:
-    best = measure(
-        {
-            "packed": lambda b, d: to_device(b, d, coalesce=True),
-            "each": lambda b, d: to_device(b, d, coalesce=False),
-        },
-        batch,
-        device,
-        rounds,
-        sync,
-        budget=0.01,
-    )
+    """ms per call staged, and by tensor as the default moves a few (a ``.to``
+    each: the counts it stages from set out of reach meanwhile), and their ratio."""
+    real = _transfer.COALESCE_MIN, _transfer.NO_DMA_COALESCE_MIN
+    _transfer.COALESCE_MIN = _transfer.NO_DMA_COALESCE_MIN = 1 << 30
+    try:
+        best = measure(
+            {
+                "packed": lambda b, d: to_device(b, d, coalesce=True),
+                "each": lambda b, d: to_device(b, d),
+            },
+            batch,
+            device,
+            rounds,
+            sync,
+            budget=0.01,
+        )
+    finally:
+        _transfer.COALESCE_MIN, _transfer.NO_DMA_COALESCE_MIN = real
     return best["packed"], best["each"], best["packed"] / best["each"]
 
 
@@ -351,7 +367,7 @@ def _last_paying(keys: list, ratios: list[float]) -> Any:
 
 def thresholds(device: Any, rounds: int, sync: Callable[[], None]) -> tuple[str, Any, Any]:
     """coalesce=True against coalesce=False: over the number of tensors of
-    128 bytes (COALESCE_MIN), then over their size, 64 of them (NO_DMA_STAGE_LIMIT)."""
+    128 bytes (NO_DMA_COALESCE_MIN), then over their size, 64 of them (NO_DMA_STAGE_LIMIT)."""
     counts = [2, 4, 8, 12, 16, 20, 24, 32, 48, 64, 128]
     lines = ["| tensors of 128 B | packed ms | a copy each ms | ratio |", "|---|---|---|---|"]
     ratios = []
@@ -373,7 +389,7 @@ def thresholds(device: Any, rounds: int, sync: Callable[[], None]) -> tuple[str,
     lines += [
         "",
         f"Packing pays from {count or 'no count measured'} tensors of 128 B "
-        f"(`COALESCE_MIN` is {_transfer.COALESCE_MIN}), and for 64 tensors up to "
+        f"(`NO_DMA_COALESCE_MIN` is {_transfer.NO_DMA_COALESCE_MIN}), and for 64 tensors up to "
         f"{size if size is None else f'{size:,} B'} each "
         f"(`NO_DMA_STAGE_LIMIT` is {_transfer.NO_DMA_STAGE_LIMIT:,} B: larger tensors "
         "get a copy each, to a device without a DMA engine, such as this run's).",
@@ -385,11 +401,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few rounds: a smoke test")
     parser.add_argument("--host", action="store_true", help="host-side mode even with CUDA")
-    parser.add_argument("--thresholds", action="store_true", help="also sweep COALESCE_MIN")
+    parser.add_argument("--thresholds", action="store_true", help="also measure the thresholds")
     _output.add_arguments(parser)
     args = parser.parse_args(argv)
     host = args.host or not torch.cuda.is_available()
-    rounds = 2 if args.quick else 9
+    rounds = 2 if args.quick else 15
     if host:
         reuse_freed_memory()
         # one thread: a copy of a few MB split over two threads of a 2-core

@@ -541,7 +541,7 @@ def test_collate_consolidate_is_the_plain_batch_in_one_storage():
         collate(samples, ragged={"boxes": "nested"}, consolidate=True)
 
 
-def test_to_device_moves_a_consolidated_tree_with_one_copy():
+def test_to_device_moves_a_consolidated_tree_with_one_copy(monkeypatch):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Copies(TorchDispatchMode):
@@ -559,7 +559,10 @@ def test_to_device_moves_a_consolidated_tree_with_one_copy():
         to_device(mixed(40), "meta", coalesce=False)
     with Copies() as mode:
         out = to_device(tree, "meta", coalesce=False)
-    with Copies() as default_mode:  # 41 tensors: staged, one copy too
+    # 41 tensors, to a device with a DMA engine (as meta is taken for here): staged,
+    # one copy too
+    monkeypatch.setattr(_transfer, "DMA_DEVICES", frozenset({"meta"}))
+    with Copies() as default_mode:
         default = to_device(tree, "meta")
     assert len(mode.ops) == 1 and len(plain_mode.ops) == 41, (mode.ops, len(plain_mode.ops))
     assert default_mode.ops.count("_to_copy.default") == 1, default_mode.ops

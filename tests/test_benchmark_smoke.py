@@ -592,3 +592,13 @@ def test_transfer_peers_benchmark_smoke(tmp_path: Path) -> None:
     assert re.search(r"Targets \(issue 62\).*\*\*(met|MISSED)\*\*", report)
     assert "| pkt.to_device (default) | coalesce=True | coalesce=False |" in report
     assert re.search(r"Packing pays from (\d+|no count measured) tensors of 128 B", report)
+
+
+def test_pipeline_benchmark_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    _run_quick("pipeline.py", tmp_path, "--workers", "1")
+    report = (tmp_path / "pipeline.md").read_text()
+    for workload in ("tokenizer", "detection"):
+        assert f"| {workload} | pytree_kit as the docs advise |" in report
+        assert f"| {workload} | collate |" in report
+    assert re.search(r"Targets \(issue 62\).*\*\*(met|MISSED)\*\*", report)

@@ -23,7 +23,12 @@ from pytree_kit.torch import (  # noqa: E402
     pin_memory,
     to_device,
 )
-from pytree_kit.torch._transfer import COALESCE_MIN, NO_DMA_STAGE_LIMIT, STAGE_LIMIT  # noqa: E402
+from pytree_kit.torch._transfer import (  # noqa: E402
+    COALESCE_MIN,
+    NO_DMA_COALESCE_MIN,
+    NO_DMA_STAGE_LIMIT,
+    STAGE_LIMIT,
+)
 
 
 @dataclasses.dataclass
@@ -70,22 +75,27 @@ def small(n: int, seed: int = 0) -> dict:
     return {f"t{i}": torch.arange(3) + seed + i for i in range(n)}
 
 
-def test_the_default_moves_a_few_tensors_each_and_many_with_one_copy(monkeypatch):
+@pytest.mark.parametrize("dma", [False, True])
+def test_the_default_moves_a_few_tensors_each_and_many_with_one_copy(monkeypatch, dma):
     calls = Calls(monkeypatch)
+    least = NO_DMA_COALESCE_MIN  # the meta device has no DMA engine
+    if dma:  # as it would go to CUDA: the staging and its copies as they would run there
+        monkeypatch.setattr(_transfer, "DMA_DEVICES", frozenset({"meta"}))
+        least = COALESCE_MIN
     pool = plain_pool()
-    to_device(small(COALESCE_MIN - 1), "meta", pool=pool)
-    assert calls.staged == [] and calls.own == COALESCE_MIN - 1
+    to_device(small(least - 1), "meta", pool=pool)
+    assert calls.staged == [] and calls.own == least - 1
     calls.own = 0
-    out = to_device(small(COALESCE_MIN, seed=5), "meta", pool=pool)
+    out = to_device(small(least, seed=5), "meta", pool=pool)
     assert len(calls.staged) == 1 and calls.own == 0
-    assert all(torch.equal(out[f"t{i}"], torch.arange(3) + 5 + i) for i in range(COALESCE_MIN))
+    assert all(torch.equal(out[f"t{i}"], torch.arange(3) + 5 + i) for i in range(least))
     # forced either way, whatever the count
     calls.staged.clear()
     to_device(small(2), "meta", pool=pool, coalesce=True)
     assert len(calls.staged) == 1
     calls.own = 0
-    to_device(small(COALESCE_MIN), "meta", pool=pool, coalesce=False)
-    assert len(calls.staged) == 1 and calls.own == COALESCE_MIN
+    to_device(small(least), "meta", pool=pool, coalesce=False)
+    assert len(calls.staged) == 1 and calls.own == least
 
 
 def test_the_default_streams_a_large_tensor_only_when_non_blocking_to_a_dma_device(monkeypatch):
@@ -97,6 +107,7 @@ def test_the_default_streams_a_large_tensor_only_when_non_blocking_to_a_dma_devi
     idx, _ = _staging.tensors_in(leaves)
     assert _transfer.choose(leaves, idx, non_blocking=True)
     assert not _transfer.choose(leaves, idx, non_blocking=False)
+    assert not _transfer.choose(leaves, idx, non_blocking=True, dma=False)
     # the meta device has no DMA engine: nothing to gain from pinned memory
     to_device(batch, "meta", pool=pool, non_blocking=True)
     assert calls.staged == [] and calls.own == 3
@@ -114,12 +125,12 @@ def test_to_a_device_without_dma_only_tensors_up_to_its_limit_are_packed(monkeyp
     over = NO_DMA_STAGE_LIMIT // 8 + 1  # int64 elements: just over the limit
     batch = {
         "images": [torch.full((over,), i) for i in range(3)],
-        "labels": [torch.tensor([i, i + 1]) for i in range(COALESCE_MIN)],
+        "labels": [torch.tensor([i, i + 1]) for i in range(NO_DMA_COALESCE_MIN)],
     }
     out = to_device(batch, "meta", pool=plain_pool())
     assert len(calls.staged) == 1 and calls.own == 3  # the labels in one copy
     assert calls.staged[0] < NO_DMA_STAGE_LIMIT
-    assert [int(t[0]) for t in out["labels"]] == list(range(COALESCE_MIN))
+    assert [int(t[0]) for t in out["labels"]] == list(range(NO_DMA_COALESCE_MIN))
     # the same to a DMA device: all in the one buffer
     monkeypatch.setattr(_transfer, "DMA_DEVICES", frozenset({"meta"}))
     calls.staged.clear()
@@ -168,7 +179,7 @@ def mixed(seed: int) -> Any:
     COALESCE_MIN, sometimes more."""
     rnd = random.Random(seed)
     g = torch.Generator().manual_seed(seed)
-    n = rnd.choice([1, 3, COALESCE_MIN - 1, COALESCE_MIN, 40])
+    n = rnd.choice([1, 3, COALESCE_MIN - 1, COALESCE_MIN, NO_DMA_COALESCE_MIN, 60])
 
     def tensor() -> Any:
         shape = [rnd.randint(0, 4) for _ in range(rnd.randint(0, 3))]
@@ -225,7 +236,26 @@ def test_the_default_over_many_fresh_batches_leaves_nothing_behind(monkeypatch, 
             if b.device.type == "cpu":
                 assert torch.equal(a, b)
     # an in-place change to one moved tensor shows in no other
-    out = to_device(small(COALESCE_MIN), "meta", pool=pool)
+    out = to_device(small(NO_DMA_COALESCE_MIN), "meta", pool=pool, coalesce=True)
     versions = [t._version for t in out.values()]
     out["t0"].add_(1)
     assert [t._version for t in out.values()][1:] == versions[1:]
+
+
+@pytest.mark.parametrize("dma", [False, True])
+def test_tensors_of_many_shapes_are_staged_only_where_a_copy_each_costs_more(monkeypatch, dma):
+    """One dtype in a shape per tensor packs into a flat group: each tensor
+    flattened on the way in and reshaped on the way out, a torch call or two
+    a tensor. To a DMA device that still beats a copy each; elsewhere not."""
+    calls = Calls(monkeypatch)
+    if dma:
+        monkeypatch.setattr(_transfer, "DMA_DEVICES", frozenset({"meta"}))
+    batch = [torch.ones(1, i + 1, dtype=torch.int64) * i for i in range(NO_DMA_COALESCE_MIN + 2)]
+    out = to_device(batch, "meta", pool=plain_pool())
+    if dma:  # staged: cut from the copy, made on the CPU here
+        assert len(calls.staged) == 1 and calls.own == 0
+        assert all(torch.equal(a, b) for a, b in zip(batch, out))
+    else:
+        assert calls.staged == [] and calls.own == len(batch)
+        assert all(b.device.type == "meta" and b.shape == a.shape for a, b in zip(batch, out))
+    assert all(t._base is None for t in out)

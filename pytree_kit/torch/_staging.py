@@ -450,6 +450,7 @@ def stage(
     non_blocking: bool = False,
     min_tensors: int = 1,
     limit: int = STAGE_LIMIT,
+    flat: bool = True,
 ) -> list[int]:
     """Pack the plain CPU tensors ``leaves[idx]`` into one buffer of ``pool``
     and put, at their places in ``out``, the tensors cut from that buffer
@@ -460,8 +461,10 @@ def stage(
     To a device, tensors over ``limit`` bytes are not packed with the
     others: with ``non_blocking``, each goes through the same buffer with a
     copy of its own (unless it is pinned already); otherwise it is left. The
-    small ones are packed only if there are at least ``min_tensors`` of them,
-    or if the buffer is taken anyway, for a large one. A tensor ``cat``
+    small ones are packed only if there are at least ``min_tensors`` of them
+    and (unless ``flat``) no flat group is needed (a tensor in one costs
+    about as many torch calls as a copy of its own), or if the buffer is
+    taken anyway, for a large one. A tensor ``cat``
     refuses (on another device, sparse, nested, requiring grad) is left.
     Every tensor put in ``out`` is its own: it shares the buffer (or its
     copy) with the others, but is not a view, and has its own version counter.
@@ -476,7 +479,9 @@ def stage(
             big = [i for i in big if stageable(leaves[i], device) and not leaves[i].is_pinned()]
         else:
             big = []
-    if len(small) < min_tensors and not big:
+    if not big and (
+        len(small) < min_tensors or (not flat and any(g.shapes is not None for g in groups))
+    ):
         return idx
     if not groups and not big:
         return idx

@@ -39,6 +39,7 @@ from ._storage import move_storage, storage_groups
 __all__ = [
     "COALESCE_MIN",
     "DMA_DEVICES",
+    "NO_DMA_COALESCE_MIN",
     "NO_DMA_STAGE_LIMIT",
     "STAGE_LIMIT",
     "choose",
@@ -48,9 +49,12 @@ __all__ = [
 
 Rules = Optional[Mapping[type, Rule]]
 
-#: the fewest tensors that ``coalesce=None`` packs into one buffer (each of at
-#: most ``STAGE_LIMIT`` bytes): below it, a copy each costs less than packing
-#: (measured by ``benchmarks/transfer_peers.py --thresholds``; docs/loading.md)
+#: the fewest tensors that ``coalesce=None`` packs into one buffer for a
+#: device with a DMA engine (each of at most ``STAGE_LIMIT`` bytes). A copy
+#: each from pageable memory costs 7 µs a tensor there (an H200:
+#: benchmarks/results/gpu_h200/pinning.md), staged tensors 1.7 µs each past
+#: a fixed cost of about 70 µs (host-side, benchmarks/transfer_peers.py):
+#: staging pays from about 13. Not measured on a GPU since it was set.
 COALESCE_MIN = 16
 #: the device types a copy to which runs faster from pinned memory than from
 #: pageable memory (a DMA engine reads it): there, packing into a pinned buffer
@@ -58,27 +62,29 @@ COALESCE_MIN = 16
 #: (benchmarks/results/gpu_h200/pinning.md: 10 x float32[1M] moved 2.6x faster
 #: through pinned memory than from pageable memory)
 DMA_DEVICES = frozenset({"cuda", "xpu", "hpu", "mtia", "privateuseone"})
-#: elsewhere (the meta device, a CPU-side copy), packing costs a second copy of
-#: every byte, and pays only for tensors of at most this many bytes: larger
-#: ones move each with a copy of its own (``STAGE_LIMIT`` plays that part to a
-#: DMA device; measured by ``benchmarks/transfer_peers.py --thresholds``)
-NO_DMA_STAGE_LIMIT = 64 << 10
+#: to any other device (the meta device, where a copy each is a ``.to`` of 2-3
+#: µs), the fewest tensors packing pays for, and the most bytes of a tensor it
+#: packs (it adds a second copy of every byte, and nothing reads pinned
+#: memory faster): measured by ``benchmarks/transfer_peers.py --thresholds``
+NO_DMA_COALESCE_MIN = 48
+NO_DMA_STAGE_LIMIT = 16 << 10
 
 _Tensor = torch.Tensor
 _device = torch.device
 
 
-def choose(leaves: list, idx: list[int], non_blocking: bool) -> bool:
-    """Whether ``coalesce=None`` stages the plain CPU tensors ``leaves[idx]``:
-    when there are at least ``COALESCE_MIN`` of them, or, with
-    ``non_blocking``, when one is over ``STAGE_LIMIT`` bytes (it is streamed
-    through pinned memory, and the small ones go with it). (Staging may
-    still leave the small ones to a copy each: fewer than ``COALESCE_MIN``
-    of them under the size limit: to a device not in ``DMA_DEVICES``,
-    ``NO_DMA_STAGE_LIMIT`` bytes.)"""
-    if len(idx) >= COALESCE_MIN:
+def choose(leaves: list, idx: list[int], non_blocking: bool, dma: bool = True) -> bool:
+    """Whether ``coalesce=None`` stages the plain CPU tensors ``leaves[idx]``
+    on their way to a device with a DMA engine (``dma``) or not: when there
+    are at least ``COALESCE_MIN`` of them (``NO_DMA_COALESCE_MIN``), or, to a
+    DMA device with ``non_blocking``, when one is over ``STAGE_LIMIT`` bytes
+    (it is streamed through pinned memory, and the small ones go with it).
+    (Staging still leaves the small ones to a copy each where fewer of them
+    than that are under its size limit: ``STAGE_LIMIT``, or
+    ``NO_DMA_STAGE_LIMIT``.)"""
+    if len(idx) >= (COALESCE_MIN if dma else NO_DMA_COALESCE_MIN):
         return True
-    return non_blocking and any(leaves[i].nbytes > STAGE_LIMIT for i in idx)
+    return dma and non_blocking and any(leaves[i].nbytes > STAGE_LIMIT for i in idx)
 
 
 def to_device(
@@ -103,7 +109,9 @@ def to_device(
     - ``None`` (the default) picks per batch. With ``COALESCE_MIN`` (16) or
       more plain CPU tensors, the small ones are staged as with ``True``:
       one copy pays for them all (to a device without a DMA engine, such as
-      ``meta``, only those of at most ``NO_DMA_STAGE_LIMIT`` bytes).
+      ``meta``: ``NO_DMA_COALESCE_MIN`` (48) or more, only those of at most
+      ``NO_DMA_STAGE_LIMIT`` (16 KiB) bytes, and not where one dtype's
+      tensors come in many shapes).
       With fewer, each moves with a ``.to`` of its own, unless
       ``non_blocking=True`` and one is over ``STAGE_LIMIT`` (1 MiB): then it
       is streamed through pinned memory, as with ``True``;
@@ -135,6 +143,8 @@ def to_device(
     """
     if type(device) is not _device:
         device = _device(device)
+    if type(batch) is _Tensor and not non_blocking and not coalesce:
+        return batch.to(device)  # a batch that is one tensor: its own .to, as the rule says
     leaves, spec = api.flatten(batch, rules=rules)
     check_leaves(leaves, batch, rules, "to_device", "tree", strict)
     return spec.unflatten(_moved(leaves, device, non_blocking, coalesce, pool))
@@ -161,7 +171,7 @@ def _moved(
         return out
     idx, others = _staging.tensors_in(leaves)
     dma = device.type in DMA_DEVICES
-    if coalesce is None and not choose(leaves, idx, non_blocking and dma):
+    if coalesce is None and not choose(leaves, idx, non_blocking, dma):
         if non_blocking:  # a pool buffer must not be reused while a copy reads it
             _by_tensor(leaves, device, non_blocking, pool, out)
         else:  # few tensors: sharing a storage saves few copies, and costs a look each
@@ -175,8 +185,9 @@ def _moved(
         pool or default_pool(),
         device,
         non_blocking and (dma or bool(coalesce)),  # streaming pays to a DMA device
-        min_tensors=1 if coalesce else COALESCE_MIN,
+        min_tensors=1 if coalesce else COALESCE_MIN if dma else NO_DMA_COALESCE_MIN,
         limit=STAGE_LIMIT if coalesce or dma else NO_DMA_STAGE_LIMIT,
+        flat=bool(coalesce) or dma,
     )
     rest = left + others
     if rest and non_blocking:  # one may lie in a pool buffer: by tensor, with its fence
