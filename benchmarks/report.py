@@ -536,7 +536,6 @@ def transfer() -> Tuple[str, List[Chart]]:
             "groups": [r[0] for r in rows[1:]],
             "series": series,
             "line": 1.0,
-            "log": True,
         },
     )
     thresholds = md_line(path, r"^(Packing pays from .*)$").group(1)
