@@ -169,8 +169,13 @@ def _moved(
     if coalesce is False:
         _by_tensor(leaves, device, non_blocking, pool, out)
         return out
-    idx, others = _staging.tensors_in(leaves)
     dma = device.type in DMA_DEVICES
+    if coalesce is None and not non_blocking and len(leaves) < COALESCE_MIN:
+        for i, x in enumerate(leaves):  # fewer leaves than staging needs: a .to each
+            if isinstance(x, _Tensor):
+                out[i] = x.to(device)
+        return out
+    idx, others = _staging.tensors_in(leaves)
     if coalesce is None and not choose(leaves, idx, non_blocking, dma):
         if non_blocking:  # a pool buffer must not be reused while a copy reads it
             _by_tensor(leaves, device, non_blocking, pool, out)
