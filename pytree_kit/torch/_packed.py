@@ -45,6 +45,7 @@ from .. import _engine, _rows, api
 from .._keys import keystr
 from .._paths import _as_path, parse_keystr
 from .._spec import TreeSpec
+from ._staging import contiguous_strides
 from ._storage import consolidate
 
 __all__ = ["PackedList", "Column"]
@@ -163,15 +164,6 @@ class _Restricted(pickle.Unpickler):
 _STRIDES: dict = {}
 
 
-def _contiguous_strides(shape: Any) -> tuple:
-    strides = []
-    step = 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
-
-
 class _Store:
     """What the samples of a PackedList and of its slices share (never changed)."""
 
@@ -225,7 +217,7 @@ class _Store:
         if strides is None:
             if len(_STRIDES) >= 4096:  # ragged data: many shapes, kept few at a time
                 _STRIDES.clear()
-            strides = _STRIDES[shape] = _contiguous_strides(shape)
+            strides = _STRIDES[shape] = contiguous_strides(shape)
         try:
             # one view and one copy (a slice, then a view, cost a call each more)
             t = buf.as_strided(shape, strides, buf.storage_offset() + first).clone()

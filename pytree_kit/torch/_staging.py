@@ -132,13 +132,41 @@ class Group:
         self.offset = 0
         self.nbytes = 0
 
-    def region(self, flat: torch.Tensor) -> torch.Tensor:
-        """The group's place in the byte buffer ``flat``, typed and shaped."""
-        typed = flat[self.offset : self.offset + self.nbytes].view(self.dtype)
-        return typed if self.rest is None else typed.view(self.rows, *self.rest)
+    def region(self, flat: torch.Tensor, typed: Optional[dict] = None) -> torch.Tensor:
+        """The group's place in the byte buffer ``flat``, typed and shaped.
+        ``typed`` caches ``flat`` as a tensor of each dtype (one call a
+        dtype, then one a group, where a slice and two views cost three)."""
+        size = self.dtype.itemsize
+        whole = None if typed is None else typed.get(self.dtype)
+        if whole is None:
+            if typed is None or flat.numel() % size or flat.storage_offset() % size:
+                view = flat[self.offset : self.offset + self.nbytes].view(self.dtype)
+                return view if self.rest is None else view.view(self.rows, *self.rest)
+            whole = typed[self.dtype] = flat.view(self.dtype)
+        shape = (self.rows,) if self.rest is None else (self.rows, *self.rest)
+        strides = _ROW_STRIDES.get(shape)
+        if strides is None:
+            if len(_ROW_STRIDES) >= 4096:
+                _ROW_STRIDES.clear()
+            strides = _ROW_STRIDES[shape] = contiguous_strides(shape)
+        return whole.as_strided(shape, strides, whole.storage_offset() + self.offset // size)
 
     def row_bytes(self) -> int:
         return (1 if self.rest is None else math.prod(self.rest)) * self.dtype.itemsize
+
+
+#: the strides of a contiguous region, by shape
+_ROW_STRIDES: dict = {}
+
+
+def contiguous_strides(shape: tuple) -> tuple:
+    """The strides of a contiguous tensor of ``shape``."""
+    strides = []
+    step = 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 def tensors_in(leaves: list) -> tuple[list[int], list[int]]:
@@ -362,9 +390,10 @@ def write(groups: list[Group], buf: torch.Tensor, start: int = 0) -> int:
     group that is not exact and whose tensors ``cat`` refused (``refine``
     it, then write on from there). A group ``cat`` took is exact from then on;
     where ``cat`` refuses an exact group, this raises."""
+    typed: dict = {}
     for k in range(start, len(groups)):
         g = groups[k]
-        region = g.region(buf)
+        region = g.region(buf, typed)
         if g.rest is None:
             torch.stack(g.members, out=region)
             continue
@@ -401,13 +430,15 @@ def refine(groups: list[Group], k: int, alignment: int = ALIGNMENT) -> tuple[lis
 
 def read(groups: list[Group], flat: torch.Tensor, out: list) -> None:
     """Put each group's tensors, cut from the byte buffer ``flat``, into ``out``."""
+    typed: dict = {}
     for g in groups:
+        region = g.region(flat, typed)
         if g.rest is None:  # 0-d tensors: each one's own (.data: no base, its own counter)
-            pieces = [p.data for p in g.region(flat).unbind(0)]
+            pieces = [p.data for p in region.unbind(0)]
         elif g.shapes is not None:  # flat: each piece shaped (.data: no base)
-            pieces = [p.view(s).data for p, s in zip(split(g.region(flat), g.sizes), g.shapes)]
+            pieces = [p.view(s).data for p, s in zip(split(region, g.sizes), g.shapes)]
         else:
-            pieces = split(g.region(flat), g.sizes)
+            pieces = split(region, g.sizes)
         if g.span is not None:  # one slice assignment, in C
             out[g.span] = pieces
             continue
@@ -493,8 +524,10 @@ def stage(
         if device is None:
             read(groups, buf.data, out)
         else:
-            if groups:
-                copy = _copy(buf.data[:total], device, non_blocking)
+            if groups:  # a whole number of 16-byte words: every dtype views it
+                copy = _copy(
+                    buf.data[: min(_aligned(total, 16), buf.data.numel())], device, non_blocking
+                )
             _streamed(leaves, big, buf.data, total, device, alignment, out)
     finally:  # a copy queued before an error may still be reading the buffer
         if device is not None:
