@@ -569,7 +569,9 @@ def transfer() -> Tuple[str, List[Chart]]:
         " the CPU is a no-op for both; samples per second over the second"
         " epoch). With four workers on two cores, the workers' time comes out"
         " of the main process's: `PackedList` rebuilds each sample's tensors"
-        " (about 5 µs a tensor) where a list hands them over.",
+        " (about 4 µs a tensor) where a list hands them over. Whole-pipeline"
+        " ratios moved by up to 0.2 between runs of the same code (the advised"
+        " tokenizer pipeline: 0.81, 1.05 and 0.84 in three runs).",
         "",
         table(whole),
         "",
