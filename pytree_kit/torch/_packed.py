@@ -160,10 +160,6 @@ class _Restricted(pickle.Unpickler):
         return found
 
 
-#: the strides of a contiguous tensor, by shape (samples repeat a few shapes)
-_STRIDES: dict = {}
-
-
 class _Store:
     """What the samples of a PackedList and of its slices share (never changed)."""
 
@@ -213,11 +209,7 @@ class _Store:
                 f"PackedList: a tensor's elements {first}:{first + n} are outside its "
                 f"buffer of {size} (the data is corrupt)"
             )
-        strides = _STRIDES.get(shape)
-        if strides is None:
-            if len(_STRIDES) >= 4096:  # ragged data: many shapes, kept few at a time
-                _STRIDES.clear()
-            strides = _STRIDES[shape] = contiguous_strides(shape)
+        strides = contiguous_strides(shape)
         try:
             # one view and one copy (a slice, then a view, cost a call each more)
             t = buf.as_strided(shape, strides, buf.storage_offset() + first).clone()

@@ -144,29 +144,31 @@ class Group:
                 return view if self.rest is None else view.view(self.rows, *self.rest)
             whole = typed[self.dtype] = flat.view(self.dtype)
         shape = (self.rows,) if self.rest is None else (self.rows, *self.rest)
-        strides = _ROW_STRIDES.get(shape)
-        if strides is None:
-            if len(_ROW_STRIDES) >= 4096:
-                _ROW_STRIDES.clear()
-            strides = _ROW_STRIDES[shape] = contiguous_strides(shape)
+        strides = contiguous_strides(shape)
         return whole.as_strided(shape, strides, whole.storage_offset() + self.offset // size)
 
     def row_bytes(self) -> int:
         return (1 if self.rest is None else math.prod(self.rest)) * self.dtype.itemsize
 
 
-#: the strides of a contiguous region, by shape
-_ROW_STRIDES: dict = {}
+#: contiguous_strides' answers, by shape (batches and datasets repeat a few
+#: shapes; ragged data makes many, kept a few thousand at a time)
+_STRIDES: dict = {}
 
 
 def contiguous_strides(shape: tuple) -> tuple:
-    """The strides of a contiguous tensor of ``shape``."""
-    strides = []
-    step = 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
+    """The strides of a contiguous tensor of ``shape`` (a tuple)."""
+    found = _STRIDES.get(shape)
+    if found is None:
+        strides = []
+        step = 1
+        for size in reversed(shape):
+            strides.append(step)
+            step *= max(size, 1)
+        if len(_STRIDES) >= 4096:
+            _STRIDES.clear()
+        found = _STRIDES[shape] = tuple(reversed(strides))
+    return found
 
 
 def tensors_in(leaves: list) -> tuple[list[int], list[int]]:

@@ -177,11 +177,7 @@ def _moved(
         return out
     idx, others = _staging.tensors_in(leaves)
     if coalesce is None and not choose(leaves, idx, non_blocking, dma):
-        if non_blocking:  # a pool buffer must not be reused while a copy reads it
-            _by_tensor(leaves, device, non_blocking, pool, out)
-        else:  # few tensors: sharing a storage saves few copies, and costs a look each
-            for i in idx + others:
-                out[i] = leaves[i].to(device)
+        _each(leaves, idx + others, device, non_blocking, pool, out)
         return out
     left = _staging.stage(
         leaves,
@@ -194,17 +190,33 @@ def _moved(
         limit=STAGE_LIMIT if coalesce or dma else NO_DMA_STAGE_LIMIT,
         flat=bool(coalesce) or dma,
     )
-    rest = left + others
-    if rest and non_blocking:  # one may lie in a pool buffer: by tensor, with its fence
-        sub = [leaves[i] for i in rest]
-        moved = list(sub)
-        _by_tensor(sub, device, non_blocking, pool, moved)
-        for i, x in zip(rest, moved):
-            out[i] = x
-    else:
-        for i in rest:
-            out[i] = leaves[i].to(device)
+    _each(leaves, left + others, device, non_blocking, pool, out)
     return out
+
+
+def _each(
+    leaves: list,
+    at: list[int],
+    device: torch.device,
+    non_blocking: bool,
+    pool: Optional[PinnedPool],
+    out: list,
+) -> None:
+    """Move the tensors ``leaves[at]`` into ``out``, each with a copy of its
+    own: blocking, a ``.to`` each (sharing a storage saves few copies, and
+    costs a look at each); non-blocking, by ``_by_tensor``, since one may lie
+    in a pool buffer that must not be reused while a copy reads it."""
+    if not non_blocking:
+        for i in at:
+            out[i] = leaves[i].to(device)
+        return
+    if not at:
+        return
+    sub = [leaves[i] for i in at]
+    moved = list(sub)
+    _by_tensor(sub, device, non_blocking, pool, moved)
+    for i, x in zip(at, moved):
+        out[i] = x
 
 
 def _by_tensor(
