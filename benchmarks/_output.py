@@ -86,3 +86,19 @@ def wrote(*paths: Path) -> None:
 
 def _is_recorded(path: Path) -> bool:
     return path.resolve().is_relative_to(RECORDED.resolve())
+
+
+def gpu_sub(device_name: str) -> str:
+    """The sub-folder of a GPU's reports: ``gpu_h200`` for "NVIDIA H200"."""
+    return "gpu_" + device_name.split()[-1].lower()
+
+
+def publish(path: Path, lines: list, gpu_measured: bool) -> None:
+    """Write a report's lines to ``path`` and print them; without a GPU, a
+    last line says that GPU figures were not measured in this run."""
+    if not gpu_measured:
+        lines = [*lines, "", "GPU figures: not measured in this run (no GPU)."]
+    text = "\n".join(lines)
+    path.write_text(text + "\n")
+    print(text)
+    wrote(path)

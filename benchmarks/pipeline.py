@@ -272,7 +272,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    sub = "gpu_" + torch.cuda.get_device_name(0).split()[-1].lower() if cuda else ""
+    sub = _output.gpu_sub(torch.cuda.get_device_name(0)) if cuda else ""
     out = _output.folder(args, sub=sub)
     sizes = {"tokenizer": 2_000, "detection": 300} if args.quick else {}
     workloads = {
@@ -332,12 +332,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "1.0x torch's, `PackedList` within 5 % of a list (0.95x): "
         + ("**met**." if met else "**MISSED**."),
     ]
-    if not cuda:
-        text += ["", "GPU figures: not measured in this run (no GPU)."]
-    path = out / "pipeline.md"
-    path.write_text("\n".join(text) + "\n")
-    print("\n".join(text))
-    _output.wrote(path)
+    _output.publish(out / "pipeline.md", text, gpu_measured=cuda)
     return 0
 
 

@@ -418,7 +418,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         device = torch.device("cuda")
         sync = torch.cuda.synchronize
-        sub = "gpu_" + torch.cuda.get_device_name(0).split()[-1].lower()
+        sub = _output.gpu_sub(torch.cuda.get_device_name(0))
     out = _output.folder(args, sub=sub)
     text = [
         "# Moving a nested batch: pytree_kit against accelerate, Lightning and torch",
@@ -437,12 +437,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.thresholds:
             sweep, _, _ = thresholds(device, max(3, rounds // 2), sync)
             text += ["", "## How many tensors packing pays for", "", sweep]
-    if host:
-        text += ["", "GPU figures: not measured in this run (no GPU)."]
-    path = out / "transfer_peers.md"
-    path.write_text("\n".join(text) + "\n")
-    print("\n".join(text))
-    _output.wrote(path)
+    _output.publish(out / "transfer_peers.md", text, gpu_measured=not host)
     return 0
 
 
