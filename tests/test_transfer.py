@@ -27,8 +27,17 @@ from pytree_kit.torch._transfer import (  # noqa: E402
     COALESCE_MIN,
     NO_DMA_COALESCE_MIN,
     NO_DMA_STAGE_LIMIT,
+    RETRY_AFTER,
     STAGE_LIMIT,
 )
+
+
+@pytest.fixture(autouse=True)
+def no_refusals_remembered():
+    """Each test starts with no structure remembered as refused by staging."""
+    _transfer._refused.clear()
+    yield
+    _transfer._refused.clear()
 
 
 @dataclasses.dataclass
@@ -259,3 +268,63 @@ def test_tensors_of_many_shapes_are_staged_only_where_a_copy_each_costs_more(mon
         assert calls.staged == [] and calls.own == len(batch)
         assert all(b.device.type == "meta" and b.shape == a.shape for a, b in zip(batch, out))
     assert all(t._base is None for t in out)
+
+
+def test_a_structure_staging_refused_moves_by_tensor_until_it_is_tried_again(monkeypatch):
+    """Without a DMA engine, one dtype in a shape per tensor is not staged.
+    The plan that finds out costs about a microsecond a tensor, so batches of
+    that structure then move by tensor unasked, for ``RETRY_AFTER`` batches;
+    then staging is asked again, and packs a batch it can."""
+    calls = Calls(monkeypatch)
+    asked = []
+    real_stage = _staging.stage
+
+    def stage(*args: Any, **kwargs: Any) -> Any:
+        asked.append(1)
+        return real_stage(*args, **kwargs)
+
+    monkeypatch.setattr(_staging, "stage", stage)
+    n = NO_DMA_COALESCE_MIN + 2
+
+    def ragged(seed: int) -> list:  # a shape per tensor: a flat group
+        return [torch.full((1, i + 1), seed + i) for i in range(n)]
+
+    def even(seed: int) -> list:  # the same structure, one shape: stageable
+        return [torch.full((1, n + 1), seed + i) for i in range(n)]
+
+    pool = plain_pool()
+    for k in range(RETRY_AFTER + 1):
+        batch = ragged(k)
+        out = to_device(batch, "meta", pool=pool)
+        assert [t.shape for t in out] == [t.shape for t in batch]
+        assert all(t.device.type == "meta" for t in out)
+    assert len(asked) == 1 and calls.staged == [] and calls.own == n * (RETRY_AFTER + 1)
+    # asked again now, with a batch it can pack: one copy, the values right
+    batch = even(7)
+    out = to_device(batch, "meta", pool=pool)
+    assert len(asked) == 2 and len(calls.staged) == 1
+    assert all(torch.equal(a, b) for a, b in zip(batch, out))
+    # a refusal is remembered per structure and per kind of device
+    monkeypatch.setattr(_transfer, "DMA_DEVICES", frozenset({"meta"}))
+    to_device(ragged(0), "meta", pool=pool)
+    assert len(asked) == 3 and len(calls.staged) == 2  # to a DMA device: a flat group
+
+
+def test_without_dma_many_shapes_among_the_large_tensors_do_not_stop_the_small_ones(
+    monkeypatch,
+):
+    """The large tensors are not packed, so their shapes do not make a flat
+    group: the small ones are still staged."""
+    calls = Calls(monkeypatch)
+    over = NO_DMA_STAGE_LIMIT // 4 + 1  # float32 elements: just over the limit
+    batch = {
+        "large": [torch.full((1, over + i), float(i)) for i in range(3)],
+        "small": [torch.tensor([i, i + 1]) for i in range(NO_DMA_COALESCE_MIN)],
+    }
+    leaves = pk.leaves(batch)
+    with pytest.raises(_staging.NeedsFlat):
+        _staging.plan(leaves, list(range(len(leaves))), exact=True, flat=False)
+    out = to_device(batch, "meta", pool=plain_pool())
+    assert len(calls.staged) == 1 and calls.own == 3
+    assert [int(t[0]) for t in out["small"]] == list(range(NO_DMA_COALESCE_MIN))
+    assert [t.shape for t in out["large"]] == [t.shape for t in batch["large"]]

@@ -182,8 +182,16 @@ def tensors_in(leaves: list) -> tuple[list[int], list[int]]:
     return plain, others
 
 
+class NeedsFlat(Exception):
+    """Raised by ``plan(..., flat=False)`` at the first group that would be flat."""
+
+
 def plan(
-    leaves: list, idx: list[int], alignment: int = ALIGNMENT, exact: bool = False
+    leaves: list,
+    idx: list[int],
+    alignment: int = ALIGNMENT,
+    exact: bool = False,
+    flat: bool = True,
 ) -> tuple[list[Group], int]:
     """The groups of the tensors ``leaves[idx]``, each starting on a multiple
     of ``alignment`` bytes and of its dtype's size, and the bytes they take in all.
@@ -194,17 +202,21 @@ def plan(
     dimension; within a group, positions ascend. Not ``exact``, each of
     those parts is one group with its first tensor's shape past the first
     dimension, unless one is empty or 0-d (their shapes are read then). A
-    nested tensor, which has no shape, is left out."""
+    nested tensor, which has no shape, is left out. With ``flat=False``,
+    where a group would be flat this raises ``NeedsFlat`` as soon as it
+    finds one (the caller wanted no flat group, and is spared the rest)."""
     try:
-        return _plan(leaves, idx, alignment, exact)
+        return _plan(leaves, idx, alignment, exact, flat)
     except RuntimeError:  # a nested tensor's shape cannot be read
         kept = [i for i in idx if not leaves[i].is_nested]
         if len(kept) == len(idx):
             raise
-        return _plan(leaves, kept, alignment, exact)
+        return _plan(leaves, kept, alignment, exact, flat)
 
 
-def _plan(leaves: list, idx: list[int], alignment: int, exact: bool) -> tuple[list[Group], int]:
+def _plan(
+    leaves: list, idx: list[int], alignment: int, exact: bool, flat: bool
+) -> tuple[list[Group], int]:
     tensors = leaves if len(idx) == len(leaves) else [leaves[i] for i in idx]
     if not tensors:
         return [], 0
@@ -216,7 +228,7 @@ def _plan(leaves: list, idx: list[int], alignment: int, exact: bool) -> tuple[li
     groups: list[Group] = []
     parts = _parts_by_dtype(dtypes)
     if len(parts) == 1:  # one dtype: the usual batch
-        by(dtypes[0], idx, tensors, counts, groups, slice(0, len(idx)) if every else None)
+        by(dtypes[0], idx, tensors, counts, groups, slice(0, len(idx)) if every else None, flat)
         return groups, _place(groups, alignment)
     for part in parts:
         if type(part) is slice:  # a run, or every p-th tensor: slices in C
@@ -227,14 +239,15 @@ def _plan(leaves: list, idx: list[int], alignment: int, exact: bool) -> tuple[li
                 counts[part],
                 groups,
                 part if every else None,
+                flat,
             )
         elif len(part) == 1:
             i = part[0]
-            by(dtypes[i], [idx[i]], [tensors[i]], [counts[i]], groups, None)
+            by(dtypes[i], [idx[i]], [tensors[i]], [counts[i]], groups, None, flat)
         else:
             get = itemgetter(*part)  # one C call gathers each list
             where = part if every else list(get(idx))
-            by(dtypes[part[0]], where, get(tensors), get(counts), groups, None)
+            by(dtypes[part[0]], where, get(tensors), get(counts), groups, None, flat)
     return groups, _place(groups, alignment)
 
 
@@ -245,8 +258,8 @@ def _parts_by_dtype(dtypes: list) -> list:
     lists, one after another), or the places in a period the dtypes repeat
     with (a list of samples, each of a few fields); otherwise a list per
     dtype, in order of first appearance. Dtypes are compared by identity, in
-    C; only where they come in ``MANY_RUNS`` runs or more and have no period
-    does a pass in Python sort them."""
+    C; where they come in ``MANY_RUNS`` runs or more and have no period,
+    the positions are sorted by the dtype's id (in C too)."""
     n = len(dtypes)
     first = dtypes[0]
     if dtypes.count(first) == n:
@@ -269,7 +282,11 @@ def _parts_by_dtype(dtypes: list) -> list:
             break
         if dtypes[period:] == dtypes[:-period]:  # every dtype repeats after `period`
             return [slice(j, n, period) for j in range(period)]
-    return [places for _, (places,) in _split(dtypes, range(n))]
+    ids = list(map(id, dtypes))  # sorted by dtype in C, then by first appearance
+    where = ids.__getitem__
+    by_dtype = [list(places) for _, places in groupby(sorted(range(n), key=where), where)]
+    by_dtype.sort(key=_first)
+    return by_dtype
 
 
 def _place(groups: list[Group], alignment: int) -> int:
@@ -292,6 +309,7 @@ def _by_count(
     numels: Any,
     groups: list[Group],
     span: Optional[slice],
+    flat: bool = True,
     same_ndim: bool = False,
 ) -> None:
     """Append one group of one dtype's tensors ``members`` (of ``numels``
@@ -300,7 +318,7 @@ def _by_count(
     empty or the first is 0-d, read their shapes (``_by_shape``)."""
     shape = members[0].shape
     if not shape or 0 in numels:  # a 0-d tensor is stacked; cat skips an empty 1-d one
-        _by_shape(dtype, where, members, list(map(_shape, members)), groups, span)
+        _by_shape(dtype, where, members, list(map(_shape, members)), groups, span, flat)
         return
     rest = tuple(shape[1:])
     row = math.prod(rest)
@@ -324,9 +342,11 @@ def _by_shape(
     shapes: Any,
     groups: list[Group],
     span: Optional[slice],
+    flat: bool = True,
 ) -> None:
     """Append the groups of one dtype's tensors ``members`` (at ``where``, of
-    ``shapes``; at ``span`` of the leaves, if that slice is where they are)."""
+    ``shapes``; at ``span`` of the leaves, if that slice is where they are).
+    Raises ``NeedsFlat`` where a flat group is wanted and ``flat`` is False."""
     first = shapes[0]
     if shapes.count(first) == len(shapes):  # one shape
         g = Group(dtype, tuple(first[1:]) if first else None)
@@ -346,6 +366,8 @@ def _by_shape(
         keys = [tuple(shape[1:]) if shape else None for shape in shapes]
     distinct = len(set(keys))
     if distinct > 2 and distinct * FLAT_SHARE > len(keys):  # a group for each few tensors
+        if not flat:
+            raise NeedsFlat
         g = Group(dtype, ())
         g.where, g.members, g.span = where, members, span
         g.shapes = list(shapes)
@@ -377,13 +399,21 @@ def _split(keys: list, *columns: Any) -> list[tuple[Any, list[list]]]:
                 items.extend(column[start:end])
             start = end
         return list(found.items())
+    places: dict[Any, list[int]] = {}  # each key's places, then each column's items there in C
     for j, key in enumerate(keys):
-        lists = found.get(key)
-        if lists is None:
-            lists = found[key] = [[] for _ in columns]
-        for items, column in zip(lists, columns):
-            items.append(column[j])
-    return list(found.items())
+        at = places.get(key)
+        if at is None:
+            places[key] = [j]
+        else:
+            at.append(j)
+    parts = []
+    for key, at in places.items():
+        if len(at) == 1:
+            parts.append((key, [[column[at[0]]] for column in columns]))
+        else:
+            get = itemgetter(*at)
+            parts.append((key, [list(get(column)) for column in columns]))
+    return parts
 
 
 def write(groups: list[Group], buf: torch.Tensor, start: int = 0) -> int:
@@ -438,7 +468,10 @@ def read(groups: list[Group], flat: torch.Tensor, out: list) -> None:
         if g.rest is None:  # 0-d tensors: each one's own (.data: no base, its own counter)
             pieces = [p.data for p in region.unbind(0)]
         elif g.shapes is not None:  # flat: each piece shaped (.data: no base)
-            pieces = [p.view(s).data for p, s in zip(split(region, g.sizes), g.shapes)]
+            pieces = [  # view(*shape): a tuple argument costs twice as much to parse
+                (p.view(*s) if s else p.view(())).data
+                for p, s in zip(split(region, g.sizes), g.shapes)
+            ]
         else:
             pieces = split(region, g.sizes)
         if g.span is not None:  # one slice assignment, in C
@@ -502,19 +535,31 @@ def stage(
     Every tensor put in ``out`` is its own: it shares the buffer (or its
     copy) with the others, but is not a view, and has its own version counter.
     """
+    if device is not None and not non_blocking and len(idx) < 4 * min_tensors:
+        # few enough to count the small ones first: too few, and no plan is needed
+        if sum(1 for i in idx if leaves[i].nbytes <= limit) < min_tensors:
+            return idx
     alignment = pool.alignment
     exact = len(idx) <= EXACT_UP_TO
-    groups, total = plan(leaves, idx, alignment, exact)
-    small, big = (idx, []) if device is None else _small(groups, total, idx, limit)
+    flat = flat or device is None
+    try:
+        groups, total = plan(leaves, idx, alignment, exact, flat)
+        small, big = (idx, []) if device is None else _small(groups, total, idx, limit)
+    except NeedsFlat:  # maybe only among the large ones, which are not packed
+        big = [i for i in idx if leaves[i].nbytes > limit]
+        if not big:
+            return idx
+        small = [i for i in idx if leaves[i].nbytes <= limit]
     if big:
-        groups, total = plan(leaves, small, alignment, exact)
+        try:
+            groups, total = plan(leaves, small, alignment, exact, flat)
+        except NeedsFlat:
+            return idx
         if non_blocking:  # pinned ones need no packing: they move as they are
             big = [i for i in big if stageable(leaves[i], device) and not leaves[i].is_pinned()]
         else:
             big = []
-    if not big and (
-        len(small) < min_tensors or (not flat and any(g.shapes is not None for g in groups))
-    ):
+    if not big and len(small) < min_tensors:
         return idx
     if not groups and not big:
         return idx

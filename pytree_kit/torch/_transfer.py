@@ -68,6 +68,15 @@ DMA_DEVICES = frozenset({"cuda", "xpu", "hpu", "mtia", "privateuseone"})
 #: memory faster): measured by ``benchmarks/transfer_peers.py --thresholds``
 NO_DMA_COALESCE_MIN = 48
 NO_DMA_STAGE_LIMIT = 16 << 10
+#: batches of a structure that ``coalesce=None`` moves by tensor without
+#: asking staging again, once staging has packed none of its tensors (too
+#: few small ones, or, without a DMA engine, one dtype in many shapes):
+#: a loader repeats its structures, and a refused plan costs about a
+#: microsecond a tensor
+RETRY_AFTER = 32
+
+#: (structure, to a DMA device) -> batches left before staging is tried again
+_refused: dict = {}
 
 _Tensor = torch.Tensor
 _device = torch.device
@@ -147,7 +156,7 @@ def to_device(
         return batch.to(device)  # a batch that is one tensor: its own .to, as the rule says
     leaves, spec = api.flatten(batch, rules=rules)
     check_leaves(leaves, batch, rules, "to_device", "tree", strict)
-    return spec.unflatten(_moved(leaves, device, non_blocking, coalesce, pool))
+    return spec.unflatten(_moved(leaves, device, non_blocking, coalesce, pool, spec))
 
 
 def _moved(
@@ -156,9 +165,11 @@ def _moved(
     non_blocking: bool,
     coalesce: Optional[bool],
     pool: Optional[PinnedPool],
+    spec: Any = None,
 ) -> list:
     """The leaves moved to ``device``: staged or by tensor, as ``coalesce``
-    says (None: as ``choose`` says)."""
+    says (None: as ``choose`` says, unless staging refused the last batch
+    of structure ``spec``: ``RETRY_AFTER``)."""
     out = list(leaves)
     if device.type == "cpu":  # nothing to stage; tensors there already stay as they are
         idx, others = _staging.tensors_in(leaves)
@@ -176,7 +187,8 @@ def _moved(
                 out[i] = x.to(device)
         return out
     idx, others = _staging.tensors_in(leaves)
-    if coalesce is None and not choose(leaves, idx, non_blocking, dma):
+    key = (spec, dma)
+    if coalesce is None and (not choose(leaves, idx, non_blocking, dma) or _skip(key)):
         _each(leaves, idx + others, device, non_blocking, pool, out)
         return out
     left = _staging.stage(
@@ -190,8 +202,25 @@ def _moved(
         limit=STAGE_LIMIT if coalesce or dma else NO_DMA_STAGE_LIMIT,
         flat=bool(coalesce) or dma,
     )
+    if coalesce is None and left is idx and spec is not None:  # staging packed nothing
+        if len(_refused) >= 256:
+            _refused.clear()
+        _refused[key] = RETRY_AFTER
     _each(leaves, left + others, device, non_blocking, pool, out)
     return out
+
+
+def _skip(key: tuple) -> bool:
+    """Whether staging refused the last batch of this structure (and is not
+    to be tried again yet)."""
+    left = _refused.get(key)
+    if left is None:
+        return False
+    if left <= 1:
+        _refused.pop(key, None)
+    else:
+        _refused[key] = left - 1
+    return True
 
 
 def _each(
