@@ -155,6 +155,57 @@ def test_index_kinds() -> None:
         packed[torch.tensor([True])]
 
 
+gatherable = st.one_of(  # tensors of a few shapes, so that many share one
+    st.builds(
+        lambda v, d: torch.tensor(v).to(d),
+        st.integers(-3, 3),
+        st.sampled_from([torch.float32, torch.int64, torch.bool, torch.float16]),
+    ),
+    st.builds(lambda n: torch.arange(n), st.sampled_from([0, 1, 3])),
+    st.builds(lambda n: torch.ones(n, 2, dtype=torch.int32), st.sampled_from([1, 2])),
+    st.builds(lambda n: torch.arange(n) % 7, st.just(1025)),  # past GATHER_UP_TO
+    st.builds(lambda v: np.arange(v, dtype=np.int16), st.integers(0, 2)),
+    st.integers(-5, 5),
+    st.text(max_size=2),
+)
+
+
+@settings(max_examples=60)
+@given(
+    st.lists(trees(gatherable, max_depth=2, max_width=3), min_size=1, max_size=4),
+    st.integers(1, 12),
+    st.data(),
+)
+def test_reading_many_samples_at_once_reads_each_as_alone(
+    kinds: list, copies: int, data: st.DataObject
+) -> None:
+    """``__getitems__`` (the DataLoader's fetch) gathers the tensors of one
+    dtype and shape across samples; what it gives is what ``packed[i]`` gives,
+    sample by sample, and every tensor is its own."""
+    samples = [copy.deepcopy(kinds[k % len(kinds)]) for k in range(copies * len(kinds))]
+    packed = PackedList(samples)
+    n = len(samples)
+    at = data.draw(st.lists(st.integers(-n, n - 1), max_size=2 * n), label="indices")
+    got = packed.__getitems__(at)
+    assert len(got) == len(at)
+    for g, i in zip(got, at):
+        same(g, packed[i])
+        same(g, samples[i])
+    tensors = [x for sample in got for x in pk.leaves(sample) if isinstance(x, torch.Tensor)]
+    assert all(t._base is None for t in tensors)
+    for t in tensors:  # a change to one changes no other, nor what is stored
+        versions = [u._version for u in tensors]
+        before = [u.clone() for u in tensors]
+        t.zero_()
+        for u, v, b in zip(tensors, versions, before):
+            if u is not t:
+                assert u._version == v and torch.equal(u, b)
+    for g, i in zip(packed.__getitems__(at), at):
+        same(g, samples[i])
+    with pytest.raises(IndexError, match="out of range"):
+        packed.__getitems__([0, n])
+
+
 def test_what_it_returns_is_its_own() -> None:
     samples = [{"t": torch.zeros(3), "xs": [1.0, 2.0], "a": np.zeros(2)}]
     packed = PackedList(samples)
@@ -522,6 +573,10 @@ def _read_all(packed: PackedList) -> None:
             packed[i]
         except (ValueError, IndexError):  # damage is named; anything else fails the test
             pass
+    try:  # and read together, as a DataLoader's fetcher does
+        packed.__getitems__(list(range(len(packed))))
+    except (ValueError, IndexError):
+        pass
 
 
 def test_truncated_files_raise_value_error(tmp_path: Path) -> None:
@@ -620,6 +675,13 @@ def test_a_changed_dtype_is_named_as_damage() -> None:
         packed._store.make(NDARRAY, bf16, 0, (3,))
     with pytest.raises(ValueError, match="outside its buffer of 3"):
         packed._store.make(NDARRAY, bf16, 2, (3,))
+    # a buffer cut short: read alone or together, the same damage is named
+    packed = PackedList([{"t": torch.arange(4) + i} for i in range(6)])
+    i64 = _DTYPE_ID[torch.int64]
+    packed._store.data[i64] = packed._store.data[i64][:10]
+    for read in (lambda: [packed[i] for i in range(6)], lambda: packed.__getitems__(range(6))):
+        with pytest.raises(ValueError, match="outside its buffer of 10"):
+            read()
 
 
 def test_a_damaged_layout_number_is_named_by_column() -> None:

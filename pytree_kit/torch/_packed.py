@@ -160,6 +160,12 @@ class _Restricted(pickle.Unpickler):
         return found
 
 
+#: elements up to which ``PackedList.__getitems__`` gathers a dtype and
+#: shape's tensors together: the gather's index is an int64 an element, and
+#: past a few thousand bytes a tensor's own copy costs more than its call
+GATHER_UP_TO = 1024
+
+
 class _Store:
     """What the samples of a PackedList and of its slices share (never changed)."""
 
@@ -221,6 +227,41 @@ class _Store:
                 f"PackedList: a tensor cannot be rebuilt ({e}); the data is corrupt"
             ) from None
         return arr if code == NDARRAY else arr[()]
+
+    def made(self, wanted: list) -> list:
+        """What ``make`` gives for each ``(code, a, first, shape)`` of ``wanted``
+        (the leaves of several samples, in order), with the tensors of one
+        dtype and shape gathered by one ``index_select`` and cut apart by one
+        more call, not rebuilt one by one: a few torch calls a batch where
+        ``make`` costs two a tensor. The pieces are not views: each has its
+        own version counter, as a tensor ``make`` clones has."""
+        out: list = [None] * len(wanted)
+        groups: dict = {}  # (dtype number, shape) -> (positions in wanted, firsts)
+        for pos, (code, a, first, shape) in enumerate(wanted):
+            if code == TENSOR:
+                group = groups.get((a, shape))
+                if group is None:
+                    groups[(a, shape)] = ([pos], [first])
+                else:
+                    group[0].append(pos)
+                    group[1].append(first)
+            else:
+                out[pos] = self.make(code, a, first, shape)
+        for (a, shape), (where, firsts) in groups.items():
+            buf = self.data.get(a)
+            n = prod(shape)
+            if (
+                len(where) == 1
+                or not 0 < n <= GATHER_UP_TO
+                or buf is None
+                or max(firsts) + n > buf.numel()
+            ):  # (make names a corrupt one)
+                for pos, first in zip(where, firsts):
+                    out[pos] = self.make(TENSOR, a, first, shape)
+                continue
+            for pos, piece in zip(where, _gathered(buf, firsts, shape, n)):
+                out[pos] = piece
+        return out
 
     def texts(self, layout: int) -> dict:
         """The keystr text of each leaf path of ``layout``, to its leaf number."""
@@ -357,8 +398,39 @@ class PackedList(Sequence):
         return self[k]
 
     def __getitems__(self, indices: Sequence[int]) -> list:
-        """The samples at ``indices``, as a list (what a DataLoader's fetcher asks for)."""
-        return [self[i] for i in indices]
+        """The samples at ``indices``, as a list (what a DataLoader's fetcher
+        asks for): the same as ``[packed[i] for i in indices]``, but with the
+        tensors of one dtype and shape read together, in a few torch calls
+        (``packed[i]`` makes two a tensor). The samples are read twice in C:
+        first to learn where their tensors lie, then to build them."""
+        n = len(self._bufs[0]) // 2
+        at = []
+        for i in indices:
+            if type(i) is not int:
+                return [self[i] for i in indices]
+            if i < 0:
+                i += n
+            if not 0 <= i < n:
+                raise IndexError(f"PackedList index out of range (len {n})")
+            at.append(i)
+        if len(at) < 2:
+            return [self[i] for i in at]
+        read, bufs, store = _engine.impl.packed_sample, self._bufs, self._store
+        specs = store.specs
+        wanted: list = []
+        note = wanted.append
+
+        def where(code: int, a: int, first: int, shape: Any) -> None:
+            note((code, a, first, shape))
+
+        for i in at:
+            read(bufs, specs, i, where)
+        take = iter(store.made(wanted)).__next__
+
+        def made(code: int, a: int, first: int, shape: Any) -> Any:
+            return take()
+
+        return [read(bufs, specs, i, made) for i in at]
 
     def __iter__(self) -> Iterator[Any]:
         read, bufs, store = _engine.impl.packed_sample, self._bufs, self._store
@@ -458,6 +530,22 @@ class PackedList(Sequence):
         for name, t in [("index", file.file_index), *_named_buffers(self._store)]:
             if _crc(t) != crcs[name]:
                 raise ValueError(f"PackedList: buffer {name!r} does not match its checksum")
+
+
+def _gathered(buf: torch.Tensor, firsts: list, shape: tuple, n: int) -> Any:
+    """The tensors of ``shape`` (``n`` elements each) that start at ``firsts``
+    in the flat ``buf``: gathered into one new tensor, then cut apart into
+    tensors that are not views (each its own version counter)."""
+    starts = torch.tensor(firsts)
+    if n == 1:
+        flat = buf.index_select(0, starts)
+    else:
+        flat = buf.index_select(0, (starts.unsqueeze(1) + torch.arange(n)).view(-1))
+    if not shape:  # 0-d: unbind's views, each detached (.data: no base, its own counter)
+        return [piece.data for piece in flat.unbind(0)]
+    if len(shape) == 1:
+        return torch.unsafe_split(flat, n)
+    return torch.unsafe_split(flat.view(-1, *shape[1:]), shape[0])
 
 
 def _unpickle(
