@@ -47,6 +47,7 @@ import argparse
 import dataclasses
 import functools
 import platform
+import random
 import sys
 import time
 import warnings
@@ -241,10 +242,11 @@ def parts(workload: str, samples: list, batch_size: int, rounds: int) -> list[st
         rounds,
         50,
     )
-    read_t = best_of(
+    at = random.Random(0).sample(range(len(samples)), batch_size)  # a shuffled batch
+    read_t = best_of(  # as a DataLoader's fetcher reads: __getitems__ where there is one
         {
-            "torch": lambda: [samples[i] for i in range(batch_size)],
-            "ours": lambda: [packed[i] for i in range(batch_size)],
+            "torch": lambda: [samples[i] for i in at],
+            "ours": lambda: packed.__getitems__(at),
         },
         rounds,
         20,

@@ -461,8 +461,8 @@ def _stack(cols: _Columns, j: int, column: Any, out: Optional[torch.Tensor]) -> 
         dtypes = set(map(_dtype_of, column))
         if len(dtypes) > 1 and functools.reduce(torch.promote_types, dtypes) != first.dtype:
             raise cols.explain(j, column)
-    try:
-        result = torch.stack(column, 0, out=out)
+    try:  # (out=None costs 4 µs more than no out= at all: a slower overload)
+        result = torch.stack(column) if out is None else torch.stack(column, 0, out=out)
     except (RuntimeError, TypeError, ValueError) as e:
         raise cols.explain(j, column, e) from None
     if result.dtype != first.dtype:  # torch.stack promoted: the dtypes differ

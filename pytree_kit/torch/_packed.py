@@ -164,6 +164,9 @@ class _Restricted(pickle.Unpickler):
 #: shape's tensors together: the gather's index is an int64 an element, and
 #: past a few thousand bytes a tensor's own copy costs more than its call
 GATHER_UP_TO = 1024
+#: tensors of one dtype and shape from which they are gathered: a gather
+#: costs about five torch calls, a tensor's own copy two
+GATHER_FROM = 4
 
 
 class _Store:
@@ -251,7 +254,7 @@ class _Store:
             buf = self.data.get(a)
             n = prod(shape)
             if (
-                len(where) == 1
+                len(where) < GATHER_FROM
                 or not 0 < n <= GATHER_UP_TO
                 or buf is None
                 or max(firsts) + n > buf.numel()
