@@ -591,6 +591,9 @@ def test_transfer_peers_benchmark_smoke(tmp_path: Path) -> None:
         assert f"| {batch} |" in report
     assert re.search(r"Targets \(issue 62\).*\*\*(met|MISSED)\*\*", report)
     assert "| pkt.to_device (default) | coalesce=True | coalesce=False |" in report
+    assert "| default vs fastest peer that moves all |" in report
+    # the same tensors in dicts: every way moves every one of them
+    assert re.search(r"\| 16 uint8 images .* dict targets .*\| 0( / 0)+ \|\n", report)
     assert re.search(r"Packing pays from (\d+|no count measured) tensors of 128 B", report)
 
 

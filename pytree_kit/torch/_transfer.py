@@ -72,7 +72,8 @@ NO_DMA_STAGE_LIMIT = 16 << 10
 #: asking staging again, once staging has packed none of its tensors (too
 #: few small ones, or, without a DMA engine, one dtype in many shapes):
 #: a loader repeats its structures, and a refused plan costs about a
-#: microsecond a tensor
+#: microsecond a tensor. (Only for batches of up to ``EXACT_UP_TO`` (256)
+#: leaves: a larger structure's hash costs as much as a plan.)
 RETRY_AFTER = 32
 
 #: (structure, to a DMA device) -> batches left before staging is tried again
@@ -187,7 +188,8 @@ def _moved(
                 out[i] = x.to(device)
         return out
     idx, others = _staging.tensors_in(leaves)
-    key = (spec, dma)
+    # (a spec's hash reads all its nodes: remembered only for batches planned exactly)
+    key = (spec, dma) if spec is not None and len(leaves) <= _staging.EXACT_UP_TO else None
     if coalesce is None and (not choose(leaves, idx, non_blocking, dma) or _skip(key)):
         _each(leaves, idx + others, device, non_blocking, pool, out)
         return out
@@ -202,7 +204,7 @@ def _moved(
         limit=STAGE_LIMIT if coalesce or dma else NO_DMA_STAGE_LIMIT,
         flat=bool(coalesce) or dma,
     )
-    if coalesce is None and left is idx and spec is not None:  # staging packed nothing
+    if coalesce is None and left is idx and key is not None:  # staging packed nothing
         if len(_refused) >= 256:
             _refused.clear()
         _refused[key] = RETRY_AFTER
@@ -210,9 +212,11 @@ def _moved(
     return out
 
 
-def _skip(key: tuple) -> bool:
+def _skip(key: Optional[tuple]) -> bool:
     """Whether staging refused the last batch of this structure (and is not
     to be tried again yet)."""
+    if key is None:
+        return False
     left = _refused.get(key)
     if left is None:
         return False
