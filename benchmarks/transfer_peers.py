@@ -425,7 +425,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     _output.add_arguments(parser)
     args = parser.parse_args(argv)
     host = args.host or not torch.cuda.is_available()
-    rounds = 2 if args.quick else 15
+    rounds = 2 if args.quick else 30
     if host:
         reuse_freed_memory()
         # one thread: a copy of a few MB split over two threads of a 2-core

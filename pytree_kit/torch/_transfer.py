@@ -157,6 +157,9 @@ def to_device(
         return batch.to(device)  # a batch that is one tensor: its own .to, as the rule says
     leaves, spec = api.flatten(batch, rules=rules)
     check_leaves(leaves, batch, rules, "to_device", "tree", strict)
+    if coalesce is None and not non_blocking and len(leaves) < COALESCE_MIN:
+        # fewer leaves than staging needs (the usual tokenizer batch): a .to each
+        return spec.unflatten([x.to(device) if isinstance(x, _Tensor) else x for x in leaves])
     return spec.unflatten(_moved(leaves, device, non_blocking, coalesce, pool, spec))
 
 
@@ -184,7 +187,7 @@ def _moved(
     dma = device.type in DMA_DEVICES
     if coalesce is None and not non_blocking and len(leaves) < COALESCE_MIN:
         for i, x in enumerate(leaves):  # fewer leaves than staging needs: a .to each
-            if isinstance(x, _Tensor):
+            if isinstance(x, _Tensor):  # (to_device does this itself, before _moved)
                 out[i] = x.to(device)
         return out
     idx, others = _staging.tensors_in(leaves)
