@@ -107,26 +107,42 @@ def test_the_default_moves_a_few_tensors_each_and_many_with_one_copy(monkeypatch
     assert len(calls.staged) == 1 and calls.own == least
 
 
-def test_the_default_streams_a_large_tensor_only_when_non_blocking_to_a_dma_device(monkeypatch):
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_the_default_streams_a_large_tensor_to_a_dma_device_and_a_blocking_call_waits(
+    monkeypatch, non_blocking
+):
+    """A DMA engine reads pinned memory 2.6 times as fast as ordinary memory,
+    so a tensor over STAGE_LIMIT goes through the pinned buffer with a copy of
+    its own, the small ones with it, blocking or not; a blocking call then
+    waits for those copies, as a blocking ``.to`` would. Elsewhere (meta):
+    a ``.to`` each."""
     calls = Calls(monkeypatch)
+    waits: list = []
+    monkeypatch.setattr(_pool, "wait", lambda device: waits.append(device))
     pool = plain_pool()
     big = torch.zeros(STAGE_LIMIT // 4 + 1)
     batch = {"big": big, "a": torch.ones(2), "b": torch.ones(3)}
     leaves = pk.leaves(batch)
     idx, _ = _staging.tensors_in(leaves)
-    assert _transfer.choose(leaves, idx, non_blocking=True)
-    assert not _transfer.choose(leaves, idx, non_blocking=False)
-    assert not _transfer.choose(leaves, idx, non_blocking=True, dma=False)
+    assert _transfer.choose(leaves, idx)
+    assert not _transfer.choose(leaves, idx, dma=False)
+    assert not _transfer.choose([torch.ones(2), torch.ones(3)], [0, 1])  # a few, small
     # the meta device has no DMA engine: nothing to gain from pinned memory
-    to_device(batch, "meta", pool=pool, non_blocking=True)
-    assert calls.staged == [] and calls.own == 3
+    to_device(batch, "meta", pool=pool, non_blocking=non_blocking)
+    assert calls.staged == [] and calls.own == 3 and waits == []
     # to CUDA it would be: the staging and its copies as they would run there
     # (the copies made on the CPU), the big one streamed with a copy of its own
     monkeypatch.setattr(_transfer, "DMA_DEVICES", frozenset({"meta"}))
     calls.own = 0
-    out = to_device(batch, "meta", pool=pool, non_blocking=True)
+    out = to_device(batch, "meta", pool=pool, non_blocking=non_blocking)
     assert len(calls.staged) == 2 and calls.own == 0
     assert torch.equal(out["big"], big) and torch.equal(out["b"], torch.ones(3))
+    assert waits == ([] if non_blocking else [torch.device("meta")])
+    # a batch of a few small tensors: a .to each, and nothing to wait for
+    calls.staged.clear()
+    to_device({"a": torch.ones(2)}, "meta", pool=pool, non_blocking=non_blocking)
+    assert calls.staged == [] and calls.own == 1
+    assert len(waits) == (0 if non_blocking else 1)
 
 
 def test_to_a_device_without_dma_only_tensors_up_to_its_limit_are_packed(monkeypatch):

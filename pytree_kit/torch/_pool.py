@@ -23,7 +23,15 @@ from typing import Any, Callable, Optional
 
 import torch
 
-__all__ = ["ALIGNMENT", "Buffer", "PinnedPool", "default_pool", "fence", "pinning_available"]
+__all__ = [
+    "ALIGNMENT",
+    "Buffer",
+    "PinnedPool",
+    "default_pool",
+    "fence",
+    "pinning_available",
+    "wait",
+]
 
 #: bytes between the starts of two groups of tensors packed in a buffer
 ALIGNMENT = 128
@@ -61,6 +69,14 @@ def fence(device: torch.device, non_blocking: bool) -> Any:
     event = event_type(device=device) if event_type is not None else torch.cuda.Event()
     event.record()
     return event
+
+
+def wait(device: torch.device) -> None:
+    """Return once the copies queued to ``device`` so far have finished (what
+    a blocking call owes its caller after non-blocking copies of its own)."""
+    event = fence(device, True)
+    if event is not None:
+        event.synchronize()
 
 
 class Buffer:

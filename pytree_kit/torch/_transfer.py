@@ -83,18 +83,23 @@ _Tensor = torch.Tensor
 _device = torch.device
 
 
-def choose(leaves: list, idx: list[int], non_blocking: bool, dma: bool = True) -> bool:
+def choose(leaves: list, idx: list[int], dma: bool = True) -> bool:
     """Whether ``coalesce=None`` stages the plain CPU tensors ``leaves[idx]``
     on their way to a device with a DMA engine (``dma``) or not: when there
     are at least ``COALESCE_MIN`` of them (``NO_DMA_COALESCE_MIN``), or, to a
-    DMA device with ``non_blocking``, when one is over ``STAGE_LIMIT`` bytes
-    (it is streamed through pinned memory, and the small ones go with it).
-    (Staging still leaves the small ones to a copy each where fewer of them
-    than that are under its size limit: ``STAGE_LIMIT``, or
-    ``NO_DMA_STAGE_LIMIT``.)"""
+    DMA device, when one is over ``STAGE_LIMIT`` bytes: it is streamed
+    through pinned memory, which a DMA engine reads 2.6 times as fast as
+    ordinary memory (an H200: benchmarks/results/gpu_h200/pinning.md), and
+    the small ones go with it. (Staging still leaves the small ones to a
+    copy each where fewer of them than that are under its size limit:
+    ``STAGE_LIMIT``, or ``NO_DMA_STAGE_LIMIT``.)"""
     if len(idx) >= (COALESCE_MIN if dma else NO_DMA_COALESCE_MIN):
         return True
-    return dma and non_blocking and any(leaves[i].nbytes > STAGE_LIMIT for i in idx)
+    return dma and _any_large(leaves, idx)
+
+
+def _any_large(leaves: list, idx: Any) -> bool:
+    return any(leaves[i].nbytes > STAGE_LIMIT for i in idx)
 
 
 def to_device(
@@ -122,17 +127,18 @@ def to_device(
       ``meta``: ``NO_DMA_COALESCE_MIN`` (48) or more, only those of at most
       ``NO_DMA_STAGE_LIMIT`` (16 KiB) bytes, and not where one dtype's
       tensors come in many shapes).
-      With fewer, each moves with a ``.to`` of its own, unless
-      ``non_blocking=True`` and one is over ``STAGE_LIMIT`` (1 MiB): then it
-      is streamed through pinned memory, as with ``True``;
+      With fewer, each moves with a ``.to`` of its own. To a DMA device
+      (cuda, xpu, ...), a tensor over ``STAGE_LIMIT`` (1 MiB) is streamed
+      through pinned memory, blocking or not (a blocking call waits for
+      its copies before it returns);
     - ``True``: the batch's small CPU tensors (up to ``STAGE_LIMIT`` bytes
       each; plain, dense) are packed into one pinned staging buffer from
       ``pool`` (by default the process's), moved with a single copy, and cut
       apart on the device: a few torch calls in all, not one per tensor. The
       buffer is reused once that copy has finished (an event is queried).
-      Tensors over ``STAGE_LIMIT`` go, with ``non_blocking=True``, through
-      the same buffer with a copy each, so that packing one overlaps the
-      copy of the one before;
+      Tensors over ``STAGE_LIMIT`` go through the same buffer with a copy
+      each, so that packing one overlaps the copy of the one before: to a
+      DMA device always, to another with ``non_blocking=True``;
     - ``False``: each tensor moves on its own, except tensors that share one
       storage (a consolidated batch, or one ``pin_memory(..., coalesce=True)``
       packed): that storage moves with one copy.
@@ -157,8 +163,12 @@ def to_device(
         return batch.to(device)  # a batch that is one tensor: its own .to, as the rule says
     leaves, spec = api.flatten(batch, rules=rules)
     check_leaves(leaves, batch, rules, "to_device", "tree", strict)
-    if coalesce is None and not non_blocking and len(leaves) < COALESCE_MIN:
-        # fewer leaves than staging needs (the usual tokenizer batch): a .to each
+    if (
+        coalesce is None
+        and not non_blocking
+        and len(leaves) < COALESCE_MIN
+        and not (device.type in DMA_DEVICES and _any_large(leaves, _staging.tensors_in(leaves)[0]))
+    ):  # fewer leaves than staging needs, none to stream (a tokenizer batch): a .to each
         return spec.unflatten([x.to(device) if isinstance(x, _Tensor) else x for x in leaves])
     return spec.unflatten(_moved(leaves, device, non_blocking, coalesce, pool, spec))
 
@@ -185,24 +195,22 @@ def _moved(
         _by_tensor(leaves, device, non_blocking, pool, out)
         return out
     dma = device.type in DMA_DEVICES
-    if coalesce is None and not non_blocking and len(leaves) < COALESCE_MIN:
-        for i, x in enumerate(leaves):  # fewer leaves than staging needs: a .to each
-            if isinstance(x, _Tensor):  # (to_device does this itself, before _moved)
-                out[i] = x.to(device)
-        return out
     idx, others = _staging.tensors_in(leaves)
     # (a spec's hash reads all its nodes: remembered only for batches planned exactly)
     key = (spec, dma) if spec is not None and len(leaves) <= _staging.EXACT_UP_TO else None
-    if coalesce is None and (not choose(leaves, idx, non_blocking, dma) or _skip(key)):
+    if coalesce is None and (not choose(leaves, idx, dma) or _skip(key)):
         _each(leaves, idx + others, device, non_blocking, pool, out)
         return out
+    # large tensors are streamed to a DMA device, and, when asked, to any other;
+    # a blocking call then waits for the copies, as a blocking .to would
+    stream = dma or (non_blocking and bool(coalesce))
     left = _staging.stage(
         leaves,
         idx,
         out,
         pool or default_pool(),
         device,
-        non_blocking and (dma or bool(coalesce)),  # streaming pays to a DMA device
+        stream,
         min_tensors=1 if coalesce else COALESCE_MIN if dma else NO_DMA_COALESCE_MIN,
         limit=STAGE_LIMIT if coalesce or dma else NO_DMA_STAGE_LIMIT,
         flat=bool(coalesce) or dma,
@@ -212,6 +220,8 @@ def _moved(
             _refused.clear()
         _refused[key] = RETRY_AFTER
     _each(leaves, left + others, device, non_blocking, pool, out)
+    if stream and not non_blocking and left is not idx:
+        _pool.wait(device)
     return out
 
 
