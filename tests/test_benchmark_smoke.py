@@ -604,4 +604,7 @@ def test_pipeline_benchmark_smoke(tmp_path: Path) -> None:
     for workload in ("tokenizer", "detection"):
         assert f"| {workload} | pytree_kit as the docs advise |" in report
         assert f"| {workload} | collate |" in report
+        assert re.search(
+            rf"\| {workload} \| (stand-in pinning \(a clone\)|pinned) \| \d+ \|", report
+        )
     assert re.search(r"Targets \(issue 62\).*\*\*(met|MISSED)\*\*", report)
