@@ -206,6 +206,29 @@ def test_reading_many_samples_at_once_reads_each_as_alone(
         packed.__getitems__([0, n])
 
 
+def test_a_batch_with_nothing_to_gather_sends_the_next_ones_sample_by_sample(
+    monkeypatch: Any,
+) -> None:
+    """Ragged samples (a shape per few tensors) give the gather nothing to do:
+    after such a batch, the next GATHER_RETRY are read sample by sample, then
+    a batch is looked at again; the samples are right either way."""
+    from pytree_kit.torch import _packed
+
+    ragged = [{"boxes": torch.ones(1 + i % 9, 4) * i} for i in range(40)]
+    packed = PackedList(ragged)
+    looks = []
+    real = _packed._Store.made
+    monkeypatch.setattr(_packed._Store, "made", lambda self, w: looks.append(1) or real(self, w))
+    batch = [0, 1, 2, 3]  # four shapes: nothing to gather
+    for k in range(_packed.GATHER_RETRY + 2):
+        got = packed.__getitems__(batch)
+        for g, i in zip(got, batch):
+            same(g, ragged[i])
+        assert len(looks) == (1 if k <= _packed.GATHER_RETRY else 2), k
+    even = PackedList([{"x": torch.arange(3) + i} for i in range(8)])
+    assert len(even.__getitems__(range(8))) == 8 and even._alone == 0
+
+
 def test_what_it_returns_is_its_own() -> None:
     samples = [{"t": torch.zeros(3), "xs": [1.0, 2.0], "a": np.zeros(2)}]
     packed = PackedList(samples)

@@ -167,6 +167,10 @@ GATHER_UP_TO = 1024
 #: tensors of one dtype and shape from which they are gathered: a gather
 #: costs about five torch calls, a tensor's own copy two
 GATHER_FROM = 4
+#: batches that ``__getitems__`` reads sample by sample, without looking for
+#: tensors to gather, after a batch in which it found none (ragged samples:
+#: the look costs 2-10 µs a sample)
+GATHER_RETRY = 16
 
 
 class _Store:
@@ -231,14 +235,16 @@ class _Store:
             ) from None
         return arr if code == NDARRAY else arr[()]
 
-    def made(self, wanted: list) -> list:
+    def made(self, wanted: list) -> tuple[list, bool]:
         """What ``make`` gives for each ``(code, a, first, shape)`` of ``wanted``
         (the leaves of several samples, in order), with the tensors of one
         dtype and shape gathered by one ``index_select`` and cut apart by one
         more call, not rebuilt one by one: a few torch calls a batch where
         ``make`` costs two a tensor. The pieces are not views: each has its
-        own version counter, as a tensor ``make`` clones has."""
+        own version counter, as a tensor ``make`` clones has. Also returns
+        whether any tensors were gathered."""
         out: list = [None] * len(wanted)
+        gathered = False
         groups: dict = {}  # (dtype number, shape) -> (positions in wanted, firsts)
         for pos, (code, a, first, shape) in enumerate(wanted):
             if code == TENSOR:
@@ -264,7 +270,8 @@ class _Store:
                 continue
             for pos, piece in zip(where, _gathered(buf, firsts, shape, n)):
                 out[pos] = piece
-        return out
+            gathered = True
+        return out, gathered
 
     def texts(self, layout: int) -> dict:
         """The keystr text of each leaf path of ``layout``, to its leaf number."""
@@ -318,7 +325,7 @@ class PackedList(Sequence):
         ['img2.jpg', 'img3.jpg']
     """
 
-    __slots__ = ("__weakref__", "_bufs", "_index", "_store")
+    __slots__ = ("__weakref__", "_alone", "_bufs", "_index", "_store")
 
     def __init__(
         self,
@@ -336,6 +343,7 @@ class PackedList(Sequence):
 
     def _set(self, store: _Store, index: torch.Tensor) -> None:
         self._store = store
+        self._alone = 0  # batches __getitems__ reads sample by sample, gathering nothing
         if (store.file is not None and index is store.file.file_index) or index.is_shared():
             view = _read_only(index, "q")  # memory nothing moves (a file's, or shared)
         else:
@@ -405,7 +413,9 @@ class PackedList(Sequence):
         asks for): the same as ``[packed[i] for i in indices]``, but with the
         tensors of one dtype and shape read together, in a few torch calls
         (``packed[i]`` makes two a tensor). The samples are read twice in C:
-        first to learn where their tensors lie, then to build them."""
+        first to learn where their tensors lie, then to build them. After a
+        batch with nothing to gather, the next ``GATHER_RETRY`` are read
+        sample by sample."""
         n = len(self._bufs[0]) // 2
         at = []
         for i in indices:
@@ -416,7 +426,8 @@ class PackedList(Sequence):
             if not 0 <= i < n:
                 raise IndexError(f"PackedList index out of range (len {n})")
             at.append(i)
-        if len(at) < 2:
+        if len(at) < 2 or self._alone:
+            self._alone = max(0, self._alone - 1)
             return [self[i] for i in at]
         read, bufs, store = _engine.impl.packed_sample, self._bufs, self._store
         specs = store.specs
@@ -428,7 +439,10 @@ class PackedList(Sequence):
 
         for i in at:
             read(bufs, specs, i, where)
-        take = iter(store.made(wanted)).__next__
+        leaves, gathered = store.made(wanted)
+        if not gathered:  # (ragged samples: a shape per few tensors) not worth a look
+            self._alone = GATHER_RETRY
+        take = iter(leaves).__next__
 
         def made(code: int, a: int, first: int, shape: Any) -> Any:
             return take()
