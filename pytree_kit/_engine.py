@@ -38,6 +38,7 @@ import warnings
 from typing import Any, Callable, Optional, TypeVar
 
 from . import _keys, _pure, _spec
+from ._interface import Engine
 from ._version import __version__
 
 
@@ -87,7 +88,10 @@ def _build_failure() -> str:
         return ""
 
 
-impl: Any = _pure
+#: the engine (``_interface.Engine`` says what it provides)
+impl: Engine = _pure
+#: the C engine's module where it is ``impl`` (its fast paths and FastCall), else None
+_c: Any = None
 #: why ``impl`` is the engine it is, in words (``engine_info()["reason"]``)
 _reason = ""
 _setting = os.environ.get("PYTREE_KIT_PURE")
@@ -117,7 +121,7 @@ if wants_c(_setting, getattr(sys, "_is_gil_enabled", None)):
         _reason = f"the C extension could not be imported ({type(exc).__name__}: {exc})"
         _fallback_warning(_reason)
     else:
-        impl = _speedups
+        impl = _c = _speedups
         _reason = "the C extension is built and imported"
         if _setting == "0":
             _reason += " (PYTREE_KIT_PURE=0)"
@@ -168,8 +172,8 @@ def engine_info() -> dict[str, Any]:
         ['dict_reads', 'dict_tables', 'instance_values', 'int_digits', 'odict_links',
          'split_tables', 'split_values', 'type_version_tags']
     """
-    c = impl is not _pure
-    fast = dict(impl.FAST_PATHS) if c else {}
+    c = _c is not None
+    fast = dict(_c.FAST_PATHS) if c else {}
     free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
     return {
         "pytree_kit": __version__,
@@ -181,9 +185,9 @@ def engine_info() -> dict[str, Any]:
         "validated_python": VALIDATED_PYTHONS[0] <= sys.version_info[:2] <= VALIDATED_PYTHONS[1]
         and platform.python_implementation() == "CPython"
         and not free_threaded,
-        "no_fast_paths": bool(impl.NO_FAST_PATHS) if c else False,
+        "no_fast_paths": bool(_c.NO_FAST_PATHS) if c else False,
         "fast_paths": {name: bool(fast.get(name, False)) for name in FAST_PATH_NAMES},
-        "extension": getattr(impl, "__file__", None) if c else None,
+        "extension": getattr(_c, "__file__", None) if c else None,
         "platform": platform.platform(),
     }
 
@@ -258,9 +262,9 @@ def accelerate(op: str) -> Callable[[F], F]:
 
     def wrap(func: F) -> F:
         shape = call_shape(func)
-        if impl is _pure:
+        if _c is None:
             return func
-        fc = impl.FastCall(func, op, _spec.TreeSpec, **shape)
+        fc = _c.FastCall(func, op, _spec.TreeSpec, **shape)
         fast: Any = functools.update_wrapper(fc, func)
         # torch.compile's dynamo cannot read C; it traces the def of a wrapper
         # marked this way (torch's own convention, from torch.jit's

@@ -861,6 +861,11 @@ sp_leaves(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 sp_flatten_with_path(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    if (nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "flatten_with_path(tree, is_leaf=None, rules=None, "
+                                         "is_leaf_takes_path=False) takes 1 to 4 arguments");
+        return NULL;
+    }
     if (nargs != 4) {
         return walk_call(args, nargs, "flatten_with_path", WALK_PATHS);
     }

@@ -65,47 +65,68 @@ sp_field_codes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"flatten", (PyCFunction)(void (*)(void))sp_flatten, METH_FASTCALL,
-     "flatten(tree, is_leaf=None, rules=None) -> (leaves, spec)"},
+     "flatten($module, tree, is_leaf=None, rules=None, /)\n--\n\n"
+     "-> (leaves, spec)"},
     {"leaves", (PyCFunction)(void (*)(void))sp_leaves, METH_FASTCALL,
-     "leaves(tree, is_leaf=None, rules=None) -> leaves"},
+     "leaves($module, tree, is_leaf=None, rules=None, /)\n--\n\n"
+     "-> leaves"},
     {"iter_leaves", (PyCFunction)(void (*)(void))sp_iter_leaves, METH_FASTCALL,
-     "iter_leaves(tree, is_leaf=None, rules=None) -> an iterator over the leaves"},
+     "iter_leaves($module, tree, is_leaf=None, rules=None, /)\n--\n\n"
+     "-> an iterator over the leaves"},
     {"flatten_one_level", (PyCFunction)(void (*)(void))sp_flatten_one_level, METH_FASTCALL,
-     "flatten_one_level(tree, is_leaf=None, rules=None) -> (children, spec), or None for a leaf"},
+     "flatten_one_level($module, tree, is_leaf=None, rules=None, /)\n--\n\n"
+     "-> (children, spec), or None for a leaf"},
     {"any_leaf", (PyCFunction)(void (*)(void))sp_any_leaf, METH_FASTCALL,
-     "any_leaf(tree, is_leaf, rules, want) -> whether some leaf's truth is want"},
+     "any_leaf($module, tree, is_leaf, rules, want, /)\n--\n\n"
+     "-> whether some leaf's truth is want"},
     {"flatten_with_path", (PyCFunction)(void (*)(void))sp_flatten_with_path, METH_FASTCALL,
-     "flatten_with_path(tree, is_leaf=None, rules=None, is_leaf_takes_path=False) -> ([(path, leaf), ...], spec)"},
+     "flatten_with_path($module, tree, is_leaf=None, rules=None, is_leaf_takes_path=False, /)\n--\n\n"
+     "-> ([(path, leaf), ...], spec)"},
     {"unflatten", (PyCFunction)(void (*)(void))sp_unflatten, METH_FASTCALL,
-     "unflatten(spec, leaves) -> tree"},
-    {"flatten_up_to_columns", (PyCFunction)(void (*)(void))sp_flatten_up_to_columns,
-     METH_FASTCALL,
-     "flatten_up_to_columns(spec, trees, label='the spec', other='the tree') -> columns"},
+     "unflatten($module, spec, leaves, /)\n--\n\n"
+     "-> tree"},
+    {"flatten_up_to_columns", (PyCFunction)(void (*)(void))sp_flatten_up_to_columns, METH_FASTCALL,
+     "flatten_up_to_columns($module, spec, trees, label='the spec', other='the tree', /)\n--\n\n"
+     "-> columns"},
     {"flatten_up_to", (PyCFunction)(void (*)(void))sp_flatten_up_to, METH_FASTCALL,
-     "flatten_up_to(spec, tree, label='the spec', other='the tree') -> leaves"},
-    {"keystr", (PyCFunction)pk_keystr, METH_O, "keystr(path) -> ''.join(map(str, path))"},
+     "flatten_up_to($module, spec, tree, label='the spec', other='the tree', /)\n--\n\n"
+     "-> leaves"},
+    {"keystr", (PyCFunction)pk_keystr, METH_O,
+     "keystr($module, path, /)\n--\n\n"
+     "-> ''.join(map(str, path))"},
     {"spec_compose", (PyCFunction)(void (*)(void))pk_spec_compose, METH_FASTCALL,
-     "spec_compose(outer_nodes, outer_orders, inner_nodes, inner_orders) -> (nodes, orders)"},
+     "spec_compose($module, outer_nodes, outer_orders, inner_nodes, inner_orders, /)\n--\n\n"
+     "-> (nodes, orders)"},
     {"spec_is_prefix", (PyCFunction)(void (*)(void))pk_spec_is_prefix, METH_FASTCALL,
-     "spec_is_prefix(mine, theirs) -> whether the nodes mine are a prefix of theirs"},
+     "spec_is_prefix($module, mine, theirs, /)\n--\n\n"
+     "-> whether the nodes mine are a prefix of theirs"},
     {"spec_paths", (PyCFunction)(void (*)(void))pk_spec_paths, METH_FASTCALL,
-     "spec_paths(nodes) -> the path of each leaf"},
+     "spec_paths($module, nodes, /)\n--\n\n"
+     "-> the path of each leaf"},
     {"path_get", (PyCFunction)(void (*)(void))pk_path_get, METH_FASTCALL,
-     "path_get(tree, path) -> (node, done): tree_get's reading of builtin containers"},
+     "path_get($module, tree, path, /)\n--\n\n"
+     "-> (node, done): tree_get's reading of builtin containers"},
     {"first_reaching", (PyCFunction)(void (*)(void))pk_first_reaching, METH_FASTCALL,
-     "first_reaching(leaves, start, target, skip, opaque, registered, limit) -> index or -1"},
+     "first_reaching($module, leaves, start, target, skip, opaque, registered, limit, /)\n--\n\n"
+     "-> index or -1"},
     {"packed_sample", (PyCFunction)(void (*)(void))pk_packed_sample, METH_FASTCALL,
-     "packed_sample(bufs, specs, i, make) -> sample i of a packed dataset"},
+     "packed_sample($module, bufs, specs, i, make, /)\n--\n\n"
+     "-> sample i of a packed dataset"},
     {"number_list", (PyCFunction)pk_number_list, METH_O,
-     "number_list(x) -> whether x is a non-empty list of exact ints or of exact floats"},
+     "number_list($module, x, /)\n--\n\n"
+     "-> whether x is a non-empty list of exact ints or of exact floats"},
     {"leaf_codes", (PyCFunction)pk_leaf_codes, METH_O,
-     "leaf_codes(leaves) -> each leaf's packing code, or None"},
+     "leaf_codes($module, leaves, /)\n--\n\n"
+     "-> each leaf's packing code, or None"},
     {"_field_codes", (PyCFunction)(void (*)(void))sp_field_codes, METH_FASTCALL,
-     "_field_codes(cls, names) -> how each field is read (for tests)"},
+     "_field_codes($module, cls, names, /)\n--\n\n"
+     "-> how each field is read (for tests)"},
     {"_plan_set", sp_plan_set, METH_O,
-     "_plan_set(cls) -> (the set of remembered plans cls's goes in, ways per set) (for tests)"},
+     "_plan_set($module, cls, /)\n--\n\n"
+     "-> (the set of remembered plans cls's goes in, ways per set) (for tests)"},
     {"_plans_made", sp_plans_made, METH_NOARGS,
-     "_plans_made() -> how many times a class's plan was worked out (for tests)"},
+     "_plans_made($module)\n--\n\n"
+     "-> how many times a class's plan was worked out (for tests)"},
     {NULL, NULL, 0, NULL},
 };
 

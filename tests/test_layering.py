@@ -40,7 +40,7 @@ pytestmark = pytest.mark.once
 #: Names are paths in pytree_kit/ without ``.py``; ``_speedups`` is the C engine.
 LAYERS: list[list[str]] = [
     # imports nothing of pytree_kit
-    ["_version", "_errors", "_keys", "_kinds", "_reach", "_rows", "typing"],
+    ["_version", "_errors", "_interface", "_keys", "_kinds", "_reach", "_rows", "typing"],
     # other libraries' containers (jax, optree, torch) as rules
     ["_bridge"],
     # values and class references in JSON documents (TreeSpec's and torch's)

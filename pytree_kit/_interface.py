@@ -1,0 +1,147 @@
+"""What an engine provides: the one declaration both engines answer to.
+
+pytree_kit has two engines that give the same results: the pure-Python one
+(``_pure``, the specification) and the C one (``_speedups``). ``_engine``
+chooses one at import; the rest of the package calls it through ``Engine``,
+the interface below. Each operation is declared once here, with its
+signature: its operands are positional (the C engine takes no keywords), and
+the trailing ones with defaults may be left out.
+``tests/test_interface.py`` checks both engines against it: every member is
+there, and every operation takes the same positional arguments, required
+and optional, as declared here.
+
+This module imports nothing of pytree_kit, so every layer may import it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Protocol
+
+__all__ = ["CONSTANTS", "OPERATIONS", "Engine"]
+
+#: a ``TreeSpec`` (``_spec``, which sits above this module and calls the engine)
+TreeSpec = Any
+
+#: a callable ``make(code, a, first, shape)`` that rebuilds a packed tensor
+#: or pickled leaf (``PackedList``'s store)
+Make = Callable[[int, int, int, Any], Any]
+
+
+class Engine(Protocol):
+    """The operations and constants every engine module provides."""
+
+    #: ``"c"`` or ``"python"``
+    NAME: str
+
+    # -- walking a tree: a tree's leaves and its spec --------------------------
+
+    def flatten(
+        self, tree: Any, is_leaf: Any = None, rules: Any = None, /
+    ) -> tuple[list, TreeSpec]:
+        """The leaves of ``tree`` in order, and its spec."""
+
+    def leaves(self, tree: Any, is_leaf: Any = None, rules: Any = None, /) -> list:
+        """The leaves of ``tree`` in order (``flatten`` without the spec)."""
+
+    def iter_leaves(self, tree: Any, is_leaf: Any = None, rules: Any = None, /) -> Iterator[Any]:
+        """The leaves of ``tree``, one at a time."""
+
+    def flatten_one_level(self, tree: Any, is_leaf: Any = None, rules: Any = None, /) -> Any:
+        """``(children, spec)`` of the top node of ``tree``, or None for a leaf."""
+
+    def any_leaf(self, tree: Any, is_leaf: Any, rules: Any, want: bool, /) -> bool:
+        """Whether some leaf's truth is ``want`` (the walk stops at the first)."""
+
+    def flatten_with_path(
+        self,
+        tree: Any,
+        is_leaf: Any = None,
+        rules: Any = None,
+        is_leaf_takes_path: Any = False,
+        /,
+    ) -> tuple[list, TreeSpec]:
+        """``[(path, leaf), ...]`` and the spec."""
+
+    def path_get(self, tree: Any, path: tuple, /) -> tuple:
+        """``(node, done)``: how far ``path`` reads into ``tree``'s builtin containers."""
+
+    def keystr(self, path: Any, /) -> str:
+        """``''.join(map(str, path))``."""
+
+    # -- a spec and leaves: building and matching ------------------------------
+
+    def unflatten(self, spec: TreeSpec, leaves: Any, /) -> Any:
+        """The tree of ``spec`` with ``leaves`` in its places."""
+
+    def flatten_up_to(
+        self, spec: TreeSpec, tree: Any, label: str = "the spec", other: str = "the tree", /
+    ) -> list:
+        """The subtrees of ``tree`` at the leaves of ``spec`` (a prefix of its structure)."""
+
+    def flatten_up_to_columns(
+        self, spec: TreeSpec, trees: Any, label: str = "the spec", other: str = "the tree", /
+    ) -> list:
+        """``flatten_up_to`` of each of ``trees``, as one list per leaf of ``spec``."""
+
+    # -- a spec's nodes --------------------------------------------------------
+
+    def spec_compose(
+        self, outer_nodes: tuple, outer_orders: tuple, inner_nodes: tuple, inner_orders: tuple, /
+    ) -> tuple:
+        """``(nodes, orders)`` of ``inner`` put at every leaf of ``outer``."""
+
+    def spec_is_prefix(self, mine: tuple, theirs: tuple, /) -> bool:
+        """Whether the nodes ``mine`` are a prefix of ``theirs``."""
+
+    def spec_paths(self, nodes: tuple, /) -> list:
+        """The path of each leaf of the spec of ``nodes``."""
+
+    # -- the torch adapters' helpers -------------------------------------------
+
+    def first_reaching(
+        self,
+        leaves: list,
+        start: int,
+        target: type,
+        skip: tuple,
+        opaque: tuple,
+        registered: Any,
+        limit: int,
+        /,
+    ) -> int:
+        """The index of the first of ``leaves`` from ``start`` on from which an
+        instance of ``target`` may be reached, or -1."""
+
+    def packed_sample(self, bufs: tuple, specs: Any, i: int, make: Make, /) -> Any:
+        """Sample ``i`` of a ``PackedList``, rebuilt from its buffers."""
+
+    def number_list(self, x: Any, /) -> bool:
+        """Whether ``x`` is a non-empty list of exact ints or of exact floats."""
+
+    def leaf_codes(self, leaves: list, /) -> tuple:
+        """Each leaf's packing code in a ``PackedList``, or None."""
+
+
+#: the operations of ``Engine``, in the order declared
+OPERATIONS = (
+    "flatten",
+    "leaves",
+    "iter_leaves",
+    "flatten_one_level",
+    "any_leaf",
+    "flatten_with_path",
+    "path_get",
+    "keystr",
+    "unflatten",
+    "flatten_up_to",
+    "flatten_up_to_columns",
+    "spec_compose",
+    "spec_is_prefix",
+    "spec_paths",
+    "first_reaching",
+    "packed_sample",
+    "number_list",
+    "leaf_codes",
+)
+#: the constants of ``Engine``
+CONSTANTS = ("NAME",)

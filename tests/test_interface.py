@@ -1,0 +1,113 @@
+"""Both engines against the one declaration of what an engine provides,
+``pytree_kit/_interface.py``: every member is there, and every operation
+takes the positional arguments declared, required and optional. For the C
+engine the signatures are read from its functions' text signatures, and a
+call with one argument too many or too few must be refused with a message
+that gives the declared count (the signatures are docstrings; this keeps
+them true)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import types
+from typing import Any
+
+import pytest
+
+from pytree_kit import _interface, _pure
+from pytree_kit._interface import CONSTANTS, OPERATIONS, Engine
+
+P = inspect.Parameter
+POSITIONAL = (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)
+
+
+def engines() -> list[Any]:
+    found = [pytest.param(_pure, id="python")]
+    try:
+        from pytree_kit import _speedups
+    except ImportError:  # not built: the pure engine alone
+        return found
+    return [*found, pytest.param(_speedups, id="c")]
+
+
+def arity(fn: Any, method: bool = False) -> tuple[int, float]:
+    """(required positional arguments, all positional ones: inf with *args)."""
+    params = list(inspect.signature(fn).parameters.values())[1 if method else 0 :]
+    if any(p.kind is P.VAR_POSITIONAL for p in params):
+        return sum(1 for p in params if p.kind in POSITIONAL and p.default is P.empty), float("inf")
+    positional = [p for p in params if p.kind in POSITIONAL]
+    return sum(1 for p in positional if p.default is P.empty), len(positional)
+
+
+def problems(engine: Any) -> list[str]:
+    """What ``engine`` lacks, or takes differently from ``Engine``."""
+    found = []
+    for name in CONSTANTS:
+        if not hasattr(engine, name):
+            found.append(f"{name}: missing")
+    for name in OPERATIONS:
+        fn = getattr(engine, name, None)
+        if fn is None or not callable(fn):
+            found.append(f"{name}: missing")
+            continue
+        want = arity(getattr(Engine, name), method=True)
+        try:
+            got = arity(fn)
+        except ValueError:  # a C function with no text signature
+            found.append(f"{name}: no signature")
+            continue
+        if got != want:
+            found.append(f"{name}: takes {got}, declared {want} (required, all)")
+    return found
+
+
+def test_operations_are_the_protocols_methods() -> None:
+    declared = [
+        n for n, v in vars(Engine).items() if inspect.isfunction(v) and not n.startswith("_")
+    ]
+    assert tuple(declared) == OPERATIONS
+    assert set(CONSTANTS) == set(Engine.__annotations__)
+
+
+@pytest.mark.parametrize("engine", engines())
+def test_each_engine_provides_the_interface(engine: Any) -> None:
+    assert problems(engine) == []
+
+
+def test_a_missing_or_misshapen_member_is_found() -> None:
+    fake = types.SimpleNamespace(**{n: getattr(_pure, n) for n in (*OPERATIONS, *CONSTANTS)})
+    assert problems(fake) == []
+    del fake.keystr
+    fake.unflatten = lambda spec, leaves, extra: None
+    fake.flatten = lambda tree, *rest: None
+    assert problems(fake) == [
+        "flatten: takes (1, inf), declared (1, 3) (required, all)",
+        "keystr: missing",
+        "unflatten: takes (3, 3), declared (2, 2) (required, all)",
+    ]
+
+
+def _counts(message: str) -> set[int]:
+    words = {"one": 1, "two": 2}
+    return {int(n) for n in re.findall(r"\d+", message)} | {
+        v for k, v in words.items() if re.search(rf"\b{k}\b", message)
+    }
+
+
+def test_the_c_engine_refuses_the_calls_its_signatures_refuse() -> None:
+    c = pytest.importorskip("pytree_kit._speedups")
+    for name in OPERATIONS:
+        required, total = arity(getattr(c, name))
+        for count, said in ((int(total) + 1, total), (required - 1, required)):
+            if count < 0:
+                continue
+            with pytest.raises(TypeError) as info:
+                getattr(c, name)(*[None] * count)
+            assert said in _counts(str(info.value)), (name, count, str(info.value))
+
+
+def test_the_interface_module_imports_nothing_of_pytree_kit() -> None:
+    source = inspect.getsource(_interface)
+    imports = re.findall(r"^\s*(?:from|import)\s+(\S+)", source, re.M)
+    assert [m for m in imports if m.startswith(".") or m.startswith("pytree_kit")] == []
