@@ -258,8 +258,8 @@ def _parts_by_dtype(dtypes: list) -> list:
     lists, one after another), or the places in a period the dtypes repeat
     with (a list of samples, each of a few fields); otherwise a list per
     dtype, in order of first appearance. Dtypes are compared by identity, in
-    C; where they come in ``MANY_RUNS`` runs or more and have no period,
-    the positions are sorted by the dtype's id (in C too)."""
+    C; only where they come in ``MANY_RUNS`` runs or more and have no period
+    does a pass in Python (``_split``) group them."""
     n = len(dtypes)
     first = dtypes[0]
     if dtypes.count(first) == n:
@@ -282,11 +282,7 @@ def _parts_by_dtype(dtypes: list) -> list:
             break
         if dtypes[period:] == dtypes[:-period]:  # every dtype repeats after `period`
             return [slice(j, n, period) for j in range(period)]
-    ids = list(map(id, dtypes))  # sorted by dtype in C, then by first appearance
-    where = ids.__getitem__
-    by_dtype = [list(places) for _, places in groupby(sorted(range(n), key=where), where)]
-    by_dtype.sort(key=_first)
-    return by_dtype
+    return [places for _, (places,) in _split(dtypes, range(n))]
 
 
 def _place(groups: list[Group], alignment: int) -> int:
