@@ -489,6 +489,11 @@ def measure_many(
     loop of each in turn, the order rotating every round) so that a burst of load
     from elsewhere on the machine slows every library alike, not one cell.
     """
+    # What is alive now (the imports: torch and jax leave ~200k objects; the
+    # trees) goes to the permanent generation, so that the collection before
+    # each loop walks only what the loops made (a full one costs ~0.2 s).
+    gc.collect()
+    gc.freeze()
     out: dict[Any, Any] = {}
     numbers: dict[Any, int] = {}
     for key, fn in fns.items():

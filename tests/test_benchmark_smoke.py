@@ -481,6 +481,9 @@ def test_packed_benchmark_smoke(tmp_path: Path) -> None:
     for store in ("list", "pickle", "PackedList", "tensordict"):
         for context in ("fork", "spawn"):
             assert f"| {store} | {context} |" in text, (store, context)
+        # --quick spawns workers for the two stores the targets compare only
+        spawned = f"| {store} | spawn | not run (--quick) |" not in text
+        assert spawned == (store in ("list", "PackedList")), store
     targets = [r for r in text.split("## Targets")[1].splitlines() if r.startswith("| ")][1:]
     assert len(targets) == 5 and all(r.endswith(("| yes |", "| MISSED |")) for r in targets)
     assert (tmp_path / "packed.png").stat().st_size > 10_000
