@@ -11,6 +11,7 @@ Examples:
 
 from __future__ import annotations
 
+from . import _dynamo, _engine
 from ._bridge import jax_rules, optree_rules
 from ._compare import assert_same_structure, tree_equal
 from ._engine import ENGINE, engine_info
@@ -75,6 +76,12 @@ from .api import (
     tree_unflatten,
     unflatten,
 )
+
+# torch.compile: while dynamo traces, the pure engine stands in for each of
+# the C engine's functions. They are registered when torch._dynamo is
+# imported, now or later (a one-shot import hook); nothing here imports
+# torch. This is the one call that installs them (_dynamo.py).
+_dynamo.install(_engine.c_engine)
 
 __all__ = [
     "Accessor",

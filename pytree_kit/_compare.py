@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from ._engine import impl as _impl
+from . import _interface
 from ._errors import StructureError
 from ._keys import where
 from ._kinds import LEAF, check_rules
@@ -70,8 +70,8 @@ def assert_same_structure(a: Any, b: Any, *, is_leaf: IsLeaf = None, rules: Any 
         pytree_kit.StructureError: tree['a']: structure mismatch: the first tree has a list ...
     """
     rules = check_rules(rules)
-    sa = _impl.flatten(a, is_leaf, rules)[1]
-    sb = _impl.flatten(b, is_leaf, rules)[1]
+    sa = _interface.engine.flatten(a, is_leaf, rules)[1]
+    sb = _interface.engine.flatten(b, is_leaf, rules)[1]
     found = first_difference(sa, sb)
     if found is None:
         return
@@ -101,8 +101,8 @@ def tree_equal(a: Any, b: Any, *, is_leaf: IsLeaf = None, rules: Any = None) -> 
         False
     """
     rules = check_rules(rules)
-    la, sa = _impl.flatten(a, is_leaf, rules)
-    lb, sb = _impl.flatten(b, is_leaf, rules)
+    la, sa = _interface.engine.flatten(a, is_leaf, rules)
+    lb, sb = _interface.engine.flatten(b, is_leaf, rules)
     return sa == sb and all(map(leaf_equal, la, lb))
 
 

@@ -16,13 +16,16 @@ hook looks at one module name per import and loads nothing. Nothing here
 changes what any function returns.
 
 The public functions are ``_speedups.FastCall`` objects, which
-``_engine.accelerate`` marks so that dynamo traces the def each one wraps.
-Dynamo loses the instance when a method is not a Python function, so
-registering also runs what :func:`install` was given: ``api`` gives
-``TreeSpec.unflatten`` and ``flatten_up_to`` back their defs.
+``_engine.c_fast_call`` marks so that dynamo traces the def each one wraps.
 
-This module is below ``_engine`` and ``api``: it imports only the pure
-engine, and ``api`` hands it the C engine.
+Registering also tells ``_tracer`` what the installed torch's tracer can
+follow, which the pure engine reads while it is traced.
+
+:func:`install` is called once, explicitly, by ``pytree_kit/__init__.py``
+(so that ``torch.compile`` of a function that calls ``pk.flatten`` works
+whether or not ``pytree_kit.torch`` is imported). This module is below
+``_engine``: it imports only the pure engine and ``_tracer``, and is handed
+the C engine.
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ import importlib.util
 import sys
 import threading
 import warnings
-from typing import Any, Callable, Optional
+from typing import Any
 
-from . import _pure, _spec
+from . import _pure, _tracer
 
 _DYNAMO = "torch._dynamo"
 _NAMES = (
@@ -53,9 +56,8 @@ _NAMES = (
 )
 _lock = threading.Lock()
 _registered = False
-#: what install() was given: the C engine, and what to run once registered
+#: what install() was given: the C engine, or None
 _c_engine: Any = None
-_then: Optional[Callable[[], None]] = None
 
 
 def register() -> bool:
@@ -82,8 +84,6 @@ def register() -> bool:
                 substitute_in_graph(getattr(_c_engine, name), skip_signature_check=True)(
                     getattr(_pure, name)
                 )
-            if _then is not None:
-                _then()
         except Exception as e:  # never break torch's own import over this
             warnings.warn(
                 f"pytree_kit: torch.compile cannot trace the C engine ({e}); "
@@ -137,9 +137,11 @@ def _tell_pure_engine() -> None:
         from torch.compiler import assume_constant_result, is_compiling
     except ImportError:  # torch older than 2.3: traced walks check cycles on entry
         return
-    _pure.compiling = _spec.compiling = is_compiling
-    _pure.tracer_reads_instance_dicts = version >= _READS_INSTANCE_DICTS
-    _pure.tracer_reads_identity = version >= _READS_IDENTITY
+    _tracer.learn(
+        is_compiling,
+        instance_dicts=version >= _READS_INSTANCE_DICTS,
+        identity=version >= _READS_IDENTITY,
+    )
     for fact in _pure.CLASS_FACTS:
         assume_constant_result(fact)
 
@@ -188,15 +190,16 @@ def uninstall() -> None:
             sys.meta_path.remove(_finder)
 
 
-def install(engine: Any, then: Optional[Callable[[], None]] = None) -> None:
+def install(engine: Any) -> None:
     """Register now if ``torch._dynamo`` is imported, else when it is.
 
     ``engine`` is the C engine, whose functions get the pure engine's as
-    stand-ins, or None when the pure engine runs (it is only told when dynamo
-    traces it); ``then`` runs once the stand-ins are registered.
+    stand-ins, or None when the pure engine runs (``_tracer`` is then only
+    told what the tracer can follow). ``pytree_kit/__init__.py`` calls this
+    once.
     """
-    global _c_engine, _then
-    _c_engine, _then = engine, then
+    global _c_engine
+    _c_engine = engine
     if _DYNAMO in sys.modules:
         register()
     elif _finder not in sys.meta_path:

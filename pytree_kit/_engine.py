@@ -37,7 +37,7 @@ import sysconfig
 import warnings
 from typing import Any, Callable, Optional, TypeVar
 
-from . import _keys, _pure, _spec
+from . import _interface, _pure, _spec
 from ._interface import Engine
 from ._version import __version__
 
@@ -88,10 +88,11 @@ def _build_failure() -> str:
         return ""
 
 
-#: the engine (``_interface.Engine`` says what it provides)
+#: the engine chosen (``_interface.Engine`` says what it provides); the
+#: package calls it as ``_interface.engine``, where it is handed below
 impl: Engine = _pure
 #: the C engine's module where it is ``impl`` (its fast paths and FastCall), else None
-_c: Any = None
+c_engine: Any = None
 #: why ``impl`` is the engine it is, in words (``engine_info()["reason"]``)
 _reason = ""
 _setting = os.environ.get("PYTREE_KIT_PURE")
@@ -121,7 +122,7 @@ if wants_c(_setting, getattr(sys, "_is_gil_enabled", None)):
         _reason = f"the C extension could not be imported ({type(exc).__name__}: {exc})"
         _fallback_warning(_reason)
     else:
-        impl = _c = _speedups
+        impl = c_engine = _speedups
         _reason = "the C extension is built and imported"
         if _setting == "0":
             _reason += " (PYTREE_KIT_PURE=0)"
@@ -130,6 +131,9 @@ elif _setting not in (None, "", "0"):
 else:
     _reason = "this free-threaded Python runs without the GIL, which the C engine relies on"
 
+# The one place the engine is handed to the rest of the package: every
+# module reads it at call time as _interface.engine.
+_interface.use(impl)
 ENGINE: str = impl.NAME
 
 #: the C engine's fast paths (_layouts.c says what each reads, _core.h on which versions)
@@ -172,8 +176,8 @@ def engine_info() -> dict[str, Any]:
         ['dict_reads', 'dict_tables', 'instance_values', 'int_digits', 'odict_links',
          'split_tables', 'split_values', 'type_version_tags']
     """
-    c = _c is not None
-    fast = dict(_c.FAST_PATHS) if c else {}
+    c = c_engine is not None
+    fast = dict(c_engine.FAST_PATHS) if c else {}
     free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
     return {
         "pytree_kit": __version__,
@@ -185,19 +189,12 @@ def engine_info() -> dict[str, Any]:
         "validated_python": VALIDATED_PYTHONS[0] <= sys.version_info[:2] <= VALIDATED_PYTHONS[1]
         and platform.python_implementation() == "CPython"
         and not free_threaded,
-        "no_fast_paths": bool(_c.NO_FAST_PATHS) if c else False,
+        "no_fast_paths": bool(c_engine.NO_FAST_PATHS) if c else False,
         "fast_paths": {name: bool(fast.get(name, False)) for name in FAST_PATH_NAMES},
-        "extension": getattr(_c, "__file__", None) if c else None,
+        "extension": getattr(c_engine, "__file__", None) if c else None,
         "platform": platform.platform(),
     }
 
-
-# The engine's injection points: both engines import _spec and _keys (the C
-# engine reads TreeSpec, child_key and the key classes when it loads), so
-# they cannot import an engine; they read the chosen one from here.
-_spec._impl = impl
-if impl is not _pure:
-    _keys._fast = impl.keystr
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -246,25 +243,35 @@ def call_shape(func: Callable[..., Any]) -> dict[str, Any]:
     }
 
 
-def accelerate(op: str) -> Callable[[F], F]:
-    """Decorator for a public function that makes the operation ``op``
-    (``_fastcall.c``'s: flatten, leaves, flatten_with_path, structure,
-    unflatten, tree_map, flatten_up_to).
+#: every def marked ``@c_fast_call(op)``, by its module and name, and its op
+#: (on either engine: ``tests/test_fastcall.py`` checks each against its body)
+FAST_CALLS: dict[str, str] = {}
 
-    With the C engine, the def is wrapped in a ``_speedups.FastCall``, which
-    makes the common calls (the required arguments, ``is_leaf``,
-    ``rules=None``: :func:`call_shape` reads them from the def's signature) in
-    C and hands every other call to the def; ``functools.wraps`` gives it the
-    def's name, docstring, signature and ``__wrapped__``. With the pure engine
-    the def is returned as it is (its signature is read all the same, so that
-    a def :func:`call_shape` refuses fails on either engine).
+
+def c_fast_call(op: str) -> Callable[[F], F]:
+    """Decorator that says, at a public function's definition, that the C
+    engine serves its common calls: ``@c_fast_call("flatten")``. The def's
+    body is the specification of those calls, and it runs every other one.
+
+    ``op`` is the operation the function makes (``_fastcall.c``'s: flatten,
+    leaves, flatten_with_path, structure, unflatten, tree_map). With the C
+    engine, the def is wrapped in a ``_speedups.FastCall``, which makes the
+    common calls (the required arguments, ``is_leaf``, ``rules=None``:
+    :func:`call_shape` reads them from the def's signature) in C and hands
+    every other call to the def; ``functools.wraps`` gives it the def's
+    name, docstring, signature and ``__wrapped__`` (the body, which
+    ``tests/test_fastcall.py`` checks the C calls against on the
+    differential corpus). With the pure engine the def is returned as it is
+    (its signature is read all the same, so that a def :func:`call_shape`
+    refuses fails on either engine).
     """
 
     def wrap(func: F) -> F:
         shape = call_shape(func)
-        if _c is None:
+        FAST_CALLS[f"{func.__module__}.{func.__qualname__}"] = op
+        if c_engine is None:
             return func
-        fc = _c.FastCall(func, op, _spec.TreeSpec, **shape)
+        fc = c_engine.FastCall(func, op, _spec.TreeSpec, **shape)
         fast: Any = functools.update_wrapper(fc, func)
         # torch.compile's dynamo cannot read C; it traces the def of a wrapper
         # marked this way (torch's own convention, from torch.jit's

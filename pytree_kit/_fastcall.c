@@ -1,10 +1,10 @@
 /* FastCall: the public API's common calls without Python in between.
  *
- * pytree_kit.api's functions and TreeSpec.unflatten / flatten_up_to are
- * Python defs. Their keyword-only arguments and the check of rules= cost
- * about 0.1 µs a call, as much as flattening a dict of 10 leaves takes the
- * engine. When the C engine is active, _engine.accelerate wraps each def in
- * a FastCall, which takes the common shapes of call itself, calling the
+ * pytree_kit.api's functions are Python defs. Their keyword-only arguments
+ * and the check of rules= cost about 0.1 µs a call, as much as flattening a
+ * dict of 10 leaves takes the engine. When the C engine is active, each def
+ * marked @c_fast_call(op) in api.py (_engine.c_fast_call) is wrapped in a
+ * FastCall, which takes the common shapes of call itself, calling the
  * engine's entry points directly:
  *   - the required arguments given by position,
  *   - is_leaf= (by position too, for the jax-style aliases),
@@ -30,9 +30,9 @@
 #include <stddef.h>
 #include <string.h>
 
-enum { OP_FLATTEN, OP_LEAVES, OP_WITH_PATH, OP_STRUCTURE, OP_UNFLATTEN, OP_TREE_MAP, OP_UP_TO };
+enum { OP_FLATTEN, OP_LEAVES, OP_WITH_PATH, OP_STRUCTURE, OP_UNFLATTEN, OP_TREE_MAP };
 
-/* The operations, by the name _engine.accelerate gives, with the number of
+/* The operations, by the name _engine.c_fast_call gives, with the number of
  * positional arguments each reads (its operands). */
 static const struct {
     const char *name;
@@ -45,7 +45,6 @@ static const struct {
     {"structure", OP_STRUCTURE, 1},
     {"unflatten", OP_UNFLATTEN, 2},
     {"tree_map", OP_TREE_MAP, 2},
-    {"flatten_up_to", OP_UP_TO, 2},
 };
 
 /* The calls a FastCall takes itself, from its def's signature. */
@@ -154,11 +153,6 @@ fastcall_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObje
             goto slow;
         }
         return pk_unflatten(args[0], args[1]);
-    case OP_UP_TO:
-        if ((PyObject *)Py_TYPE(args[0]) != fc->spec_type) {
-            goto slow;
-        }
-        return pk_flatten_up_to(args[0], args[1]);
     case OP_TREE_MAP:
         return tree_map1(args[0], args[1], is_leaf);
     }

@@ -2,10 +2,12 @@
 
 pytree_kit has two engines that give the same results: the pure-Python one
 (``_pure``, the specification) and the C one (``_speedups``). ``_engine``
-chooses one at import; the rest of the package calls it through ``Engine``,
-the interface below. Each operation is declared once here, with its
-signature: its operands are positional (the C engine takes no keywords), and
-the trailing ones with defaults may be left out.
+chooses one at import and hands it here (:func:`use`); every module that
+calls an engine reads it here, at call time, as ``_interface.engine``: the
+one place the engine is found. ``Engine`` below is what it provides. Each
+operation is declared once here, with its signature: its operands are
+positional (the C engine takes no keywords), and the trailing ones with
+defaults may be left out.
 ``tests/test_interface.py`` checks both engines against it: every member is
 there, and every operation takes the same positional arguments, required
 and optional, as declared here.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Protocol
 
-__all__ = ["CONSTANTS", "OPERATIONS", "Engine"]
+__all__ = ["CONSTANTS", "OPERATIONS", "Engine", "engine", "use"]
 
 #: a ``TreeSpec`` (``_spec``, which sits above this module and calls the engine)
 TreeSpec = Any
@@ -64,6 +66,9 @@ class Engine(Protocol):
 
     def path_get(self, tree: Any, path: tuple, /) -> tuple:
         """``(node, done)``: how far ``path`` reads into ``tree``'s builtin containers."""
+
+    def tree_get(self, tree: Any, path: tuple, is_leaf: Any = None, rules: Any = None, /) -> Any:
+        """What stands at ``path`` (a tuple of keys) in ``tree``: a leaf or a subtree."""
 
     def keystr(self, path: Any, /) -> str:
         """``''.join(map(str, path))``."""
@@ -131,6 +136,7 @@ OPERATIONS = (
     "any_leaf",
     "flatten_with_path",
     "path_get",
+    "tree_get",
     "keystr",
     "unflatten",
     "flatten_up_to",
@@ -145,3 +151,19 @@ OPERATIONS = (
 )
 #: the constants of ``Engine``
 CONSTANTS = ("NAME",)
+
+
+#: The engine the package calls, read at call time as ``_interface.engine``;
+#: ``_engine`` sets it on import, through :func:`use`.
+engine: Engine
+
+
+def use(chosen: Engine) -> None:
+    """Make ``chosen`` the engine every module calls from now on.
+
+    ``_engine`` calls it once, on import, with the engine it chose. A test
+    may call it to run the package on the other engine, and puts the first
+    one back when it is done.
+    """
+    global engine
+    engine = chosen

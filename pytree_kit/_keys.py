@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Optional, SupportsIndex, overload
 
+from . import _interface
+
 __all__ = ["Accessor", "DictKey", "GetAttrKey", "SequenceKey", "keystr"]
 
 
@@ -115,11 +117,6 @@ class GetAttrKey(_Key):
         return (GetAttrKey, (self.name,))
 
 
-#: The C engine's ``keystr(path)`` for the default options (set by ``_engine``
-#: when it runs), which writes the three key classes' ``__str__`` in C; else None.
-_fast: Any = None
-
-
 def keystr(path: Iterable[Any], *, simple: bool = False, separator: str | None = None) -> str:
     """Render a path (a tuple of keys) as text.
 
@@ -139,8 +136,9 @@ def keystr(path: Iterable[Any], *, simple: bool = False, separator: str | None =
         >>> keystr(())
         ''
     """
-    if separator is None and not simple and _fast is not None:
-        return _fast(path)  # type: ignore[no-any-return]
+    if separator is None and not simple:
+        # the engine's: the C engine writes the three key classes' text in C
+        return _interface.engine.keystr(path)
     text = _simple if simple else str
     if separator is None:
         return "".join(map(text, path))
@@ -159,10 +157,6 @@ def _simple(key: Any) -> str:
         return key.name
     return str(key)
 
-
-#: ``tree_get``, set by ``_paths`` when it loads (an injection point: an
-#: accessor reads a tree as ``tree_get`` does, and ``_paths`` is above this module)
-_tree_get: Any = None
 
 _KEY_TYPES = (DictKey, SequenceKey, GetAttrKey)
 
@@ -215,7 +209,7 @@ class Accessor(tuple[Any, ...]):
     def __call__(
         self, tree: Any, *, is_leaf: Optional[Callable[[Any], bool]] = None, rules: Any = None
     ) -> Any:
-        return _tree_get(tree, tuple(self), is_leaf=is_leaf, rules=rules)
+        return _interface.engine.tree_get(tree, tuple(self), is_leaf, rules)
 
     @overload
     def __getitem__(self, index: SupportsIndex) -> Any: ...

@@ -15,14 +15,12 @@ import ast
 import re
 from typing import Any, Callable, Mapping, Optional, Union
 
-from . import _keys
-from ._engine import impl as _impl
+from . import _interface
 from ._keys import Accessor, DictKey, GetAttrKey, SequenceKey, accessor, keystr
 from ._keys import where as _place
 from ._kinds import check_rules
-from ._pure import _describe_node
+from ._pure import _describe_node, check_path, child_at
 from ._spec import TreeSpec, _subtree_end, child_key
-from .api import flatten_one_level
 
 __all__ = [
     "flatten_keystr",
@@ -36,7 +34,6 @@ __all__ = [
 
 IsLeaf = Optional[Callable[[Any], bool]]
 PathLike = Union[tuple, list, str]
-_KEYS = (DictKey, SequenceKey, GetAttrKey)
 
 
 # -- text -> path ------------------------------------------------------------
@@ -180,59 +177,7 @@ def _as_path(path: PathLike) -> tuple:
         return tuple(path)  # its keys were checked when it was made
     if type(path) is not tuple and type(path) is not list:
         raise TypeError(f"a path is a tuple of keys or its keystr text, got {type(path).__name__}")
-    for key in path:
-        if type(key) not in _KEYS:
-            raise TypeError(
-                "a path's keys are DictKey, SequenceKey or GetAttrKey, "
-                f"got {type(key).__name__} in {path!r}"
-            )
-    return tuple(path)
-
-
-def _missing(fn: str, path: tuple, depth: int, key: Any, what: str) -> LookupError:
-    """KeyError, or IndexError for a position, naming where the path failed."""
-    exc = IndexError if type(key) is SequenceKey else KeyError
-    return exc(f"{fn}: {_place(path[:depth])} is {what}, which has no {key}")
-
-
-def _step(fn: str, node: Any, path: tuple, depth: int, is_leaf: IsLeaf, rules: Any) -> tuple:
-    """(children, spec, i): the children of ``node`` (the tree at
-    ``path[:depth]``), the spec that rebuilds it, and the index of the child
-    ``path[depth]`` names; for a builtin dict, list or tuple, ``(node, None,
-    key or index)``."""
-    key = path[depth]
-    t = type(node)
-    if is_leaf is None and (rules is None or t not in rules):
-        # the builtin containers, read directly: what the engines would give
-        if t is dict and type(key) is DictKey:
-            try:
-                if key.key in node:
-                    return node, None, key.key
-            except TypeError:  # an unhashable key: no such child
-                pass
-        elif (
-            (t is list or t is tuple)
-            and type(key) is SequenceKey
-            and type(key.idx) is int
-            and 0 <= key.idx < len(node)
-        ):
-            return node, None, key.idx
-    try:
-        children, spec = flatten_one_level(node, is_leaf=is_leaf, rules=rules)
-    except ValueError:
-        raise _missing(fn, path, depth, key, f"a leaf of type {type(node).__qualname__}") from None
-    root = spec._nodes[0]
-    for i in range(root[2]):
-        k = child_key(root, i)
-        # an [int] read from text may be a mapping's int key
-        if k == key or (
-            type(key) is SequenceKey
-            and type(k) is DictKey
-            and k.key == key.idx
-            and type(k.key) is int
-        ):
-            return children, spec, i
-    raise _missing(fn, path, depth, key, _describe_node(root))
+    return check_path(tuple(path))
 
 
 def tree_get(tree: Any, path: PathLike, *, is_leaf: IsLeaf = None, rules: Any = None) -> Any:
@@ -253,26 +198,9 @@ def tree_get(tree: Any, path: PathLike, *, is_leaf: IsLeaf = None, rules: Any = 
         ...
         IndexError: tree_get: tree['targets'] is a list of 2, which has no [5]
     """
-    node = tree
-    done = 0
-    if type(path) is Accessor:
-        path = tuple(path)
-    if type(path) is tuple and is_leaf is None and not rules:
-        # builtin dicts, lists and tuples, read directly by the engine: what
-        # _step gives, up to the first node that is none of them
-        node, done = _impl.path_get(tree, path)
-        if done == len(path):
-            return node
-    keys = _as_path(path)
-    rules = check_rules(rules)
-    for depth in range(done, len(keys)):
-        children, _, i = _step("tree_get", node, keys, depth, is_leaf, rules)
-        node = children[i]
-    return node
-
-
-# an accessor reads a tree as tree_get does (the one injection point here)
-_keys._tree_get = tree_get
+    if type(path) is not tuple:
+        path = _as_path(path)  # a tuple's keys are checked as the engine reads them
+    return _interface.engine.tree_get(tree, path, is_leaf, rules)
 
 
 def flatten_with_accessor(
@@ -294,7 +222,7 @@ def flatten_with_accessor(
         >>> [acc(fresh) for acc, _ in pairs]
         ['x', 'y', 'z']
     """
-    pairs, spec = _impl.flatten_with_path(tree, is_leaf, check_rules(rules))
+    pairs, spec = _interface.engine.flatten_with_path(tree, is_leaf, check_rules(rules))
     return [(accessor(p), x) for p, x in pairs], spec
 
 
@@ -322,7 +250,7 @@ def tree_set(
     chain = []
     node = tree
     for depth in range(len(keys)):
-        children, spec, i = _step("tree_set", node, keys, depth, is_leaf, rules)
+        children, spec, i = child_at("tree_set", node, keys, depth, is_leaf, rules)
         chain.append((children, spec, i))
         node = children[i]
     for children, spec, i in reversed(chain):
@@ -335,7 +263,7 @@ def tree_set(
             new = list(children)
             new[i] = value
             if spec is not None:
-                new = _impl.unflatten(spec, new)
+                new = _interface.engine.unflatten(spec, new)
         value = new
     return value
 
@@ -390,8 +318,8 @@ def tree_at(
     if (replace is _NOTHING) == (replace_fn is _NOTHING):
         raise ValueError("tree_at: pass exactly one of replace and replace_fn")
     rules = check_rules(rules)
-    leaves, spec = _impl.flatten(tree, is_leaf, rules)
-    shadow = _impl.unflatten(spec, [_Mark(i) for i in range(len(leaves))])
+    leaves, spec = _interface.engine.flatten(tree, is_leaf, rules)
+    shadow = _interface.engine.unflatten(spec, [_Mark(i) for i in range(len(leaves))])
 
     def stop_at_marks(x: Any) -> bool:
         return type(x) is _Mark or (is_leaf is not None and bool(is_leaf(x)))
@@ -443,7 +371,7 @@ def _places(
     def stop_here(x: Any) -> bool:
         return id(x) in wanted or stop(x)
 
-    pairs, _ = _impl.flatten_with_path(shadow, stop_here, rules)
+    pairs, _ = _interface.engine.flatten_with_path(shadow, stop_here, rules)
     out: list = [None] * len(objs)
     for path, leaf in pairs:
         at = wanted.get(id(leaf))
@@ -473,7 +401,7 @@ def _not_in_tree(
     for p in found:
         if p is None:
             continue
-        pairs, _ = _impl.flatten_with_path(
+        pairs, _ = _interface.engine.flatten_with_path(
             tree_get(shadow, p, rules=rules), lambda x: x is obj or stop(x), rules
         )
         for rest, x in pairs:
@@ -509,7 +437,7 @@ def flatten_keystr(tree: Any, *, is_leaf: IsLeaf = None, rules: Any = None) -> d
         >>> pk.unflatten_keystr(spec, flat)
         {'enc.layer': [1, 2], 'head': {'w[0]': 3}}
     """
-    pairs, _ = _impl.flatten_with_path(tree, is_leaf, check_rules(rules))
+    pairs, _ = _interface.engine.flatten_with_path(tree, is_leaf, check_rules(rules))
     out: dict = {}
     for path, leaf in pairs:
         text = keystr(path)
@@ -544,7 +472,7 @@ def unflatten_keystr(spec: TreeSpec, mapping: Mapping[str, Any]) -> Any:
         known = set(names)
         extra = [k for k in mapping if k not in known]
         raise ValueError(f"unflatten_keystr: the spec has no leaf at {_listed(extra)}")
-    return _impl.unflatten(spec, [mapping[n] for n in names])
+    return _interface.engine.unflatten(spec, [mapping[n] for n in names])
 
 
 def _listed(texts: list) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from itertools import islice
 from typing import Any, Iterator
 
+from . import _interface, _tracer
 from ._bridge import rules_fix
 from ._errors import StructureError
 from ._keys import DictKey, GetAttrKey, SequenceKey, where
@@ -40,13 +41,14 @@ from ._kinds import (
     RULE,
     STRUCTSEQ,
     TUPLE,
+    check_rules,
     record_fields,
     user_tail,
 )
 from ._kinds import fields_info as _fields_info
 from ._reach import first_reaching  # noqa: F401  (the engine's interface)
 from ._rows import leaf_codes, number_list, packed_sample  # noqa: F401  (the engine's interface)
-from ._spec import TreeSpec, _subtree_end, node_paths
+from ._spec import TreeSpec, _subtree_end, child_key, node_paths
 
 NAME = "python"
 
@@ -109,7 +111,7 @@ def _plainly_hashable(x: Any) -> bool:
     ``type()`` of a value read from the input); an eager call takes exact
     types only, as a subclass may set ``__hash__`` to None.
     """
-    traced = compiling()
+    traced = _tracer.compiling()
     todo = [x]
     while todo:
         v = todo.pop()
@@ -318,7 +320,7 @@ def _outside_layout(t: Any, cache: dict, obj: Any) -> tuple:
     layout = cache.get(key)
     if layout is None:
         fields = frozenset(n for n, _ in _fields_info(t, cache, obj))
-        traced = compiling()
+        traced = _tracer.compiling()
         slots = []
         for i, name in slot_names(t):
             if name not in fields:
@@ -327,18 +329,10 @@ def _outside_layout(t: Any, cache: dict, obj: Any) -> tuple:
     return layout
 
 
-#: Whether torch.compile's tracer can read an instance's ``__dict__`` (its
-#: keys, values and length): dynamo can from torch 2.12 on. ``_dynamo``
-#: sets it when ``torch._dynamo`` is imported. Where it cannot, a traced walk
-#: reads a record's fields with ``getattr`` and cannot see state its instance
-#: keeps in its ``__dict__`` outside the fields (docs/compatibility.md).
-tracer_reads_instance_dicts = True
-
-
 def _reads_instance_dicts() -> bool:
     """Whether this walk may read instances' ``__dict__`` (always, unless a
     tracer that cannot is tracing it)."""
-    return tracer_reads_instance_dicts or not compiling()
+    return _tracer.reads_instance_dicts or not _tracer.compiling()
 
 
 def _outside(obj: Any, t: Any, cache: dict) -> list:
@@ -614,7 +608,7 @@ def _plain_reads(obj: tuple) -> bool:
     stored items of one that overrides neither (nor ``__iter__``). A traced
     subclass that overrides them is read as in an eager call, which dynamo
     follows from torch 2.13 on."""
-    return compiling() and not tuple_overrides(type(obj))
+    return _tracer.compiling() and not tuple_overrides(type(obj))
 
 
 def _items(obj: tuple) -> tuple:
@@ -789,15 +783,6 @@ def _visit(obj: Any, is_leaf: Any, rules: Any, stack: list, cache: dict, leaf_ty
     return found
 
 
-def _never() -> bool:
-    return False
-
-
-#: Whether torch.compile's tracer (dynamo) is tracing the call: ``_dynamo``
-#: sets it to ``torch.compiler.is_compiling`` when ``torch._dynamo`` is
-#: imported (nothing can trace before that); dynamo reads it as a constant.
-compiling = _never
-
 #: How deep a traced walk's path goes before the walk looks for cycles.
 #: dynamo guards on every ``id()`` it traces, so the check made on entry to
 #: each container, as in an eager call, would tie a compiled graph to the
@@ -817,7 +802,7 @@ _CHECKING = -1
 def _onpath() -> set:
     """A walk's set of the ids on its path: checked from the first container
     (``_CHECKING`` in it), or from ``CYCLE_DEPTH`` while dynamo traces."""
-    return set() if compiling() else {_CHECKING}
+    return set() if _tracer.compiling() else {_CHECKING}
 
 
 def _enter(stack: list, onpath: set, obj: Any, children: Any, keymode: int, names: Any) -> None:
@@ -840,22 +825,13 @@ def _check_entry(stack: list, onpath: set, obj: Any) -> None:
         _check_path(stack, onpath, obj)
 
 
-#: Whether torch.compile's tracer can read and compare containers'
-#: identities (``id``), which a traced walk whose path gets to
-#: ``CYCLE_DEPTH`` needs to look for cycles: dynamo can from torch 2.13 on
-#: (2.9-2.11 cannot read an ``id`` of a dict or list, 2.12 cannot compare
-#: two, and none compares two containers with ``is`` in every case).
-#: ``_dynamo`` sets it when ``torch._dynamo`` is imported.
-tracer_reads_identity = True
-
-
 def _check_path(stack: list, onpath: set, obj: Any) -> None:
     """Start checking for cycles: raise the error for the first container on
     the path (``stack``'s, then ``obj``) that is one before it on the path,
     else fill ``onpath`` with their ids. Where the tracer tracing the walk
     cannot read identities, raise instead: the walk cannot tell a cycle from
     a deep tree."""
-    if not tracer_reads_identity:
+    if not _tracer.reads_identity:
         raise ValueError(
             f"{where(_path(stack))}: this path is {CYCLE_DEPTH} containers deep, and "
             "torch.compile on this torch (older than 2.13) cannot read the identities "
@@ -1479,6 +1455,86 @@ def path_get(tree: Any, path: tuple) -> tuple:
             break
         done += 1
     return node, done
+
+
+_PATH_KEYS = (DictKey, SequenceKey, GetAttrKey)
+
+
+def check_path(path: tuple) -> tuple:
+    """``path``, when each of its keys is a DictKey, SequenceKey or
+    GetAttrKey; else TypeError."""
+    for key in path:
+        if type(key) not in _PATH_KEYS:
+            raise TypeError(
+                "a path's keys are DictKey, SequenceKey or GetAttrKey, "
+                f"got {type(key).__name__} in {path!r}"
+            )
+    return path
+
+
+def _missing(fn: str, path: tuple, depth: int, key: Any, what: str) -> LookupError:
+    """KeyError, or IndexError for a position, naming where the path failed."""
+    exc = IndexError if type(key) is SequenceKey else KeyError
+    return exc(f"{fn}: {where(path[:depth])} is {what}, which has no {key}")
+
+
+def child_at(fn: str, node: Any, path: tuple, depth: int, is_leaf: Any, rules: Any) -> tuple:
+    """(children, spec, i): the children of ``node`` (the tree at
+    ``path[:depth]``), the spec that rebuilds it, and the index of the child
+    ``path[depth]`` names; for a builtin dict, list or tuple, ``(node, None,
+    key or index)``. A child that is not there raises KeyError (IndexError
+    for a position) naming ``fn``, the place and what stands there."""
+    key = path[depth]
+    t = type(node)
+    if is_leaf is None and (rules is None or t not in rules):
+        # the builtin containers, read directly: what the engines would give
+        if t is dict and type(key) is DictKey:
+            try:
+                if key.key in node:
+                    return node, None, key.key
+            except TypeError:  # an unhashable key: no such child
+                pass
+        elif (
+            (t is list or t is tuple)
+            and type(key) is SequenceKey
+            and type(key.idx) is int
+            and 0 <= key.idx < len(node)
+        ):
+            return node, None, key.idx
+    found = _interface.engine.flatten_one_level(node, is_leaf, rules)
+    if found is None:
+        raise _missing(fn, path, depth, key, f"a leaf of type {type(node).__qualname__}")
+    children, spec = found
+    root = spec._nodes[0]
+    for i in range(root[2]):
+        k = child_key(root, i)
+        # an [int] read from text may be a mapping's int key
+        if k == key or (
+            type(key) is SequenceKey
+            and type(k) is DictKey
+            and k.key == key.idx
+            and type(k.key) is int
+        ):
+            return children, spec, i
+    raise _missing(fn, path, depth, key, _describe_node(root))
+
+
+def tree_get(tree: Any, path: tuple, is_leaf: Any = None, rules: Any = None, /) -> Any:
+    """What stands at ``path``, a tuple of keys, in ``tree`` (``pk.tree_get``,
+    and an ``Accessor``'s call). Builtin dicts, lists and tuples are read by
+    the engine's ``path_get``; from the first other node on, a node's
+    children are found as the engine flattens it (:func:`child_at`)."""
+    node, done = tree, 0
+    if is_leaf is None and not rules:
+        node, done = _interface.engine.path_get(tree, path)
+        if done == len(path):
+            return node
+    check_path(path)
+    rules = check_rules(rules)
+    for depth in range(done, len(path)):
+        children, _, i = child_at("tree_get", node, path, depth, is_leaf, rules)
+        node = children[i]
+    return node
 
 
 #: Functions of a class (and strs) alone whose results are strs, ints and

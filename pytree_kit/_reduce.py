@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Iterator, Optional
 
-from ._engine import impl as _impl
+from . import _interface
 from ._kinds import check_rules
 
 __all__ = [
@@ -29,12 +29,12 @@ _MISSING: Any = object()
 
 
 def _leaves(tree: Any, is_leaf: IsLeaf, rules: Any) -> list:
-    return _impl.leaves(tree, is_leaf, check_rules(rules))  # type: ignore[no-any-return]
+    return _interface.engine.leaves(tree, is_leaf, check_rules(rules))  # type: ignore[no-any-return]
 
 
 def _lazy(tree: Any, is_leaf: IsLeaf, rules: Any) -> Iterator[Any]:
     """The leaves as the engine's iterator: the walk stops where the caller does."""
-    return _impl.iter_leaves(tree, is_leaf, check_rules(rules))  # type: ignore[no-any-return]
+    return _interface.engine.iter_leaves(tree, is_leaf, check_rules(rules))  # type: ignore[no-any-return]
 
 
 def _is_types(x: Any) -> bool:
@@ -88,8 +88,8 @@ def tree_map_only(
         ['S', 't']
     """
     wanted = _selector(type_or_types_or_pred)
-    leaves, spec = _impl.flatten(tree, is_leaf, check_rules(rules))
-    return _impl.unflatten(spec, [fn(x) if wanted(x) else x for x in leaves])
+    leaves, spec = _interface.engine.flatten(tree, is_leaf, check_rules(rules))
+    return _interface.engine.unflatten(spec, [fn(x) if wanted(x) else x for x in leaves])
 
 
 def tree_any(tree: Any, is_leaf: IsLeaf = None, *, rules: Any = None) -> bool:
@@ -103,7 +103,7 @@ def tree_any(tree: Any, is_leaf: IsLeaf = None, *, rules: Any = None) -> bool:
         >>> pk.tree_any({"a": [0, None], "b": ""}), pk.tree_any([0, (1,)])
         (False, True)
     """
-    return _impl.any_leaf(tree, is_leaf, check_rules(rules), True)  # type: ignore[no-any-return]
+    return _interface.engine.any_leaf(tree, is_leaf, check_rules(rules), True)  # type: ignore[no-any-return]
 
 
 def tree_all(tree: Any, is_leaf: IsLeaf = None, *, rules: Any = None) -> bool:
@@ -115,7 +115,7 @@ def tree_all(tree: Any, is_leaf: IsLeaf = None, *, rules: Any = None) -> bool:
         >>> pk.tree_all({"a": [1, None], "b": "s"}), pk.tree_all([1, (0,)])
         (True, False)
     """
-    return not _impl.any_leaf(tree, is_leaf, check_rules(rules), False)
+    return not _interface.engine.any_leaf(tree, is_leaf, check_rules(rules), False)
 
 
 def tree_any_only(

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Final, Optional
 
+from . import _interface
 from ._compare import first_difference, mismatch_text
-from ._engine import impl as _impl
 from ._errors import StructureError
 from ._keys import where
 from ._kinds import RULE, check_rules
@@ -63,8 +63,8 @@ def tree_transpose(
                 "tree_transpose: inner_spec=None reads the inner structure from the "
                 "first inner tree, but the outer structure has no leaves"
             )
-        first = _impl.flatten_up_to(outer_spec, tree, "the outer spec", "the tree")[0]
-        inner_spec = _impl.flatten(first, is_leaf, rules)[1]
+        first = _interface.engine.flatten_up_to(outer_spec, tree, "the outer spec", "the tree")[0]
+        inner_spec = _interface.engine.flatten(first, is_leaf, rules)[1]
     elif type(inner_spec) is not TreeSpec:
         raise TypeError(f"tree_transpose: inner_spec must be a TreeSpec, got {inner_spec!r}")
     expected = outer_spec.compose(inner_spec)
@@ -73,13 +73,13 @@ def tree_transpose(
     carried = {node[1]: node[3][0] for node in expected._nodes if node[0] == RULE}
     if carried:
         rules = {**carried, **(rules or {})}
-    leaves, spec = _impl.flatten(tree, is_leaf, rules)
+    leaves, spec = _interface.engine.flatten(tree, is_leaf, rules)
     found = None if spec == expected else first_difference(expected, spec)
     if found is not None:
         text = mismatch_text(found, "outer_spec.compose(inner_spec)", "the tree")
         raise StructureError(f"tree_transpose: {text}")
     n_outer, n_inner = outer_spec.num_leaves, inner_spec.num_leaves
-    rebuild = _impl.unflatten
+    rebuild = _interface.engine.unflatten
     subtrees = [
         rebuild(outer_spec, leaves[j : n_outer * n_inner : n_inner]) for j in range(n_inner)
     ]
@@ -100,13 +100,13 @@ def tree_broadcast_prefix(
         {'a': [1, 1], 'b': (2, {'c': 2})}
     """
     rules = check_rules(rules)
-    values, spec = _impl.flatten(prefix_tree, is_leaf, rules)
-    subtrees = _impl.flatten_up_to(spec, full_tree, "the prefix tree", "the full tree")
+    values, spec = _interface.engine.flatten(prefix_tree, is_leaf, rules)
+    subtrees = _interface.engine.flatten_up_to(spec, full_tree, "the prefix tree", "the full tree")
     out = []
     for value, sub in zip(values, subtrees):
-        sub_spec = _impl.flatten(sub, is_leaf, rules)[1]
-        out.append(_impl.unflatten(sub_spec, [value] * sub_spec.num_leaves))
-    return _impl.unflatten(spec, out)
+        sub_spec = _interface.engine.flatten(sub, is_leaf, rules)[1]
+        out.append(_interface.engine.unflatten(sub_spec, [value] * sub_spec.num_leaves))
+    return _interface.engine.unflatten(spec, out)
 
 
 def tree_partition(
@@ -130,10 +130,14 @@ def tree_partition(
         >>> pk.tree_combine(ints, rest)
         {'a': [1, 's'], 'b': 2}
     """
-    leaves, spec = _impl.flatten(tree, is_leaf, check_rules(rules))
+    leaves, spec = _interface.engine.flatten(tree, is_leaf, check_rules(rules))
     chosen = [bool(predicate(x)) for x in leaves]
-    left = _impl.unflatten(spec, [x if c else fillvalue for x, c in zip(leaves, chosen)])
-    right = _impl.unflatten(spec, [fillvalue if c else x for x, c in zip(leaves, chosen)])
+    left = _interface.engine.unflatten(
+        spec, [x if c else fillvalue for x, c in zip(leaves, chosen)]
+    )
+    right = _interface.engine.unflatten(
+        spec, [fillvalue if c else x for x, c in zip(leaves, chosen)]
+    )
     return left, right
 
 
@@ -160,10 +164,10 @@ def tree_combine(
     def leaf(x: Any) -> bool:
         return x is fillvalue or (is_leaf is not None and bool(is_leaf(x)))
 
-    leaves, spec = _impl.flatten(trees[0], leaf, rules)
+    leaves, spec = _interface.engine.flatten(trees[0], leaf, rules)
     columns = [leaves]
     for k, other in enumerate(trees[1:], 1):
-        more, other_spec = _impl.flatten(other, leaf, rules)
+        more, other_spec = _interface.engine.flatten(other, leaf, rules)
         found = first_difference(spec, other_spec)
         if found is not None:
             raise StructureError(f"tree_combine: {mismatch_text(found, 'trees[0]', f'trees[{k}]')}")
@@ -174,7 +178,7 @@ def tree_combine(
             if x is not fillvalue:
                 break
         out.append(x)
-    return _impl.unflatten(spec, out)
+    return _interface.engine.unflatten(spec, out)
 
 
 def tree_replace_nones(sentinel: Any, tree: Any, *, rules: Any = None) -> Any:
@@ -186,8 +190,8 @@ def tree_replace_nones(sentinel: Any, tree: Any, *, rules: Any = None) -> Any:
         >>> pk.tree_replace_nones(0, {"a": [1, None], "b": None})
         {'a': [1, 0], 'b': 0}
     """
-    leaves, spec = _impl.flatten(tree, _is_none, check_rules(rules))
-    return _impl.unflatten(spec, [sentinel if x is None else x for x in leaves])
+    leaves, spec = _interface.engine.flatten(tree, _is_none, check_rules(rules))
+    return _interface.engine.unflatten(spec, [sentinel if x is None else x for x in leaves])
 
 
 def _is_none(x: Any) -> bool:
@@ -308,7 +312,7 @@ def _traverse(
                 value = None if answer is MAP_TO_NONE else answer
         if value is _UNSET:
             try:
-                found = _impl.flatten_one_level(x, is_leaf, rules)
+                found = _interface.engine.flatten_one_level(x, is_leaf, rules)
             except (TypeError, ValueError) as e:
                 placed = _placed(e, frames)
                 if placed is e:
@@ -330,7 +334,7 @@ def _traverse(
                     frames.append((spec, children, [], x))
                     x = children[0]
                     continue
-                value = _impl.unflatten(spec, [])
+                value = _interface.engine.unflatten(spec, [])
                 if not top_down:
                     value = _answer(fn, value)
         # value is what x became: hand it to the containers above
@@ -342,7 +346,7 @@ def _traverse(
                 break
             frames.pop()
             del holders[id(holder)]
-            value = _impl.unflatten(spec, results)
+            value = _interface.engine.unflatten(spec, results)
             if not top_down:
                 value = _answer(fn, value)
         else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from . import _interface, _tracer
 from ._json import nodes_from_json, nodes_to_json
 from ._keys import Accessor, DictKey, GetAttrKey, SequenceKey, accessor, where
 from ._kinds import (
@@ -36,21 +37,6 @@ from ._kinds import (
 )
 
 __all__ = ["TreeSpec"]
-
-#: The engine module that TreeSpec's methods call (unflatten, flatten_up_to,
-#: compose, ...). Both engines import this module, so it cannot import them:
-#: ``_engine`` sets this when it has chosen one (the one injection point here).
-_impl: Any = None
-
-
-def _never() -> bool:
-    return False
-
-
-#: Whether torch.compile's tracer (dynamo) is tracing the call: ``_dynamo``
-#: sets it to ``torch.compiler.is_compiling`` when ``torch._dynamo`` is
-#: imported, as it sets the pure engine's.
-compiling = _never
 
 
 def same_nodes(a: tuple, b: tuple) -> bool:
@@ -148,7 +134,7 @@ class TreeSpec:
             return NotImplemented
         if self._num_leaves != other._num_leaves:
             return False
-        if compiling():
+        if _tracer.compiling():
             return same_nodes(self._nodes, other._nodes)
         return self._nodes == other._nodes
 
@@ -302,7 +288,7 @@ class TreeSpec:
             >>> pk.TreeSpec.from_collection({"a": inner, "b": pk.TreeSpec.leaf()})
             TreeSpec({'a': (*, *), 'b': *})
         """
-        pairs, outer = _impl.flatten_with_path(obj, _is_spec, check_rules(rules))
+        pairs, outer = _interface.engine.flatten_with_path(obj, _is_spec, check_rules(rules))
         for path, leaf in pairs:
             if type(leaf) is not TreeSpec:
                 raise TypeError(
@@ -325,7 +311,9 @@ class TreeSpec:
         """
         if type(inner) is not TreeSpec:
             raise TypeError(f"compose expects a TreeSpec, got {type(inner).__name__}")
-        nodes, orders = _impl.spec_compose(self._nodes, self._orders, inner._nodes, inner._orders)
+        nodes, orders = _interface.engine.spec_compose(
+            self._nodes, self._orders, inner._nodes, inner._orders
+        )
         return TreeSpec._make(nodes, orders, self._num_leaves * inner._num_leaves)
 
     def is_prefix(self, other: TreeSpec, strict: bool = False) -> bool:
@@ -346,7 +334,9 @@ class TreeSpec:
         if type(other) is not TreeSpec:
             raise TypeError(f"is_prefix expects a TreeSpec, got {type(other).__name__}")
         mine, theirs = self._nodes, other._nodes
-        return bool(_impl.spec_is_prefix(mine, theirs)) and not (strict and mine == theirs)
+        return bool(_interface.engine.spec_is_prefix(mine, theirs)) and not (
+            strict and mine == theirs
+        )
 
     def is_suffix(self, other: TreeSpec, strict: bool = False) -> bool:
         """Whether this structure is ``other`` with some leaves replaced by
@@ -497,7 +487,7 @@ class TreeSpec:
         list itself: ``paths()`` and ``accessors()`` hand out copies)."""
         paths = self._paths
         if paths is None:
-            paths = _impl.spec_paths(self._nodes)
+            paths = _interface.engine.spec_paths(self._nodes)
             object.__setattr__(self, "_paths", paths)
         return paths
 
@@ -534,7 +524,7 @@ class TreeSpec:
             >>> pk.structure((1, [2, 3])).unflatten(["a", "b", "c"])
             ('a', ['b', 'c'])
         """
-        return _impl.unflatten(self, leaves)
+        return _interface.engine.unflatten(self, leaves)
 
     def flatten_up_to(self, tree: Any) -> list[Any]:
         """The leaves of ``tree``, which must have this structure.
@@ -554,7 +544,7 @@ class TreeSpec:
             ...
             pytree_kit.StructureError: tree['y']: structure mismatch: the spec has a list of 2, ...
         """
-        return _impl.flatten_up_to(self, tree)
+        return _interface.engine.flatten_up_to(self, tree)
 
     def columns(self, trees: Iterable[Any]) -> list[list[Any]]:
         """The leaves of many trees of this structure, column by column:
@@ -570,7 +560,7 @@ class TreeSpec:
             >>> spec.columns([{"x": 1, "y": 2}, {"x": 3, "y": 4}])
             [[1, 3], [2, 4]]
         """
-        return _impl.flatten_up_to_columns(self, trees)  # type: ignore[no-any-return]
+        return _interface.engine.flatten_up_to_columns(self, trees)  # type: ignore[no-any-return]
 
     def to_json(self) -> str:
         """A stable, readable JSON document for this spec (see ``from_json``).

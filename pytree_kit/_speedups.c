@@ -263,6 +263,17 @@ PyInit__speedups(void)
     if (key_init() < 0 || pk_specops_init(spec) < 0 || pk_rows_init() < 0) {
         goto fail;
     }
+    /* tree_get is the specification's own (_pure.tree_get): it reads builtin
+     * containers with this engine's path_get, and every other node as this
+     * engine's flatten_one_level finds its children. */
+    {
+        PyObject *tree_get = get_attr(pure, "tree_get");
+        int added = tree_get == NULL ? -1 : PyModule_AddObjectRef(m, "tree_get", tree_get);
+        Py_XDECREF(tree_get);
+        if (added < 0) {
+            goto fail;
+        }
+    }
     TreeSpec_type = (PyTypeObject *)get_attr(spec, "TreeSpec");
     if (TreeSpec_type == NULL) {
         goto fail;

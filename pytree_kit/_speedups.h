@@ -77,9 +77,6 @@ PK_INTERNAL PyObject *pk_walk(PyObject *tree, PyObject *is_leaf, PyObject *rules
 /* unflatten(spec, leaves) */
 PK_INTERNAL PyObject *pk_unflatten(PyObject *spec, PyObject *leaves);
 
-/* flatten_up_to(spec, tree), with the default labels of its messages */
-PK_INTERNAL PyObject *pk_flatten_up_to(PyObject *spec, PyObject *tree);
-
 /* first_reaching(leaves, start, target, skip, opaque, registered, limit)
  * (_reach.c; the specification is pytree_kit/_reach.py) */
 PK_INTERNAL PyObject *pk_first_reaching(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

@@ -8,7 +8,6 @@
  *                    the node's keys, records by its fields); _pure._match and
  *                    _pure._mismatch for the rest and for the messages
  *   sp_flatten_up_to(_columns)  one tree, or many trees into columns
- *   pk_flatten_up_to the entry point FastCall calls (_speedups.h)
  * Calls: _specread.c, _classify.c (plans, classify), _stack.c, _layouts.c.
  */
 
@@ -1014,13 +1013,4 @@ error:
     Py_XDECREF(columns);
     up_to_clear(&call);
     return NULL;
-}
-
-/* ------------------------------------------------------------------------ */
-
-PyObject *
-pk_flatten_up_to(PyObject *spec, PyObject *tree)
-{
-    PyObject *args[2] = {spec, tree};
-    return sp_flatten_up_to(NULL, args, 2);
 }

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
-from . import _dynamo, _pure
-from ._engine import accelerate
-from ._engine import impl as _impl
+from . import _interface
+from ._engine import c_fast_call
 from ._kinds import Rule, check_rules
 from ._spec import TreeSpec
 
@@ -37,7 +36,7 @@ Rules = Optional[Mapping[type, Rule]]
 Path = tuple
 
 
-@accelerate("flatten")
+@c_fast_call("flatten")  # common calls run in C (_fastcall.c); this body specifies them
 def flatten(
     tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None
 ) -> tuple[list[Any], TreeSpec]:
@@ -53,10 +52,10 @@ def flatten(
         >>> pk.unflatten(spec, [20, 30, 10])
         {'b': (10, None), 'a': [20, 30]}
     """
-    return _impl.flatten(tree, is_leaf, check_rules(rules))
+    return _interface.engine.flatten(tree, is_leaf, check_rules(rules))
 
 
-@accelerate("unflatten")
+@c_fast_call("unflatten")  # common calls run in C (_fastcall.c); this body specifies them
 def unflatten(spec: TreeSpec, leaves: Iterable[Any]) -> Any:
     """Build a tree of ``spec``'s structure from leaves (any iterable).
 
@@ -75,10 +74,10 @@ def unflatten(spec: TreeSpec, leaves: Iterable[Any]) -> Any:
     """
     if type(spec) is not TreeSpec:
         raise TypeError(f"unflatten expects a TreeSpec, got {type(spec).__name__}")
-    return _impl.unflatten(spec, leaves)
+    return _interface.engine.unflatten(spec, leaves)
 
 
-@accelerate("leaves")
+@c_fast_call("leaves")  # common calls run in C (_fastcall.c); this body specifies them
 def leaves(tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None) -> list[Any]:
     """The leaves of a tree, in order, without building a spec.
 
@@ -91,7 +90,7 @@ def leaves(tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None) -> list[An
         >>> pk.leaves([Batch(1, {"k": 2}), None, "s"])
         [1, 2, 's']
     """
-    return _impl.leaves(tree, is_leaf, check_rules(rules))
+    return _interface.engine.leaves(tree, is_leaf, check_rules(rules))
 
 
 def tree_iter(tree: Any, is_leaf: IsLeaf = None, *, rules: Rules = None) -> Iterator[Any]:
@@ -112,10 +111,10 @@ def tree_iter(tree: Any, is_leaf: IsLeaf = None, *, rules: Rules = None) -> Iter
         >>> any(x > 1 for x in pk.tree_iter([3, {"never": "read"}]))
         True
     """
-    return _impl.iter_leaves(tree, is_leaf, check_rules(rules))  # type: ignore[no-any-return]
+    return _interface.engine.iter_leaves(tree, is_leaf, check_rules(rules))  # type: ignore[no-any-return]
 
 
-@accelerate("structure")
+@c_fast_call("structure")  # common calls run in C (_fastcall.c); this body specifies them
 def structure(tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None) -> TreeSpec:
     """The spec of a tree.
 
@@ -124,10 +123,10 @@ def structure(tree: Any, *, is_leaf: IsLeaf = None, rules: Rules = None) -> Tree
         >>> pk.structure((1, [2, None]))
         TreeSpec((*, [*, None]))
     """
-    return _impl.flatten(tree, is_leaf, check_rules(rules))[1]
+    return _interface.engine.flatten(tree, is_leaf, check_rules(rules))[1]
 
 
-@accelerate("flatten_with_path")
+@c_fast_call("flatten_with_path")  # common calls run in C (_fastcall.c); this body specifies them
 def flatten_with_path(
     tree: Any,
     *,
@@ -153,8 +152,8 @@ def flatten_with_path(
         [[1, 2], 3]
     """
     if is_leaf_takes_path:
-        return _impl.flatten_with_path(tree, is_leaf, check_rules(rules), True)
-    return _impl.flatten_with_path(tree, is_leaf, check_rules(rules))
+        return _interface.engine.flatten_with_path(tree, is_leaf, check_rules(rules), True)
+    return _interface.engine.flatten_with_path(tree, is_leaf, check_rules(rules))
 
 
 def flatten_one_level(
@@ -177,7 +176,9 @@ def flatten_one_level(
         >>> spec.unflatten(["x", "y"])
         {'b': 'y', 'a': 'x'}
     """
-    found = _impl.flatten_one_level(tree, is_leaf, None if rules is None else check_rules(rules))
+    found = _interface.engine.flatten_one_level(
+        tree, is_leaf, None if rules is None else check_rules(rules)
+    )
     if found is None:
         raise ValueError(
             f"flatten_one_level: the tree is a leaf ({type(tree).__qualname__}): it has no children"
@@ -186,7 +187,7 @@ def flatten_one_level(
     return children, spec
 
 
-@accelerate("tree_map")
+@c_fast_call("tree_map")  # common calls run in C (_fastcall.c); this body specifies them
 def tree_map(
     fn: Callable[..., Any],
     tree: Any,
@@ -209,11 +210,11 @@ def tree_map(
         ...
         pytree_kit.StructureError: tree[1]: structure mismatch: the first tree has a tuple of 1, ...
     """
-    leaves, spec = _impl.flatten(tree, is_leaf, check_rules(rules))
+    leaves, spec = _interface.engine.flatten(tree, is_leaf, check_rules(rules))
     if not rest:
-        return _impl.unflatten(spec, [fn(x) for x in leaves])
+        return _interface.engine.unflatten(spec, [fn(x) for x in leaves])
     others = _rest_leaves(spec, rest)
-    return _impl.unflatten(spec, list(map(fn, leaves, *others)))
+    return _interface.engine.unflatten(spec, list(map(fn, leaves, *others)))
 
 
 def tree_map_with_path(
@@ -238,28 +239,29 @@ def tree_map_with_path(
         {'a': 2, 'b': 1}
     """
     if is_leaf_takes_path:
-        pairs, spec = _impl.flatten_with_path(tree, is_leaf, check_rules(rules), True)
+        pairs, spec = _interface.engine.flatten_with_path(tree, is_leaf, check_rules(rules), True)
     else:
-        pairs, spec = _impl.flatten_with_path(tree, is_leaf, check_rules(rules))
+        pairs, spec = _interface.engine.flatten_with_path(tree, is_leaf, check_rules(rules))
     if not rest:
-        return _impl.unflatten(spec, [fn(p, x) for p, x in pairs])
+        return _interface.engine.unflatten(spec, [fn(p, x) for p, x in pairs])
     others = _rest_leaves(spec, rest)
     paths = [p for p, _ in pairs]
     values = [x for _, x in pairs]
-    return _impl.unflatten(spec, list(map(fn, paths, values, *others)))
+    return _interface.engine.unflatten(spec, list(map(fn, paths, values, *others)))
 
 
 def _rest_leaves(spec: TreeSpec, rest: tuple) -> list[list[Any]]:
     """The leaves of each tree in ``rest``, which must have ``spec``'s structure."""
     return [
-        _impl.flatten_up_to(spec, r, "the first tree", f"rest[{i}]") for i, r in enumerate(rest)
+        _interface.engine.flatten_up_to(spec, r, "the first tree", f"rest[{i}]")
+        for i, r in enumerate(rest)
     ]
 
 
 # -- drop-in aliases with the jax.tree_util / optree signatures -------------
 
 
-@accelerate("flatten")
+@c_fast_call("flatten")  # common calls run in C (_fastcall.c); this body specifies them
 def tree_flatten(tree: Any, is_leaf: IsLeaf = None) -> tuple[list[Any], TreeSpec]:
     """``jax.tree_util.tree_flatten``'s signature.
 
@@ -268,10 +270,10 @@ def tree_flatten(tree: Any, is_leaf: IsLeaf = None) -> tuple[list[Any], TreeSpec
         >>> pk.tree_flatten([1, (2, 3)])[0]
         [1, 2, 3]
     """
-    return _impl.flatten(tree, is_leaf, None)
+    return _interface.engine.flatten(tree, is_leaf, None)
 
 
-@accelerate("unflatten")
+@c_fast_call("unflatten")  # common calls run in C (_fastcall.c); this body specifies them
 def tree_unflatten(spec: TreeSpec, leaves: Iterable[Any]) -> Any:
     """``jax.tree_util.tree_unflatten(treedef, leaves)``'s signature.
 
@@ -283,7 +285,7 @@ def tree_unflatten(spec: TreeSpec, leaves: Iterable[Any]) -> Any:
     return unflatten(spec, leaves)
 
 
-@accelerate("leaves")
+@c_fast_call("leaves")  # common calls run in C (_fastcall.c); this body specifies them
 def tree_leaves(tree: Any, is_leaf: IsLeaf = None) -> list[Any]:
     """``jax.tree_util.tree_leaves``'s signature.
 
@@ -292,10 +294,10 @@ def tree_leaves(tree: Any, is_leaf: IsLeaf = None) -> list[Any]:
         >>> pk.tree_leaves({"b": 2, "a": 1})
         [1, 2]
     """
-    return _impl.leaves(tree, is_leaf, None)
+    return _interface.engine.leaves(tree, is_leaf, None)
 
 
-@accelerate("structure")
+@c_fast_call("structure")  # common calls run in C (_fastcall.c); this body specifies them
 def tree_structure(tree: Any, is_leaf: IsLeaf = None) -> TreeSpec:
     """``jax.tree_util.tree_structure``'s signature.
 
@@ -304,29 +306,4 @@ def tree_structure(tree: Any, is_leaf: IsLeaf = None) -> TreeSpec:
         >>> pk.tree_structure({"a": None})
         TreeSpec({'a': None})
     """
-    return _impl.flatten(tree, is_leaf, None)[1]
-
-
-# -- TreeSpec's unflatten and flatten_up_to ---------------------------------
-
-
-def _spec_methods(fast: bool) -> None:
-    """Make TreeSpec's ``unflatten`` and ``flatten_up_to`` FastCalls of their
-    defs (``fast``, as the functions above are with the C engine), or give
-    them their defs back: torch.compile's dynamo loses the instance of a
-    method that is not a Python function, so ``_dynamo`` calls this when it
-    registers (about 0.05 µs more a call). The one place TreeSpec is changed
-    after its class body: ``_spec`` is below the engines, so it cannot wrap
-    its own methods.
-    """
-    for name in ("unflatten", "flatten_up_to"):
-        method = TreeSpec.__dict__[name]
-        func = getattr(method, "__wrapped__", method)
-        setattr(TreeSpec, name, accelerate(name)(func) if fast else func)
-
-
-if _impl is not _pure:
-    _spec_methods(fast=True)
-    _dynamo.install(_impl, then=lambda: _spec_methods(fast=False))
-else:
-    _dynamo.install(None)
+    return _interface.engine.flatten(tree, is_leaf, None)[1]

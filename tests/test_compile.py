@@ -212,7 +212,7 @@ def test_registration_is_idempotent():
 
 import attrs  # noqa: E402
 
-from pytree_kit import _dynamo, _pure  # noqa: E402
+from pytree_kit import _dynamo, _pure, _tracer  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -423,7 +423,7 @@ def _chain(depth, leaf):
     return tree
 
 
-#: whether this torch's dynamo reads containers' ids (_pure.tracer_reads_identity)
+#: whether this torch's dynamo reads containers' ids (_tracer.reads_identity)
 READS_IDENTITY = _dynamo.torch_version(torch.__version__) >= (2, 13)
 #: the error a traced walk raises at CYCLE_DEPTH where the tracer cannot read ids
 TOO_DEEP = "containers deep, and torch.compile on this torch (older than 2.13) cannot read"
@@ -439,7 +439,7 @@ def test_a_tree_deeper_than_the_cycle_bound_compiles_right():
     fn = _functions(None)["tree_map"]
     torch._dynamo.reset()
     compiled = torch.compile(fn, fullgraph=True, backend="eager")
-    assert _pure.tracer_reads_identity is READS_IDENTITY
+    assert _tracer.reads_identity is READS_IDENTITY
     for _ in range(2):
         tree = _chain(_pure.CYCLE_DEPTH + 5, _r())
         if READS_IDENTITY:
@@ -517,9 +517,8 @@ def test_identity_is_read_only_past_the_bound_while_tracing():
         return real_id(x)
 
     tree = {"a": [Target(_r(), _r(1))], "b": (_r(), {"c": None})}
-    old, old_identity = _pure.compiling, _pure.tracer_reads_identity
-    _pure.compiling = lambda: True
-    _pure.tracer_reads_identity = True
+    old = (_tracer.compiling, _tracer.reads_instance_dicts, _tracer.reads_identity)
+    _tracer.learn(lambda: True, instance_dicts=True, identity=True)
     _pure.__dict__["id"] = counting_id
     try:
         for mode in (0, 1, 2):
@@ -536,7 +535,7 @@ def test_identity_is_read_only_past_the_bound_while_tracing():
         # where the tracer cannot read ids, the walk stops at the bound with
         # a clear error naming the path, cycle or not, and reads no id
         calls.clear()
-        _pure.tracer_reads_identity = False
+        _tracer.learn(lambda: True, instance_dicts=True, identity=False)
         for deep in (a, _chain(_pure.CYCLE_DEPTH + 5, _r())):
             with pytest.raises(ValueError, match=r"^tree(\[\d\]|\['k'\])+: .*older than 2\.13"):
                 _pure.flatten(deep)
@@ -544,7 +543,7 @@ def test_identity_is_read_only_past_the_bound_while_tracing():
         assert _pure.flatten(_chain(_pure.CYCLE_DEPTH - 1, _r()))[0]  # under the bound
     finally:
         del _pure.__dict__["id"]
-        _pure.compiling, _pure.tracer_reads_identity = old, old_identity
+        _tracer.learn(*old)
 
 
 # -- a compiled model in a training loop, and torch.export ---------------------

@@ -1,20 +1,23 @@
 """The public functions' fast calls (pytree_kit/_fastcall.c).
 
-With the C engine, pytree_kit.api's functions (and TreeSpec.unflatten and
-flatten_up_to, until torch.compile support gives them back their defs) are
+With the C engine, the pytree_kit.api functions marked ``@c_fast_call`` are
 ``_speedups.FastCall`` objects: the common calls are made in C, every other
-call goes to the def they wrap. These tests hold a FastCall to its def: the same outcome for every
-shape of call, the def's name, docstring and signature, and the behaviour of
-a function (binding, pickling, weak references, garbage collection). Under
-the pure engine (PYTREE_KIT_PURE=1) the public functions are the defs
-themselves, and the FastCalls made here from the defs compare the C engine's
-fast calls against the pure engine's defs. Which calls a FastCall takes
+call goes to the def they wrap, whose body is their specification. These
+tests hold a FastCall to its def: the same outcome for every shape of call,
+on the differential corpus (``tests/trees.py``), against the def's body run
+on the same engine and on the pure one; the def's name, docstring and
+signature; and the behaviour of a function (binding, pickling, weak
+references, garbage collection). Under the pure engine (PYTREE_KIT_PURE=1)
+the public functions are the defs themselves, and the FastCalls made here
+from the defs compare the C engine's fast calls against the pure engine's
+defs. Which calls a FastCall takes
 comes from its def's signature (``_engine.call_shape``): a changed def
 changes them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import gc
@@ -23,14 +26,14 @@ import pickle
 import sys
 import typing
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pytree_kit as pk
-from pytree_kit import _engine, api
+from pytree_kit import _engine, _interface, _pure, api
 from pytree_kit._spec import TreeSpec
 
 from .trees import RULES, assert_same_tree, trees
@@ -58,23 +61,19 @@ DEFS: dict[str, Callable[..., Any]] = {
         "tree_unflatten",
     )
 }
-DEFS["TreeSpec.unflatten"] = inspect.unwrap(TreeSpec.__dict__["unflatten"])
-DEFS["TreeSpec.flatten_up_to"] = inspect.unwrap(TreeSpec.__dict__["flatten_up_to"])
 
-#: the operation each def makes (what api.py gives ``accelerate``)
+#: the operation each def makes (what api.py gives ``c_fast_call``)
 OPS = {
     **{name: name for name in DEFS},
     "tree_flatten": "flatten",
     "tree_leaves": "leaves",
     "tree_structure": "structure",
     "tree_unflatten": "unflatten",
-    "TreeSpec.unflatten": "unflatten",
-    "TreeSpec.flatten_up_to": "flatten_up_to",
 }
 
 
 def make(func: Callable[..., Any], op: str) -> Any:
-    """A FastCall of ``func`` making ``op``, as ``_engine.accelerate`` makes one."""
+    """A FastCall of ``func`` making ``op``, as ``_engine.c_fast_call`` makes one."""
     assert _speedups is not None
     return _speedups.FastCall(func, op, TreeSpec, **_engine.call_shape(func))
 
@@ -85,27 +84,34 @@ def fast(name: str) -> Any:
 
 
 def public(name: str) -> Any:
-    if name.startswith("TreeSpec."):
-        return TreeSpec.__dict__[name.split(".")[1]]
     return getattr(api, name)
 
 
-def dynamo_registered() -> bool:
-    """torch.compile support gives TreeSpec's methods back their defs."""
-    from pytree_kit import _dynamo
-
-    return pk.ENGINE == "c" and _dynamo._registered
+@contextlib.contextmanager
+def on_engine(engine: Any) -> Iterator[None]:
+    """Every module calls ``engine`` (read at call time from ``_interface``)."""
+    before = _interface.engine
+    _interface.use(engine)
+    try:
+        yield
+    finally:
+        _interface.use(before)
 
 
 def test_public_functions_are_fast_calls_with_the_c_engine() -> None:
+    # every def marked @c_fast_call is here, with the op it is marked with
+    assert _engine.FAST_CALLS == {f"pytree_kit.api.{name}": OPS[name] for name in DEFS}
     for name, fn in DEFS.items():
         got = public(name)
-        if pk.ENGINE == "c" and not (name.startswith("TreeSpec.") and dynamo_registered()):
+        if pk.ENGINE == "c":
             assert type(got) is _speedups.FastCall, name
             assert got.__wrapped__ is fn
         else:
             assert got is fn, name
         assert inspect.isfunction(fn)
+    # TreeSpec's methods are the defs of its class body, on either engine
+    for method in ("unflatten", "flatten_up_to"):
+        assert inspect.isfunction(TreeSpec.__dict__[method])
 
 
 @pytest.mark.parametrize("name", sorted(DEFS))
@@ -133,7 +139,7 @@ def outcome(fn: Any, *args: Any, **kwargs: Any) -> tuple:
 
 def same(name: str, a: Any, b: Any) -> None:
     """The same result of ``name``: leaves by identity, equal specs, alike trees."""
-    name = name.replace("TreeSpec.", "").replace("tree_", "")
+    name = name.replace("tree_", "")
     if name in ("flatten", "flatten_with_path"):
         assert type(a) is type(b) is tuple and len(a) == len(b) == 2
         same("structure", a[1], b[1])
@@ -195,7 +201,7 @@ def calls(tree: Any) -> list[tuple[str, tuple, dict]]:
             (name, (tree, None, None), {}),
             (name, (), {"tree": tree}),
         ]
-    for name in ("unflatten", "tree_unflatten", "TreeSpec.unflatten"):
+    for name in ("unflatten", "tree_unflatten"):
         out += [
             (name, (spec, leaves), {}),
             (name, (spec, iter(leaves)), {}),
@@ -207,12 +213,6 @@ def calls(tree: Any) -> list[tuple[str, tuple, dict]]:
             (name, (spec,), {"leaves": leaves}),
         ]
     out += [
-        ("TreeSpec.flatten_up_to", (spec, tree), {}),
-        ("TreeSpec.flatten_up_to", (spec, [tree]), {}),
-        ("TreeSpec.flatten_up_to", (spec, None), {}),
-        ("TreeSpec.flatten_up_to", ("spec", tree), {}),
-        ("TreeSpec.flatten_up_to", (spec,), {}),
-        ("TreeSpec.flatten_up_to", (spec, tree), {"is_leaf": None}),
         ("tree_map", (identity, tree), {}),
         ("tree_map", (identity, tree), {"is_leaf": is_list}),
         ("tree_map", (identity, tree), {"rules": None}),
@@ -225,18 +225,27 @@ def calls(tree: Any) -> list[tuple[str, tuple, dict]]:
     return out
 
 
+def fresh(args: tuple) -> list:
+    """``args``, with a copy of each iterator (a call reads it)."""
+    return [copy.copy(a) if hasattr(a, "__next__") else a for a in args]
+
+
 @settings(max_examples=40, deadline=None)
 @given(trees())
 def test_a_fast_call_does_what_its_def_does(tree: Any) -> None:
+    """The C path and the def's body, on this engine and on the pure one
+    (the specification): the same results, and the same errors."""
     for name, args, kwargs in calls(tree):
-        copies = [copy.copy(a) if hasattr(a, "__next__") else a for a in args]
-        got = outcome(fast(name), *args, **kwargs)
-        want = outcome(DEFS[name], *copies, **kwargs)
-        assert got[0] == want[0], (name, args, kwargs, got, want)
-        if got[0] == "raise":
-            assert got[1:] == want[1:], (name, kwargs)
-        else:
-            same(name, want[1], got[1])
+        got = outcome(fast(name), *fresh(args), **kwargs)
+        want = outcome(DEFS[name], *fresh(args), **kwargs)
+        with on_engine(_pure):
+            spec = outcome(DEFS[name], *fresh(args), **kwargs)
+        for other in (want, spec):
+            assert got[0] == other[0], (name, args, kwargs, got, other)
+            if got[0] == "raise":
+                assert got[1:] == other[1:], (name, kwargs)
+            else:
+                same(name, other[1], got[1])
 
 
 def test_the_public_functions_do_what_their_defs_do() -> None:
@@ -291,13 +300,11 @@ def test_tree_maps_result_list_is_never_seen_half_filled() -> None:
 
 def test_a_fast_call_binds_like_a_function() -> None:
     spec = pk.structure({"a": 0, "b": [0]})
-    for name in ("unflatten", "flatten_up_to"):
-        fc = fast(f"TreeSpec.{name}")
-        assert fc.__get__(None, TreeSpec) is fc
-        bound = fc.__get__(spec, TreeSpec)
-        assert bound.__self__ is spec and bound.__func__ is fc
-    assert fast("TreeSpec.unflatten").__get__(spec)([1, 2]) == {"a": 1, "b": [2]}
-    assert fast("TreeSpec.flatten_up_to").__get__(spec)({"b": [5], "a": 4}) == [4, 5]
+    fc = make(TreeSpec.unflatten, "unflatten")
+    assert fc.__get__(None, TreeSpec) is fc
+    bound = fc.__get__(spec, TreeSpec)
+    assert bound.__self__ is spec and bound.__func__ is fc
+    assert fc.__get__(spec)([1, 2]) == {"a": 1, "b": [2]}
     assert spec.unflatten([7, 8]) == {"a": 7, "b": [8]}
     assert spec.flatten_up_to({"b": [5], "a": 4}) == [4, 5]
 
@@ -364,8 +371,6 @@ def test_the_defs_give_the_shapes_of_call() -> None:
         "tree_leaves": (1, True, 1, False),
         "tree_structure": (1, True, 1, False),
         "tree_unflatten": (2, False, -1, False),
-        "TreeSpec.unflatten": (2, False, -1, False),
-        "TreeSpec.flatten_up_to": (2, False, -1, False),
     }
     got = {name: tuple(_engine.call_shape(fn).values()) for name, fn in DEFS.items()}
     assert got == want
@@ -442,7 +447,7 @@ def test_a_def_whose_signature_no_operation_fits_is_refused() -> None:
         make(unflatten_one, "unflatten")
     if pk.ENGINE == "c":
         with pytest.raises(ValueError, match="requires 2 positional arguments"):
-            _engine.accelerate("flatten")(flatten_with_extra)
+            _engine.c_fast_call("flatten")(flatten_with_extra)
 
 
 def test_call_shape_refuses_what_a_call_in_c_would_get_wrong() -> None:
@@ -461,7 +466,7 @@ def test_call_shape_refuses_what_a_call_in_c_would_get_wrong() -> None:
         with pytest.raises(ValueError, match="must default to None"):
             _engine.call_shape(func)
         with pytest.raises(ValueError, match="must default to None"):
-            _engine.accelerate("leaves")(func)  # on either engine
+            _engine.c_fast_call("leaves")(func)  # on either engine
 
 
 @given(st.lists(st.integers(), max_size=5))

@@ -98,6 +98,11 @@ def _counts(message: str) -> set[int]:
 def test_the_c_engine_refuses_the_calls_its_signatures_refuse() -> None:
     c = pytest.importorskip("pytree_kit._speedups")
     for name in OPERATIONS:
+        if inspect.isfunction(getattr(c, name)):
+            # the specification's own def, which the C engine serves as it is
+            # (tree_get): Python checks its arguments
+            assert getattr(c, name) is getattr(_pure, name)
+            continue
         required, total = arity(getattr(c, name))
         for count, said in ((int(total) + 1, total), (required - 1, required)):
             if count < 0:

@@ -3,8 +3,9 @@ below its own, inside functions too, so there is no import cycle.
 
 ``LAYERS`` below is the order, bottom first. A new module goes in the lowest
 layer above everything it imports; one that needs something higher needs
-that thing moved down (or, where a lower module must reach a higher one at
-run time, an injection point: ``INJECTIONS``).
+that thing moved down, or, where a lower module must reach a higher one at
+run time (the engine), to read it from a bottom module that the higher one
+hands it to through a function (``_interface.use``).
 
 The graph is read from the source with ``ast``: every ``import`` and
 ``from ... import`` of a pytree_kit module (at the top of a module, inside a
@@ -12,14 +13,16 @@ function, under ``if``), and ``importlib.import_module("pytree_kit....")``.
 The C engine, ``_speedups``, is a module of its own: it imports what its C
 files name in ``PyImport_ImportModule("pytree_kit....")`` when it loads.
 
-Two more rules keep the layers honest:
+Three more rules keep the joins between the layers in plain sight:
 
-* TreeSpec is changed after its class body only by ``api`` (its
-  ``unflatten`` and ``flatten_up_to`` become FastCalls, or their defs again
-  for torch.compile) and ``__init__``: no other module sets or deletes an
-  attribute of TreeSpec.
-* A module sets a name in another pytree_kit module only at an injection
-  point listed in ``INJECTIONS``.
+* Nothing changes TreeSpec after its class body: no module sets or deletes
+  an attribute of TreeSpec.
+* No module sets a name in another pytree_kit module. What a lower module
+  must learn at run time it is told through a function of its own
+  (``_interface.use``, ``_tracer.learn``).
+* The engine is found in one place: every module reads it at call time as
+  ``_interface.engine``, which only ``_engine`` sets (``_interface.use``);
+  no other module reads ``_engine.impl``.
 """
 
 from __future__ import annotations
@@ -39,15 +42,18 @@ pytestmark = pytest.mark.once
 #: The layers, bottom first; a module imports only modules of lower layers.
 #: Names are paths in pytree_kit/ without ``.py``; ``_speedups`` is the C engine.
 LAYERS: list[list[str]] = [
-    # imports nothing of pytree_kit
-    ["_version", "_errors", "_interface", "_keys", "_kinds", "_reach", "_rows", "typing"],
+    # imports nothing of pytree_kit: the engine interface (and the engine in
+    # use, read at call time), what torch.compile's tracer can follow
+    ["_version", "_errors", "_interface", "_tracer", "_kinds", "_reach", "_rows", "typing"],
+    # path keys (keystr and an accessor's call go to the engine in use)
+    ["_keys"],
     # other libraries' containers (jax, optree, torch) as rules
     ["_bridge"],
     # values and class references in JSON documents (TreeSpec's and torch's)
     ["_jsonvalues"],
     # a spec's nodes to JSON and back
     ["_json"],
-    # TreeSpec; its methods call the engine _engine sets in _spec._impl
+    # TreeSpec; its methods call the engine in use (_interface.engine)
     ["_spec"],
     # the pure engine, which is the specification
     ["_pure"],
@@ -72,26 +78,8 @@ LAYERS: list[list[str]] = [
     ["torch/__init__"],
 ]
 
-#: (module, the module it sets a name in, the name): the only places where a
-#: module sets a name in another. Both engines import _spec and _keys, so
-#: they cannot import the engine _engine chooses; _engine hands it down.
-INJECTIONS = {
-    ("_engine", "_spec", "_impl"),
-    ("_engine", "_keys", "_fast"),
-    # torch.compiler.is_compiling, once torch._dynamo is imported: the pure
-    # engine never imports torch, and must know when dynamo traces it
-    ("_dynamo", "_pure", "compiling"),
-    ("_dynamo", "_spec", "compiling"),
-    # what the installed torch's tracer can follow (docs/compatibility.md):
-    # the traced walk keeps to it
-    ("_dynamo", "_pure", "tracer_reads_instance_dicts"),
-    ("_dynamo", "_pure", "tracer_reads_identity"),
-    # tree_get, for pk.Accessor (in _keys, below _spec, which makes accessors)
-    ("_paths", "_keys", "_tree_get"),
-}
-
-#: the modules that may change TreeSpec after its class body
-SPEC_WRITERS = {"__init__", "api"}
+#: the one module that hands the engine to the rest (``_interface.use``)
+ENGINE_SETTERS = {"_engine"}
 
 _C_IMPORT = re.compile(r'PyImport_ImportModule\(\s*"pytree_kit\.([\w.]+)"\s*\)')
 
@@ -303,6 +291,32 @@ def attribute_writes(package: Path) -> tuple[list[str], list[tuple[str, str, str
     return [f"{m}:{line}: {text}" for m, line, text in sorted(spec_writes)], module_writes
 
 
+def engine_reads(package: Path) -> dict[str, Any]:
+    """``sets``: the modules that call ``_interface.use``; ``reads``: those
+    that read ``_interface.engine``; ``impl``: each read of ``_engine.impl``
+    outside ``_engine`` (``module:line``)."""
+    mods = modules(package)
+    by_dotted = {_dotted(n): n for n in [*mods, "_speedups"]}
+    found: dict[str, Any] = {"sets": set(), "reads": set(), "impl": []}
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text(), str(path))
+        aliases = _module_aliases(name, tree, by_dotted)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and _source(name, node) == "pytree_kit._engine":
+                if any(a.name == "impl" for a in node.names):
+                    found["impl"].append(f"{name}:{node.lineno}")
+            if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
+                continue
+            module = aliases.get(node.value.id)
+            if module == "_interface" and node.attr == "use":
+                found["sets"].add(name)
+            elif module == "_interface" and node.attr == "engine":
+                found["reads"].add(name)
+            elif module == "_engine" and node.attr == "impl" and name != "_engine":
+                found["impl"].append(f"{name}:{node.lineno}")
+    return found
+
+
 # --------------------------------------------------------------------------
 # the package
 
@@ -330,17 +344,22 @@ def test_each_module_imports_only_lower_layers() -> None:
     assert not upward, "\n".join(upward)
 
 
-def test_only_api_and_init_change_treespec() -> None:
+def test_nothing_changes_treespec_after_its_class_body() -> None:
     spec_writes, _ = attribute_writes(ROOT / "pytree_kit")
-    outside = [w for w in spec_writes if w.split(":")[0] not in SPEC_WRITERS]
-    assert not outside, "\n".join(outside)
-    # and api does: the check sees its setattr
-    assert any(w.startswith("api:") for w in spec_writes), spec_writes
+    assert not spec_writes, "\n".join(spec_writes)
 
 
-def test_names_are_set_in_other_modules_only_at_the_injection_points() -> None:
+def test_no_module_sets_a_name_in_another() -> None:
     _, module_writes = attribute_writes(ROOT / "pytree_kit")
-    assert set(module_writes) == INJECTIONS
+    assert not module_writes, module_writes
+
+
+def test_the_engine_is_found_in_one_place() -> None:
+    found = engine_reads(ROOT / "pytree_kit")
+    assert found["sets"] == ENGINE_SETTERS, found
+    assert found["impl"] == [], found["impl"]
+    # and the modules that call an engine do read it there
+    assert {"_spec", "_keys", "api", "_paths", "torch/_packed"} <= found["reads"]
 
 
 # --------------------------------------------------------------------------
@@ -409,3 +428,22 @@ def test_a_change_of_treespec_outside_api_is_found(tmp_path: Path) -> None:
     ]
     assert "api:2: TreeSpec.unflatten = None" in spec_writes
     assert set(module_writes) == {("_engine", "_spec", "_impl"), ("_engine", "_keys", "_fast")}
+
+
+def test_an_engine_found_elsewhere_is_found(tmp_path: Path) -> None:
+    package = _package(
+        tmp_path,
+        {
+            "_interface.py": "engine = None\ndef use(e):\n    global engine\n    engine = e\n",
+            "_engine.py": "from . import _interface\nimpl = 1\n_interface.use(impl)\n",
+            "api.py": "from . import _interface as i\ndef f():\n    return i.engine.flatten\n",
+            "_paths.py": "from ._engine import impl\n",
+            "_reduce.py": "from . import _engine, _interface\nx = _engine.impl\n_interface.use(x)\n",
+        },
+    )
+    found = engine_reads(package)
+    assert found == {
+        "sets": {"_engine", "_reduce"},
+        "reads": {"api"},
+        "impl": ["_paths:1", "_reduce:2"],
+    }

@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
 import pytree_kit as pk  # noqa: E402
-from pytree_kit import _engine, _rows  # noqa: E402
+from pytree_kit import _interface, _rows  # noqa: E402
 from pytree_kit.testing import Leaf, trees  # noqa: E402
 from pytree_kit.torch import Column, PackedList  # noqa: E402
 
@@ -675,7 +675,7 @@ def test_engine_parity_on_real_buffers() -> None:
     store = packed._store
     for i in range(len(samples)):
         a = _rows.packed_sample(packed._bufs, store.specs, i, store.make)
-        b = _engine.impl.packed_sample(packed._bufs, store.specs, i, store.make)
+        b = _interface.engine.packed_sample(packed._bufs, store.specs, i, store.make)
         same(a, b)
         same(a, samples[i])
 

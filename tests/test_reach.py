@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytree_kit import _engine, _reach
+from pytree_kit import _interface, _reach
 
 try:
     from pytree_kit import _speedups
@@ -185,4 +185,4 @@ def test_bad_arguments_raise_and_nothing_leaks() -> None:
 
 
 def test_the_engine_has_it() -> None:
-    assert callable(_engine.impl.first_reaching)
+    assert callable(_interface.engine.first_reaching)

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pytree_kit as pk
-from pytree_kit import _engine, _rows
+from pytree_kit import _engine, _interface, _rows
 from pytree_kit._rows import (
     BOOL,
     BYTES,
@@ -210,7 +210,7 @@ def test_the_c_codes_are_the_specifications() -> None:
 
 
 def test_the_engine_reads_with_its_own_function() -> None:
-    assert _engine.impl.packed_sample is (
+    assert _interface.engine.packed_sample is (
         _speedups.packed_sample if _engine.ENGINE == "c" else _rows.packed_sample
     )
 
@@ -244,9 +244,9 @@ def test_packing_codes_match_the_specification(leaves: list) -> None:
 
 
 def test_packing_codes() -> None:
-    read = _engine.impl.leaf_codes
+    read = _interface.engine.leaf_codes
     assert read([1, 2.0, True, "s", b"b", [1, 2], [0.5], [], [1, 2.0], Int(1), None]) == (
         INT, FLOAT, BOOL, STR, BYTES, INTS, FLOATS, None, None, None, None
     )  # fmt: skip
     assert read(()) == ()
-    assert _engine.impl.number_list([True, False]) is False
+    assert _interface.engine.number_list([True, False]) is False

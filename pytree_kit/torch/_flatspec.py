@@ -17,8 +17,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 import torch
 
-from .. import _jsonvalues, api
-from .._engine import impl as _impl
+from .. import _interface, _jsonvalues, api
 from .._keys import DictKey, SequenceKey, keystr
 from .._kinds import Rule, check_rules
 from .._spec import TreeSpec, render
@@ -176,7 +175,9 @@ class FlatSpec:
         is given.
         """
         try:
-            leaves = _impl.flatten_up_to(self._tree, tree, "the traced program", "this call")
+            leaves = _interface.engine.flatten_up_to(
+                self._tree, tree, "the traced program", "this call"
+            )
         except ValueError as e:
             raise ValueError(self._rename(str(e))) from None
         for i, value in self._constants:

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 import torch
 
-from .. import _engine, api
+from .. import _interface, api
 from .._bridge import NATIVE, rules_fix, torch_node
 from .._keys import keystr
 from .._kinds import Rule
@@ -198,7 +198,9 @@ def first_hidden(leaves: list) -> Optional[tuple[int, str]]:
     while True:
         # a first pass (in C on the C engine) over what the garbage collector
         # sees; the exact search, which writes the path, runs only where it may
-        i = _engine.impl.first_reaching(leaves, i, torch.Tensor, _SKIP, opaque, registered, LIMIT)
+        i = _interface.engine.first_reaching(
+            leaves, i, torch.Tensor, _SKIP, opaque, registered, LIMIT
+        )
         if i < 0:
             return None
         where = hidden_tensor(leaves[i])
@@ -213,7 +215,7 @@ def may_hold_tensor(obj: Any) -> bool:
     not searched). A ``torch.Size`` is searched too: under ``torch.jit.trace``
     it holds the tensors ``x.shape[0]`` gives."""
     skip = _SKIP_BUT_SIZE
-    return _engine.impl.first_reaching([obj], 0, torch.Tensor, skip, _opaque(), (), LIMIT) == 0
+    return _interface.engine.first_reaching([obj], 0, torch.Tensor, skip, _opaque(), (), LIMIT) == 0
 
 
 def _opaque() -> tuple:

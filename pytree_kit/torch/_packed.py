@@ -41,7 +41,7 @@ from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence, Unio
 
 import torch
 
-from .. import _engine, _rows, api
+from .. import _interface, _rows, api
 from .._keys import keystr
 from .._paths import _as_path, parse_keystr
 from .._spec import TreeSpec
@@ -380,7 +380,9 @@ class PackedList(Sequence):
                 i += n
             if not 0 <= i < n:
                 raise IndexError(f"PackedList index out of range (len {n})")
-            return _engine.impl.packed_sample(self._bufs, self._store.specs, i, self._store.make)
+            return _interface.engine.packed_sample(
+                self._bufs, self._store.specs, i, self._store.make
+            )
         pairs = self._index.view(-1, 2)
         if type(i) is slice:
             start, stop, step = i.indices(len(pairs))
@@ -429,7 +431,7 @@ class PackedList(Sequence):
         if len(at) < 2 or self._alone:
             self._alone = max(0, self._alone - 1)
             return [self[i] for i in at]
-        read, bufs, store = _engine.impl.packed_sample, self._bufs, self._store
+        read, bufs, store = _interface.engine.packed_sample, self._bufs, self._store
         specs = store.specs
         wanted: list = []
         note = wanted.append
@@ -450,7 +452,7 @@ class PackedList(Sequence):
         return [read(bufs, specs, i, made) for i in at]
 
     def __iter__(self) -> Iterator[Any]:
-        read, bufs, store = _engine.impl.packed_sample, self._bufs, self._store
+        read, bufs, store = _interface.engine.packed_sample, self._bufs, self._store
         for i in range(len(self)):
             yield read(bufs, store.specs, i, store.make)
 
@@ -739,7 +741,7 @@ def _contiguous(np: Any, x: Any) -> Any:
 
 
 def _codes(n: int, leaves: list, spec: TreeSpec, pickle_others: bool) -> tuple:
-    codes: list[Any] = list(_engine.impl.leaf_codes(leaves))
+    codes: list[Any] = list(_interface.engine.leaf_codes(leaves))
     for j, c in enumerate(codes):
         if c is None:
             x = leaves[j]
@@ -756,7 +758,7 @@ def _pack(samples: Iterable[Any], rules: Any, pickle_others: bool) -> tuple:
     layouts: dict = {}
     index = array("q")
     flatten = api.flatten
-    number_list, leaf_codes = _engine.impl.number_list, _engine.impl.leaf_codes
+    number_list, leaf_codes = _interface.engine.number_list, _interface.engine.leaf_codes
     for n, sample in enumerate(samples):
         try:
             leaves, spec = flatten(sample, is_leaf=number_list, rules=rules)

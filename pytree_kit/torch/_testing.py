@@ -7,8 +7,8 @@ from typing import Any, Callable, Optional
 
 import torch.testing
 
+from .. import _interface
 from .._compare import first_difference, mismatch_text
-from .._engine import impl as _impl
 from .._keys import where
 from .._kinds import check_rules
 
@@ -50,8 +50,8 @@ def assert_close(
         ...
     """
     rules = check_rules(rules)
-    pairs, spec = _impl.flatten_with_path(actual, is_leaf, rules)
-    leaves, other = _impl.flatten(expected, is_leaf, rules)
+    pairs, spec = _interface.engine.flatten_with_path(actual, is_leaf, rules)
+    leaves, other = _interface.engine.flatten(expected, is_leaf, rules)
     found = first_difference(spec, other)
     if found is not None:
         raise AssertionError(mismatch_text(found, "actual", "expected"))
