@@ -1696,6 +1696,27 @@ done:
     return r;
 }
 
+/* f as a mapping's children: its node of kind (when want_node; aux: keys)
+ * and its values, keyed by keys, in leaf order. Takes keys and values
+ * (released on error). Returns 1, or -1 on error. Shared by the dict and
+ * OrderedDict readings below. */
+static int
+found_mapping(Found *f, int kind, PyObject *keys, PyObject *values, int want_node, int dict_kind)
+{
+    f->node = NULL;
+    if (want_node && (f->node = make_node(kind, Py_None, PyTuple_GET_SIZE(keys), keys)) == NULL) {
+        Py_DECREF(keys);
+        Py_DECREF(values);
+        return -1;
+    }
+    f->children = values;
+    f->names = keys;
+    f->keymode = KM_MAP;
+    f->live = 0;
+    f->dict_kind = dict_kind;
+    return 1;
+}
+
 /* A dict whose keys are all exact str or all exact int, with at most
  * SMALL_DICT entries: one pass over it and an insertion sort (or, for keys
  * that dict_memo has, its order). The result is what the general path gives,
@@ -1964,20 +1985,10 @@ classify_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
             f->order_known = 1;
         }
     }
-    if (c->mode != WALK_LEAVES) {
-        f->node = make_node(K_DICT, Py_None, n, tkeys);
-        if (f->node == NULL) {
-            Py_CLEAR(f->order);
-            Py_DECREF(tkeys);
-            Py_DECREF(values);
-            return -1;
-        }
+    if (found_mapping(f, K_DICT, tkeys, values, c->mode != WALK_LEAVES, 1) < 0) {
+        Py_CLEAR(f->order);
+        return -1;
     }
-    f->children = values;
-    f->names = tkeys;
-    f->keymode = KM_MAP;
-    f->live = 0;
-    f->dict_kind = 1;
     return 1;
 }
 
@@ -2031,19 +2042,7 @@ classify_odict(PyObject *obj, Found *f, int want_node)
     if (r <= 0) {
         return r < 0 ? -1 : 2;
     }
-    f->node = NULL;
-    if (want_node &&
-        (f->node = make_node(K_ORDEREDDICT, Py_None, PyTuple_GET_SIZE(keys), keys)) == NULL) {
-        Py_DECREF(keys);
-        Py_DECREF(values);
-        return -1;
-    }
-    f->children = values;
-    f->names = keys;
-    f->keymode = KM_MAP;
-    f->live = 0;
-    f->dict_kind = 0;
-    return 1;
+    return found_mapping(f, K_ORDEREDDICT, keys, values, want_node, 0);
 }
 
 /* Returns 0 for a leaf, 1 for a container (f filled), -1 on error. */

@@ -364,52 +364,48 @@ walk_run(Walk *w, const int lazy)
     advance:
         Py_CLEAR(obj);
         /* Move to the next value in pre-order. */
-        while (s->n) {
-            Frame *fr = &s->v[s->n - 1];
-            if (fr->pos < fr->n) {
-                if (frame_check(fr) < 0) {
+        Frame *fr;
+        int more;
+        while ((more = stack_unread(s, &fr)) > 0) {
+            if (mode != WALK_PATHS && lazy != LAZY_TEST && c->is_leaf == NULL &&
+                known_leaf(c, Py_TYPE(frame_item(fr, fr->pos)))) {
+                /* A run of children that are leaves by their type: no user code
+                 * runs, so they are copied in one go. The room reserved is at
+                 * most what this frame's own children take. */
+                if (fr->n - fr->pos == 1) {
+                    /* the last child (as in [tree, leaf]): no run to copy */
+                    if (emit_leaf(leaves, nodes, mode, frame_item(fr, fr->pos)) < 0) {
+                        goto error;
+                    }
+                    fr->pos++;
+                }
+                else if (leaf_run_out(c, fr, leaves, mode != WALK_LEAVES ? nodes : NULL) < 0) {
                     goto error;
                 }
-                if (mode != WALK_PATHS && lazy != LAZY_TEST && c->is_leaf == NULL &&
-                    known_leaf(c, Py_TYPE(frame_item(fr, fr->pos)))) {
-                    /* A run of children that are leaves by their type: no user code
-                     * runs, so they are copied in one go. The room reserved is at
-                     * most what this frame's own children take. */
-                    if (fr->n - fr->pos == 1) {
-                        /* the last child (as in [tree, leaf]): no run to copy */
-                        if (emit_leaf(leaves, nodes, mode, frame_item(fr, fr->pos)) < 0) {
-                            goto error;
-                        }
-                        fr->pos++;
-                    }
-                    else if (leaf_run_out(c, fr, leaves, mode != WALK_LEAVES ? nodes : NULL) < 0) {
-                        goto error;
-                    }
-                    if (fr->pos == fr->n) {
-                        continue;
-                    }
+                if (fr->pos == fr->n) {
+                    continue;
                 }
-                if (frame_check(fr) < 0) {
-                    goto error;
-                }
-                Py_ssize_t i = fr->pos++;
-                obj = frame_item(fr, i);
-                Py_INCREF(obj);
-                if (mode == WALK_PATHS) {
-                    PyObject *k = frame_key(fr, i);
-                    if (k == NULL) {
-                        goto error;
-                    }
-                    while (keys->n > s->n - 1) {
-                        Py_DECREF(keys->v[--keys->n]);
-                    }
-                    if (vec_push(keys, k) < 0) {
-                        goto error;
-                    }
-                }
-                break;
             }
-            stack_pop(s);
+            Py_ssize_t i;
+            if ((obj = frame_next(fr, &i)) == NULL) {
+                goto error;
+            }
+            if (mode == WALK_PATHS) {
+                PyObject *k = frame_key(fr, i);
+                if (k == NULL) {
+                    goto error;
+                }
+                while (keys->n > s->n - 1) {
+                    Py_DECREF(keys->v[--keys->n]);
+                }
+                if (vec_push(keys, k) < 0) {
+                    goto error;
+                }
+            }
+            break;
+        }
+        if (more < 0) {
+            goto error;
         }
         if (obj == NULL) {
             return 0;

@@ -27,33 +27,14 @@ import json
 import sys
 from typing import Any, Iterable
 
+from . import _kinds as kinds
 from ._jsonvalues import Malformed, decode, encode, ref, resolve, resolver, short
-from ._kinds import (
-    ATTRS,
-    CUSTOM,
-    DATACLASS,
-    DEFAULTDICT,
-    DEQUE,
-    DICT,
-    KIND_NAMES,
-    LEAF,
-    LEAF_NODE,
-    LIST,
-    NAMEDTUPLE,
-    NONE,
-    NONE_NODE,
-    ORDEREDDICT,
-    STRUCTSEQ,
-    TUPLE,
-    Rule,
-    fields_info,
-    user_tail,
-)
+from ._kinds import Rule, fields_info, user_tail
 
 FORMAT = "pytree_kit.TreeSpec"
 VERSION = 1
 
-_KIND_BY_NAME = {name: kind for kind, name in enumerate(KIND_NAMES)}
+_KIND_BY_NAME = {name: kind for kind, name in enumerate(kinds.KIND_NAMES)}
 
 
 # --------------------------------------------------------------------------
@@ -62,30 +43,30 @@ _KIND_BY_NAME = {name: kind for kind, name in enumerate(KIND_NAMES)}
 
 def _node_json(node: tuple, order: Any) -> Any:
     kind, t, arity, aux = node
-    if kind == LEAF:
+    if kind == kinds.LEAF:
         return "*"
-    if kind == NONE:
+    if kind == kinds.NONE:
         return None
-    out: dict = {"kind": KIND_NAMES[kind]}
-    if kind == TUPLE or kind == LIST:
+    out: dict = {"kind": kinds.KIND_NAMES[kind]}
+    if kind == kinds.TUPLE or kind == kinds.LIST:
         out["arity"] = arity
-    elif kind == DICT or kind == ORDEREDDICT:
+    elif kind == kinds.DICT or kind == kinds.ORDEREDDICT:
         out["keys"] = [encode(k) for k in aux]
-    elif kind == DEFAULTDICT:
+    elif kind == kinds.DEFAULTDICT:
         out["default_factory"] = encode(aux[0])
         out["keys"] = [encode(k) for k in aux[1]]
-    elif kind == DEQUE:
+    elif kind == kinds.DEQUE:
         out["arity"] = arity
         out["maxlen"] = aux
-    elif kind == NAMEDTUPLE:
+    elif kind == kinds.NAMEDTUPLE:
         out["class"] = ref(t)
         out["fields"] = list(aux)
-    elif kind == STRUCTSEQ:
+    elif kind == kinds.STRUCTSEQ:
         out["class"] = ref(t)
         out["arity"] = arity
         if aux:
             out["hidden"] = [[name, encode(v)] for name, v in aux]
-    elif kind == DATACLASS or kind == ATTRS:
+    elif kind == kinds.DATACLASS or kind == kinds.ATTRS:
         names, static, absent, dict_keys = aux
         out["class"] = ref(t)
         out["fields"] = list(names)
@@ -95,7 +76,7 @@ def _node_json(node: tuple, order: Any) -> Any:
             out["unset"] = list(absent)
         if dict_keys is not None:
             out["dict_keys"] = list(dict_keys)
-    else:  # CUSTOM, RULE
+    else:  # kinds.CUSTOM, RULE
         tail = user_tail(kind, aux)
         out["class"] = ref(t)
         out["arity"] = arity
@@ -116,14 +97,14 @@ def _memo_key(node: tuple) -> Any:
     (or ``(1,)`` and ``(1.0,)``), so only nodes whose aux holds no user value
     are kept, and dict nodes whose keys are all str."""
     kind = node[0]
-    if kind == LEAF or kind == NONE or kind == TUPLE or kind == LIST:
+    if kind == kinds.LEAF or kind == kinds.NONE or kind == kinds.TUPLE or kind == kinds.LIST:
         return node
-    if kind == DICT or kind == ORDEREDDICT:
+    if kind == kinds.DICT or kind == kinds.ORDEREDDICT:
         for k in node[3]:
             if type(k) is not str:
                 return None
         return node
-    if (kind == DATACLASS or kind == ATTRS) and not node[3][1]:  # no static values
+    if (kind == kinds.DATACLASS or kind == kinds.ATTRS) and not node[3][1]:  # no static values
         return node
     return None
 
@@ -200,11 +181,11 @@ def _record_node(kind: int, cls: Any, node: dict, i: int, table: dict) -> tuple:
     dict_keys = node.get("dict_keys")
     if dict_keys is not None:
         dict_keys = _names(node, "dict_keys", i)
-    attr = "__dataclass_fields__" if kind == DATACLASS else "__attrs_attrs__"
+    dataclass = kind == kinds.DATACLASS
+    attr = "__dataclass_fields__" if dataclass else "__attrs_attrs__"
     if not isinstance(cls, type) or not hasattr(cls, attr):
-        raise Malformed(
-            f"node {i}: {ref(cls)} is not a{' dataclass' if kind == DATACLASS else 'n attrs class'}"
-        )
+        what = "a dataclass" if dataclass else "an attrs class"
+        raise Malformed(f"node {i}: {ref(cls)} is not {what}")
     info = fields_info(cls, {})
     want = {n for n, _ in info}
     static_names = {n for n, s in info if s}
@@ -225,26 +206,26 @@ def _record_node(kind: int, cls: Any, node: dict, i: int, table: dict) -> tuple:
 def _node_from_json(node: Any, i: int, table: dict, rules: Any) -> tuple[tuple, Any]:
     """(node, insertion order or None) from one JSON node."""
     if node == "*":
-        return LEAF_NODE, None
+        return kinds.LEAF_NODE, None
     if node is None:
-        return NONE_NODE, None
+        return kinds.NONE_NODE, None
     if type(node) is not dict or type(node.get("kind")) is not str:
         raise Malformed(
             f"node {i}: expected '*', null or an object with a 'kind', got {short(node)}"
         )
     kind = _KIND_BY_NAME.get(node["kind"])
-    if kind is None or kind in (LEAF, NONE):
+    if kind is None or kind in (kinds.LEAF, kinds.NONE):
         raise Malformed(f"node {i}: unknown kind {node['kind']!r}")
     order = None
-    if kind == TUPLE or kind == LIST:
+    if kind == kinds.TUPLE or kind == kinds.LIST:
         return (kind, None, _int(node, "arity", i), None), None
-    if kind in (DICT, ORDEREDDICT, DEFAULTDICT):
+    if kind in (kinds.DICT, kinds.ORDEREDDICT, kinds.DEFAULTDICT):
         keys: Any = _keys(node, "keys", i, table)
-        if kind != ORDEREDDICT and "order" in node:
+        if kind != kinds.ORDEREDDICT and "order" in node:
             order = _keys(node, "order", i, table)
             if set(order) != set(keys) or order == keys:
                 raise Malformed(f"node {i}: 'order' must be another order of the same keys")
-        if kind == DEFAULTDICT:
+        if kind == kinds.DEFAULTDICT:
             factory = decode(node.get("default_factory"), table)
             if factory is not None and not callable(factory):
                 raise Malformed(
@@ -252,7 +233,7 @@ def _node_from_json(node: Any, i: int, table: dict, rules: Any) -> tuple[tuple, 
                 )
             return (kind, None, len(keys), (factory, keys)), order
         return (kind, None, len(keys), keys), order
-    if kind == DEQUE:
+    if kind == kinds.DEQUE:
         arity = _int(node, "arity", i)
         maxlen = _int(node, "maxlen", i, optional=True)
         if maxlen is not None and arity > maxlen:
@@ -261,7 +242,7 @@ def _node_from_json(node: Any, i: int, table: dict, rules: Any) -> tuple[tuple, 
             raise Malformed(f"node {i}: 'maxlen' is larger than any deque can have ({sys.maxsize})")
         return (kind, None, arity, maxlen), None
     cls = resolve(node.get("class"), table)
-    if kind == NAMEDTUPLE:
+    if kind == kinds.NAMEDTUPLE:
         fields = _names(node, "fields", i, None)
         if not (
             isinstance(cls, type)
@@ -270,7 +251,7 @@ def _node_from_json(node: Any, i: int, table: dict, rules: Any) -> tuple[tuple, 
         ):
             raise Malformed(f"node {i}: {ref(cls)} is not a namedtuple with fields {list(fields)}")
         return (kind, cls, len(fields), fields), None
-    if kind == STRUCTSEQ:
+    if kind == kinds.STRUCTSEQ:
         arity = _int(node, "arity", i)
         if not (
             isinstance(cls, type)
@@ -283,7 +264,7 @@ def _node_from_json(node: Any, i: int, table: dict, rules: Any) -> tuple[tuple, 
         # document reads as the spec a flatten gives now
         _pairs(node, "hidden", i, table)
         return (kind, cls, arity, ()), None
-    if kind == DATACLASS or kind == ATTRS:
+    if kind == kinds.DATACLASS or kind == kinds.ATTRS:
         return _record_node(kind, cls, node, i, table), None
     arity = _int(node, "arity", i)
     keys = None
@@ -300,7 +281,7 @@ def _node_from_json(node: Any, i: int, table: dict, rules: Any) -> tuple[tuple, 
         if keys is not None or len(entries) != arity:
             raise Malformed(f"node {i}: 'entries' must have 'arity' items, and no 'keys' beside")
         tail = (aux, None, entries)
-    if kind == CUSTOM:
+    if kind == kinds.CUSTOM:
         if not isinstance(cls, type) or not callable(getattr(cls, "__tree_unflatten__", None)):
             raise Malformed(f"node {i}: {ref(cls)} has no __tree_unflatten__")
         return (kind, cls, arity, tail), None
@@ -378,7 +359,7 @@ def _nodes_from_doc(doc: Any, table: dict, rules: Any) -> tuple[tuple, tuple, in
             orders.append((i, order))
     if need:
         raise Malformed(f"the nodes end early: {need} more expected")
-    num_leaves = sum(1 for n in nodes if n[0] == LEAF)
+    num_leaves = sum(1 for n in nodes if n[0] == kinds.LEAF)
     if doc.get("num_leaves") != num_leaves or type(doc.get("num_leaves")) is not int:
         raise Malformed(
             f"'num_leaves' is {short(doc.get('num_leaves'))}, but the nodes hold {num_leaves}"

@@ -13,28 +13,10 @@ import collections
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from . import _interface, _tracer
+from . import _kinds as kinds
 from ._json import nodes_from_json, nodes_to_json
 from ._keys import Accessor, DictKey, GetAttrKey, SequenceKey, accessor, where
-from ._kinds import (
-    ATTRS,
-    CUSTOM,
-    DATACLASS,
-    DEFAULTDICT,
-    DEQUE,
-    DICT,
-    KIND_NAMES,
-    LEAF,
-    LEAF_NODE,
-    LIST,
-    NAMEDTUPLE,
-    NONE,
-    ORDEREDDICT,
-    RULE,
-    STRUCTSEQ,
-    TUPLE,
-    check_rules,
-    user_tail,
-)
+from ._kinds import check_rules, user_tail
 
 __all__ = ["TreeSpec"]
 
@@ -199,7 +181,7 @@ class TreeSpec:
             (False, True)
         """
         if strict:
-            return self._nodes[0][0] == LEAF
+            return self._nodes[0][0] == kinds.LEAF
         return len(self._nodes) == 1
 
     @property
@@ -224,7 +206,7 @@ class TreeSpec:
             (<class 'dict'>, None)
         """
         node = self._nodes[0]
-        if node[0] == LEAF:
+        if node[0] == kinds.LEAF:
             return None
         builtin = _BUILTIN_TYPES.get(node[0])
         return builtin if builtin is not None else node[1]
@@ -242,7 +224,7 @@ class TreeSpec:
             >>> pk.structure([1]).kind, pk.structure(None).kind, pk.structure(1).kind
             ('list', 'none', 'leaf')
         """
-        return KIND_NAMES[self._nodes[0][0]]
+        return kinds.KIND_NAMES[self._nodes[0][0]]
 
     def entries(self) -> list:
         """What names each child of the root in a path, in leaf order: a
@@ -420,7 +402,7 @@ class TreeSpec:
         for i, node in enumerate(nodes):
             new = done[i]
             out_orders.extend((len(out) + j, o) for j, o in new._orders)
-            if node[0] == LEAF:
+            if node[0] == kinds.LEAF:
                 out.extend(new._nodes)
                 num_leaves += new._num_leaves
             else:
@@ -511,7 +493,7 @@ class TreeSpec:
     def _slice(self, start: int, end: int) -> TreeSpec:
         nodes = self._nodes[start:end]
         orders = tuple((i - start, o) for i, o in self._orders if start <= i < end)
-        return TreeSpec._make(nodes, orders, sum(1 for n in nodes if n[0] == LEAF))
+        return TreeSpec._make(nodes, orders, sum(1 for n in nodes if n[0] == kinds.LEAF))
 
     # -- operations --------------------------------------------------------
 
@@ -618,7 +600,7 @@ def _transformed(
     ``[node index, children left]`` of each node above it, for the path)."""
     node = nodes[i]
     arity = node[2]
-    leaf = node[0] == LEAF
+    leaf = node[0] == kinds.LEAF
     given = _LEAF_SPEC if leaf else _one_level(node, orders.get(i))
     func = f_leaf if leaf else f_node
     if func is None:
@@ -647,7 +629,7 @@ def _one_level(node: tuple, order: Any) -> TreeSpec:
     """The spec of one node over a leaf per child (its insertion order kept)."""
     arity = node[2]
     orders = () if order is None else ((0, order),)
-    return TreeSpec._make((node,) + (LEAF_NODE,) * arity, orders, arity)
+    return TreeSpec._make((node,) + (kinds.LEAF_NODE,) * arity, orders, arity)
 
 
 def node_paths(nodes: tuple) -> Iterator[tuple[tuple, list]]:
@@ -676,19 +658,19 @@ def node_paths(nodes: tuple) -> Iterator[tuple[tuple, list]]:
 def child_key(node: tuple, i: int) -> Any:
     """The path key of child ``i`` of a container node, as the engines name it."""
     kind, aux = node[0], node[3]
-    if kind == DICT or kind == ORDEREDDICT:
+    if kind == kinds.DICT or kind == kinds.ORDEREDDICT:
         return DictKey(aux[i])
-    if kind == DEFAULTDICT:
+    if kind == kinds.DEFAULTDICT:
         return DictKey(aux[1][i])
-    if kind == NAMEDTUPLE:
+    if kind == kinds.NAMEDTUPLE:
         return GetAttrKey(aux[i])
-    if kind == DATACLASS or kind == ATTRS:
+    if kind == kinds.DATACLASS or kind == kinds.ATTRS:
         return GetAttrKey(aux[0][i])
-    if kind == CUSTOM or kind == RULE:
+    if kind == kinds.CUSTOM or kind == kinds.RULE:
         tail = user_tail(kind, aux)
         keys = tail[2] if len(tail) == 3 else tail[1]
         return SequenceKey(i) if keys is None else DictKey(keys[i])
-    if kind == STRUCTSEQ:
+    if kind == kinds.STRUCTSEQ:
         # named when every item has a name (as _pure._structseq_node decides)
         t = node[1]
         names = getattr(t, "__match_args__", ())
@@ -704,7 +686,7 @@ def _substitute(outer: TreeSpec, inners: list) -> TreeSpec:
     outer_orders = dict(outer._orders)
     k = 0
     for i, node in enumerate(outer._nodes):
-        if node[0] == LEAF:
+        if node[0] == kinds.LEAF:
             inner = inners[k]
             k += 1
             orders.extend((len(nodes) + j, o) for j, o in inner._orders)
@@ -720,9 +702,9 @@ def _from_state(nodes: tuple, orders: tuple) -> TreeSpec:
     """The spec a pickle holds. A structseq node pickled when the values
     outside its sequence were in the spec (a non-empty aux) reads as a
     structseq node of today, aux ``()``, as from_json reads such a node."""
-    if any(n[0] == STRUCTSEQ and n[3] for n in nodes):
-        nodes = tuple((n[0], n[1], n[2], ()) if n[0] == STRUCTSEQ else n for n in nodes)
-    return TreeSpec._make(nodes, orders, sum(1 for n in nodes if n[0] == LEAF))
+    if any(n[0] == kinds.STRUCTSEQ and n[3] for n in nodes):
+        nodes = tuple((n[0], n[1], n[2], ()) if n[0] == kinds.STRUCTSEQ else n for n in nodes)
+    return TreeSpec._make(nodes, orders, sum(1 for n in nodes if n[0] == kinds.LEAF))
 
 
 def _subtree_end(nodes: tuple, start: int) -> int:
@@ -742,37 +724,37 @@ def _name(t: Any) -> str:
 def _parts(node: tuple, order: Any) -> tuple[str, str, list | None]:
     """(opening text, closing text, per-child prefixes) of a container node."""
     kind, t, arity, aux = node
-    if kind == TUPLE:
+    if kind == kinds.TUPLE:
         return "(", ",)" if arity == 1 else ")", None
-    if kind == LIST:
+    if kind == kinds.LIST:
         return "[", "]", None
-    if kind == DICT:
+    if kind == kinds.DICT:
         return "{", "}", [f"{k!r}: " for k in aux]
-    if kind == ORDEREDDICT:
+    if kind == kinds.ORDEREDDICT:
         return "OrderedDict({", "})", [f"{k!r}: " for k in aux]
-    if kind == DEFAULTDICT:
+    if kind == kinds.DEFAULTDICT:
         return (
             f"defaultdict({_name(aux[0]) if aux[0] else None}, {{",
             "})",
             [f"{k!r}: " for k in aux[1]],
         )
-    if kind == DEQUE:
+    if kind == kinds.DEQUE:
         return "deque([", "])" if aux is None else f"], maxlen={aux})", None
-    if kind == NAMEDTUPLE:
+    if kind == kinds.NAMEDTUPLE:
         return f"{_name(t)}(", ")", [f"{f}=" for f in aux]
-    if kind == STRUCTSEQ:
+    if kind == kinds.STRUCTSEQ:
         names = getattr(t, "__match_args__", ())
         label = f"{getattr(t, '__module__', '')}.{_name(t)}".lstrip(".")
         if t.n_unnamed_fields == 0 and len(names) == arity:
             return f"{label}(", ")", [f"{f}=" for f in names]
         return f"{label}(", ")", None
-    if kind == DATACLASS or kind == ATTRS:
+    if kind == kinds.DATACLASS or kind == kinds.ATTRS:
         names, static, _absent, _dk = aux
         tail = "".join(f", {n}={v!r}" for n, v in static)
         if not names:
             tail = tail[2:]
         return f"{_name(t)}(", tail + ")", [f"{n}=" for n in names]
-    if kind == CUSTOM or kind == RULE:
+    if kind == kinds.CUSTOM or kind == kinds.RULE:
         given = user_tail(kind, aux)
         user_aux, keys = given[0], given[1]
         end = f"aux={user_aux!r})"
@@ -808,10 +790,10 @@ def _render(nodes: tuple, orders: dict, leaves: list | None = None) -> str:
                 out.append(fr[3][fr[1]])
             fr[1] += 1
         kind = node[0]
-        if kind == LEAF:
+        if kind == kinds.LEAF:
             out.append("*" if leaves is None else leaves[leaf])
             leaf += 1
-        elif kind == NONE:
+        elif kind == kinds.NONE:
             out.append("None")
         else:
             opening, closing, prefixes = _parts(node, orders.get(idx))
@@ -825,15 +807,15 @@ def _render(nodes: tuple, orders: dict, leaves: list | None = None) -> str:
     return "".join(out)
 
 
-_LEAF_SPEC = TreeSpec._make((LEAF_NODE,), (), 1)
+_LEAF_SPEC = TreeSpec._make((kinds.LEAF_NODE,), (), 1)
 
 #: the class of each builtin kind's node, which the node does not keep
 _BUILTIN_TYPES = {
-    NONE: type(None),
-    TUPLE: tuple,
-    LIST: list,
-    DICT: dict,
-    ORDEREDDICT: collections.OrderedDict,
-    DEFAULTDICT: collections.defaultdict,
-    DEQUE: collections.deque,
+    kinds.NONE: type(None),
+    kinds.TUPLE: tuple,
+    kinds.LIST: list,
+    kinds.DICT: dict,
+    kinds.ORDEREDDICT: collections.OrderedDict,
+    kinds.DEFAULTDICT: collections.defaultdict,
+    kinds.DEQUE: collections.deque,
 }

@@ -465,6 +465,37 @@ frame_item(Frame *f, Py_ssize_t i)
                                       : PyList_GET_ITEM(f->children, i);
 }
 
+/* The frame a walk reads its next child from: the top frame with a child
+ * left to read, the frames above it that have none popped. Returns 1 with
+ * *out set, 0 when every frame is read, -1 when the frame's list changed
+ * size (frame_check). flatten's and flatten_up_to's walks move on with it
+ * and frame_next. */
+static inline int
+stack_unread(Stack *s, Frame **out)
+{
+    while (s->n) {
+        Frame *fr = &s->v[s->n - 1];
+        if (fr->pos < fr->n) {
+            *out = fr;
+            return frame_check(fr) < 0 ? -1 : 1;
+        }
+        stack_pop(s);
+    }
+    return 0;
+}
+
+/* fr's next child (a new reference; *at its position), its list checked
+ * again first; NULL on error. */
+static inline PyObject *
+frame_next(Frame *fr, Py_ssize_t *at)
+{
+    if (frame_check(fr) < 0) {
+        return NULL;
+    }
+    *at = fr->pos++;
+    return Py_NewRef(frame_item(fr, *at));
+}
+
 /* Path keys (_keys.py) are made without calling their class, whose
  * __init__ only sets the one slot: the type allocates the instance and the
  * slot's member descriptor sets it, both through public type slots. key_init

@@ -853,30 +853,27 @@ up_to_into(PyObject *nodes, PyObject *obj, Vec *out, Up *u, Ctx *c, Stack *s)
         }
     next:
         Py_CLEAR(obj);
-        while (s->n) {
-            Frame *fr = &s->v[s->n - 1];
-            if (fr->pos < fr->n) {
-                if (frame_check(fr) < 0) {
-                    goto error;
-                }
-                Py_ssize_t k = take_leaves(out, seq_items(fr->children) + fr->pos,
-                                           fr->n - fr->pos, nodes, i);
-                if (k < 0) {
-                    goto error;
-                }
-                fr->pos += k;
-                i += k;
-                if (fr->pos == fr->n) {
-                    continue;
-                }
-                if (frame_check(fr) < 0) {
-                    goto error;
-                }
-                obj = frame_item(fr, fr->pos++);
-                Py_INCREF(obj);
-                break;
+        Frame *fr;
+        int more;
+        while ((more = stack_unread(s, &fr)) > 0) {
+            Py_ssize_t k =
+                take_leaves(out, seq_items(fr->children) + fr->pos, fr->n - fr->pos, nodes, i);
+            if (k < 0) {
+                goto error;
             }
-            stack_pop(s);
+            fr->pos += k;
+            i += k;
+            if (fr->pos == fr->n) {
+                continue;
+            }
+            Py_ssize_t at;
+            if ((obj = frame_next(fr, &at)) == NULL) {
+                goto error;
+            }
+            break;
+        }
+        if (more < 0) {
+            goto error;
         }
         if (obj == NULL) {
             break;

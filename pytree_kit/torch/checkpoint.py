@@ -352,8 +352,13 @@ def save(
         >>> restored["step"], restored["name"], restored["w"] is template["w"]
         (7, ('run', 1), True)
     """
-    flat = _agreed(lambda: _prepare(state, rules, fallback, process_group), process_group, "save")
-    _dcp_save(flat, path, process_group)
+    _dcp_save(_agreed_flat(state, rules, fallback, process_group, "save"), path, process_group)
+
+
+def _agreed_flat(state: Any, rules: Rules, fallback: Optional[str], group: Any, who: str) -> dict:
+    """What :func:`save` and :func:`async_save` hand DCP: ``state`` flat, once
+    every rank of ``group`` has prepared its own."""
+    return _agreed(lambda: _prepare(state, rules, fallback, group), group, who)
 
 
 def _dcp_save(flat: dict, path: PathLike, process_group: Any) -> None:
@@ -386,9 +391,7 @@ def async_save(
     background. Returns DCP's future; call ``.result()`` before relying on
     the checkpoint. Changing the state after this returns does not change
     what is written."""
-    flat = _agreed(
-        lambda: _prepare(state, rules, fallback, process_group), process_group, "async_save"
-    )
+    flat = _agreed_flat(state, rules, fallback, process_group, "async_save")
     with _one_process():
         future = dcp.async_save(flat, checkpoint_id=path, process_group=process_group)
     done: Any = getattr(future, "upload_completion", None)  # an AsyncSaveResponse's
