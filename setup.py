@@ -76,6 +76,7 @@ if platform.python_implementation() == "CPython" or require_c:
             # the engine's parts, #included by _speedups.c into one unit (_core.h)
             depends=[
                 "pytree_kit/_speedups.h",
+                "pytree_kit/_for_torch.h",
                 "pytree_kit/_core.h",
                 "pytree_kit/_layouts.c",
                 "pytree_kit/_stack.c",

@@ -45,7 +45,8 @@
  *   _speedups.c   the module: its functions, its constants and its init
  * The parts are not compiled on their own (setup.py lists them as depends).
  * Compiled separately, and reached through _speedups.h: _fastcall.c (FastCall),
- * _specops.c (spec algebra, keystr), _reach.c, _rows.c.
+ * _specops.c (spec algebra, keystr); and through an interface of their own,
+ * _for_torch.h, the torch adapters' helpers: _reach.c, _rows.c.
  */
 #ifndef PYTREE_KIT_CORE_H
 #define PYTREE_KIT_CORE_H

@@ -8,7 +8,7 @@
  * traversed cannot change under it. The registry test, which hashes a class,
  * runs between traversals, on objects the stack keeps alive.
  */
-#include "_speedups.h"
+#include "_for_torch.h"
 
 #define TYPES 256 /* classes remembered per call; more are worked out each time */
 enum { PASS = 1, TARGET = 2, ENTER = 3, KIND = 3, REG_KNOWN = 4, REG_YES = 8 };

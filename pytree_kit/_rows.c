@@ -11,7 +11,7 @@
  * Calls: pk_unflatten (_speedups.c) with the layout's spec; the caller's make
  * for pickled leaves and tensors.
  */
-#include "_speedups.h"
+#include "_for_torch.h"
 
 #include <string.h>
 

@@ -7,6 +7,7 @@
  * runs the fast paths' import-time checks (_layouts.c).
  */
 #include "_core.h"
+#include "_for_torch.h"
 
 #include "_layouts.c"
 #include "_stack.c"
@@ -106,18 +107,8 @@ static PyMethodDef methods[] = {
     {"path_get", (PyCFunction)(void (*)(void))pk_path_get, METH_FASTCALL,
      "path_get($module, tree, path, /)\n--\n\n"
      "-> (node, done): tree_get's reading of builtin containers"},
-    {"first_reaching", (PyCFunction)(void (*)(void))pk_first_reaching, METH_FASTCALL,
-     "first_reaching($module, leaves, start, target, skip, opaque, registered, limit, /)\n--\n\n"
-     "-> index or -1"},
-    {"packed_sample", (PyCFunction)(void (*)(void))pk_packed_sample, METH_FASTCALL,
-     "packed_sample($module, bufs, specs, i, make, /)\n--\n\n"
-     "-> sample i of a packed dataset"},
-    {"number_list", (PyCFunction)pk_number_list, METH_O,
-     "number_list($module, x, /)\n--\n\n"
-     "-> whether x is a non-empty list of exact ints or of exact floats"},
-    {"leaf_codes", (PyCFunction)pk_leaf_codes, METH_O,
-     "leaf_codes($module, leaves, /)\n--\n\n"
-     "-> each leaf's packing code, or None"},
+    /* the torch adapters' helpers (_for_torch.h) */
+    PK_FOR_TORCH_METHODS,
     {"_field_codes", (PyCFunction)(void (*)(void))sp_field_codes, METH_FASTCALL,
      "_field_codes($module, cls, names, /)\n--\n\n"
      "-> how each field is read (for tests)"},

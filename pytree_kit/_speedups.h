@@ -4,10 +4,9 @@
  * _speedups.c is the engine's module; it #includes the engine's parts as one
  * unit (_core.h has their map). Compiled on their own: _fastcall.c is the
  * FastCall type, which calls the engine's entry points below directly for the
- * public API's common calls; _reach.c is the search for objects that may
- * reach an instance of a class; _specops.c is the spec algebra (compose,
- * is_prefix, paths) and keystr; _rows.c rebuilds a packed dataset's sample
- * from its typed rows.
+ * public API's common calls; _specops.c is the spec algebra (compose,
+ * is_prefix, paths) and keystr. The torch adapters' helpers (_reach.c,
+ * _rows.c) have an interface of their own: _for_torch.h.
  */
 #ifndef PYTREE_KIT_SPEEDUPS_H
 #define PYTREE_KIT_SPEEDUPS_H
@@ -76,19 +75,6 @@ typedef enum { WALK_LEAVES = 0, WALK_SPEC = 1, WALK_PATHS = 2 } WalkMode;
 PK_INTERNAL PyObject *pk_walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, WalkMode mode);
 /* unflatten(spec, leaves) */
 PK_INTERNAL PyObject *pk_unflatten(PyObject *spec, PyObject *leaves);
-
-/* first_reaching(leaves, start, target, skip, opaque, registered, limit)
- * (_reach.c; the specification is pytree_kit/_reach.py) */
-PK_INTERNAL PyObject *pk_first_reaching(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-
-/* packed_sample(bufs, specs, i, make) (_rows.c; the specification is
- * pytree_kit/_rows.py) */
-PK_INTERNAL PyObject *pk_packed_sample(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-/* number_list(x) and leaf_codes(leaves), for packing (_rows.c) */
-PK_INTERNAL PyObject *pk_number_list(PyObject *self, PyObject *x);
-PK_INTERNAL PyObject *pk_leaf_codes(PyObject *self, PyObject *leaves);
-/* makes what _rows.c keeps; -1 with an error set */
-PK_INTERNAL int pk_rows_init(void);
 
 /* Adds the FastCall type to the module; -1 with an error set on failure. */
 PK_INTERNAL int pk_fastcall_add(PyObject *module);
