@@ -61,35 +61,51 @@ class BuildExt(build_ext):
                 os.remove(note)
 
 
+#: The C engine's parts (_core.h has their map). Each compiles on its own
+#: against _core.h; they are built as one unit, _one_unit.c, which #includes
+#: them all, so that the compiler inlines across them (PYTREE_KIT_C_UNITS=one,
+#: the default), or as separate objects (=separate), with link-time
+#: optimisation (=lto). benchmarks/results/c_units.md has the measured
+#: difference.
+ENGINE_PARTS = [
+    "_core",
+    "_layouts",
+    "_stack",
+    "_classify",
+    "_flatten",
+    "_specread",
+    "_unflatten",
+    "_up_to",
+    "_speedups",
+]
+#: compiled on their own whatever the mode (_speedups.h, _for_torch.h)
+OTHER_SOURCES = ["_fastcall", "_reach", "_specops", "_rows"]
+units = os.environ.get("PYTREE_KIT_C_UNITS", "one")
+if units not in ("one", "separate", "lto"):
+    raise SystemExit(f"PYTREE_KIT_C_UNITS={units!r}: one, separate or lto")
+parts = ["_one_unit"] if units == "one" else ENGINE_PARTS
+macros = [("PK_NO_FAST_PATHS", "1")] if _flag("PYTREE_KIT_NO_FAST_PATHS") else []
+if units == "one":
+    macros.append(("PK_ONE_UNIT", "1"))
+lto = ["-flto"] if units == "lto" else []
+
 ext_modules = []
 if platform.python_implementation() == "CPython" or require_c:
     ext_modules.append(
         Extension(
             "pytree_kit._speedups",
-            sources=[
-                "pytree_kit/_speedups.c",
-                "pytree_kit/_fastcall.c",
-                "pytree_kit/_reach.c",
-                "pytree_kit/_specops.c",
-                "pytree_kit/_rows.c",
-            ],
-            # the engine's parts, #included by _speedups.c into one unit (_core.h)
+            sources=[f"pytree_kit/{name}.c" for name in (*parts, *OTHER_SOURCES)],
             depends=[
                 "pytree_kit/_speedups.h",
                 "pytree_kit/_for_torch.h",
                 "pytree_kit/_core.h",
-                "pytree_kit/_layouts.c",
-                "pytree_kit/_stack.c",
-                "pytree_kit/_classify.c",
-                "pytree_kit/_flatten.c",
-                "pytree_kit/_specread.c",
-                "pytree_kit/_unflatten.c",
-                "pytree_kit/_up_to.c",
+                "pytree_kit/_layouts.h",
+                *(f"pytree_kit/{name}.c" for name in ENGINE_PARTS),
             ],
             optional=not require_c,  # with the extension missing, the install goes on
-            define_macros=[("PK_NO_FAST_PATHS", "1")] if _flag("PYTREE_KIT_NO_FAST_PATHS") else [],
-            extra_compile_args=os.environ.get("PYTREE_KIT_CFLAGS", "").split(),
-            extra_link_args=os.environ.get("PYTREE_KIT_LDFLAGS", "").split(),
+            define_macros=macros,
+            extra_compile_args=[*lto, *os.environ.get("PYTREE_KIT_CFLAGS", "").split()],
+            extra_link_args=[*lto, *os.environ.get("PYTREE_KIT_LDFLAGS", "").split()],
         )
     )
 

@@ -1,6 +1,7 @@
 /* _classify.c: what a value is, as _pure.classify says.
  *
- * Part of the engine's one compilation unit (see _core.h).
+ * One of the engine's parts: compiles on its own against _core.h, which
+ * declares what it shares (see _core.h's map).
  *   make_plan, plan_for  how a class's instances are read (a leaf, a
  *                        namedtuple, a record, __tree_flatten__, or the pure
  *                        engine), remembered across calls while the class's
@@ -88,7 +89,7 @@ tc_clear(TypeCache *c)
     c->n = c->cap = 0;
 }
 
-static TypeEntry *
+PK_SHARED TypeEntry *
 tc_find(TypeCache *c, PyTypeObject *t)
 {
     for (Py_ssize_t i = 0; i < c->n; i++) {
@@ -99,7 +100,7 @@ tc_find(TypeCache *c, PyTypeObject *t)
     return NULL;
 }
 
-static TypeEntry *
+PK_SHARED TypeEntry *
 tc_add(TypeCache *c, PyTypeObject *t)
 {
     if (c->v == NULL) {
@@ -321,7 +322,6 @@ done:
  * (The fields of a dataclass or attrs class are read from the class when it
  * is first met; Field objects changed in place afterwards are not seen.) */
 #define PLAN_SETS 128
-#define PLAN_WAYS 4
 
 typedef struct {
     PyTypeObject *type; /* not owned; compared, never dereferenced */
@@ -353,7 +353,7 @@ meta_version(PyTypeObject *t)
 }
 
 /* the set of t's plan: the top bits of a multiplicative hash of its address */
-static inline size_t
+PK_SHARED_INLINE size_t
 saved_set(PyTypeObject *t)
 {
     uint64_t h = ((uint64_t)(uintptr_t)t >> 4) * 0x9E3779B97F4A7C15ULL;
@@ -421,7 +421,7 @@ plan_saved(TypeEntry *e)
 }
 
 /* how many plans make_plan has made (for tests: _plans_made()) */
-static Py_ssize_t plans_made;
+PK_DATA Py_ssize_t plans_made;
 
 /* make_plan, and remember what it found; may run user code (the class's
  * descriptors, its fields' metadata). */
@@ -457,21 +457,21 @@ plan_made(TypeEntry *e)
 }
 
 /* make_plan, or what it found before for this class unchanged */
-static int
+PK_SHARED int
 plan_for(TypeEntry *e)
 {
     return plan_saved(e) ? 0 : plan_made(e);
 }
 
 /* Whether an entry's plan still holds: its class is unchanged since. */
-static inline int
+PK_SHARED_INLINE int
 entry_fresh(TypeEntry *e)
 {
     return e->version != 0 && type_version(e->type) == e->version;
 }
 
 /* Decide an entry's plan again if its class changed since it was made. */
-static int
+PK_SHARED int
 entry_refresh(TypeEntry *e)
 {
     if (entry_fresh(e)) {
@@ -486,7 +486,7 @@ entry_refresh(TypeEntry *e)
 
 
 /* Drop the references f->direct holds, if it holds any. */
-static void
+PK_SHARED void
 release_direct(Found *f)
 {
     if (f->direct_owned) {
@@ -530,7 +530,7 @@ static PyTypeObject *const atom_types[6] = {
     &PyLong_Type, &PyFloat_Type, &PyUnicode_Type, &PyBytes_Type, &PyBool_Type, &PyComplex_Type,
 };
 
-static int
+PK_SHARED int
 ctx_init(Ctx *c, PyObject *is_leaf, PyObject *rules, WalkMode mode)
 {
     /* no memset: the type cache's and the nodes' storage is set when used */
@@ -565,7 +565,7 @@ ctx_init(Ctx *c, PyObject *is_leaf, PyObject *rules, WalkMode mode)
     return 0;
 }
 
-static void
+PK_SHARED void
 ctx_clear(Ctx *c)
 {
     tc_clear(&c->types);
@@ -573,7 +573,7 @@ ctx_clear(Ctx *c)
 }
 
 /* Is a value of type t a leaf by its type alone, with no user code to run? */
-static inline int
+PK_SHARED_INLINE int
 known_leaf(Ctx *c, PyTypeObject *t)
 {
     if (t == c->last_leaf) {
@@ -662,7 +662,7 @@ classify_python(Ctx *c, Stack *s, PyObject *obj, Found *f)
  * the pure helper. On success sets *children (a tuple), *tail (the node's aux
  * data after the rule: (aux, keys) or (aux, None, entries); only when tail is
  * not NULL) and *names (the keys or entries, or None), all strong references. */
-static int
+PK_SHARED int
 user_result(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *helper,
             PyObject **children, PyObject **tail, PyObject **names, int *keymode)
 {
@@ -870,7 +870,7 @@ record_recheck(PyObject *obj, const FieldReads *r, PyObject *names)
  * The __dict__ of an instance of a class with a managed dict (3.11+) is
  * made by PyObject_GenericGetDict when it has none yet, as `vars(obj)`
  * would (on 3.11 the inline values are counted instead). */
-static PK_ALWAYS_INLINE int
+PK_SHARED_ALWAYS_INLINE int
 record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
             Py_ssize_t *absent, Stack *s)
 {
@@ -1019,7 +1019,7 @@ release_values(PyObject *children, PyObject **v, Py_ssize_t n)
  * dict(zip(names, ...))[k] finds it), or -1. Runs no code: a name that is
  * not an exact str is passed over, as it cannot equal k without its own ==;
  * strs of other lengths are not compared. */
-static Py_ssize_t
+PK_SHARED Py_ssize_t
 field_named(PyObject *names, Py_ssize_t n, PyObject *k)
 {
     for (Py_ssize_t j = n - 1; j >= 0; j--) {
@@ -1120,7 +1120,7 @@ other:
  * stack (flatten and leaves), a record whose fields are all leaves by their
  * type gives them as f->direct (strong references, f->direct_owned), with no
  * children to visit. */
-static int
+PK_SHARED int
 record_fields(Ctx *c, Stack *s, PyObject *obj, TypeEntry *e, int kind, Found *f, int want_node)
 {
     if (e->info == NULL || e->reads == NULL) {
@@ -1254,7 +1254,7 @@ fail:
 
 /* [obj[k] for k in keys[0 .. n)] for an exact dict: a new list, or NULL with
  * the KeyError obj[k] raises. */
-static PyObject *
+PK_SHARED PyObject *
 dict_values(PyObject *obj, PyObject **keys, Py_ssize_t n)
 {
     PyObject *values = PyList_New(n);
@@ -1420,20 +1420,11 @@ dict_memo_write(DictMemo *m, PyObject *keys, const uint8_t *perm, int permuted, 
  * rebuilt by copying the template. An entry is written whole, from this
  * call's own references, and lets go of the old ones last. The entries hold
  * their keys alive. */
-#define BIG_ORDERS 4
-
-typedef struct {
-    PyObject *order; /* strong or NULL: the keys in insertion order, a tuple */
-    PyObject *keys;  /* strong: the same keys in sorted order (the node's), a tuple */
-    PyObject *at;    /* strong: bytes, Py_ssize_t at[i]: order[i]'s place in keys */
-    PyObject *dict;  /* strong or NULL: the template, {k: None} in insertion order */
-} BigOrder;
-
-static BigOrder big_orders[BIG_ORDERS];
+PK_DATA BigOrder big_orders[BIG_ORDERS];
 static unsigned int big_next; /* the entry a new order replaces */
 
 /* a and b are tuples of the same objects in the same places */
-static inline int
+PK_SHARED_INLINE int
 same_items(PyObject *a, PyObject *b)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(a);
@@ -1466,7 +1457,7 @@ place_slot(PyObject *k, size_t mask)
  * it is none of them (a key object given twice keeps its first place). Up to
  * 8 keys are searched in place; more through an open-addressing table of 2
  * to 4 slots per key, each 0 or 1 + a place. 0, or -1 with MemoryError. */
-static int
+PK_SHARED int
 key_places(PyObject *const *keys, PyObject *const *order, Py_ssize_t n, Py_ssize_t *at)
 {
     if (n <= 8) {
@@ -1536,7 +1527,7 @@ big_order_write(int i, PyObject *order, PyObject *keys, PyObject *at, PyObject *
  * order: as flatten makes a large dict node's keys, the only ones big_orders
  * may hold (flatten must never give other keys back). 1, 0, or -1 on error
  * (exact ints compare without one). */
-static int
+PK_SHARED int
 keys_sorted(PyObject *keys)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(keys);
@@ -1561,7 +1552,7 @@ keys_sorted(PyObject *keys)
 /* Remember this insertion order of these keys (tuples of the same keys, each
  * order[i] being keys[at[i]]; keys as keys_sorted requires). 0, or -1 on
  * error. */
-static int
+PK_SHARED int
 big_order_note(PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t n)
 {
     PyObject *b = PyBytes_FromStringAndSize((const char *)at, n * (Py_ssize_t)sizeof(Py_ssize_t));
@@ -1576,7 +1567,7 @@ big_order_note(PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t
 /* The entry of big_orders that may hold the insertion order of obj (an exact
  * dict of more than BIG_DICT keys): of its size, starting with its first key,
  * and, when keys is given, of those sorted keys. NULL when none is. */
-static BigOrder *
+PK_SHARED BigOrder *
 big_order_for(PyObject *obj, PyObject *keys)
 {
     Py_ssize_t n = PyDict_GET_SIZE(obj), pos = 0;
@@ -1634,7 +1625,7 @@ big_order_read(PyObject *obj, PyObject *order, PyObject *at_obj, PyObject **vals
  * sorted), read in one pass when big_orders has obj's insertion order of these
  * same keys: borrowed into vals, and 1; else 0 (vals partly written). Makes
  * nothing and runs no code, so the entry cannot change while it is read. */
-static int
+PK_SHARED int
 big_dict_values(PyObject *obj, PyObject *keys, PyObject **vals)
 {
     BigOrder *e = big_order_for(obj, keys);
@@ -1999,7 +1990,7 @@ classify_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
  * which finds each key by its hash. Returns 1 with *keys and *values new
  * tuples, 0 when it is not such a dict (the pure engine reads it), -1 on
  * error. Shared by classify and flatten_up_to (_up_to.c). */
-static int
+PK_SHARED int
 odict_items(PyObject *obj, PyObject **keys_out, PyObject **values_out)
 {
     Py_ssize_t n = PyDict_GET_SIZE(obj), pos = 0, i = 0;
@@ -2046,7 +2037,7 @@ classify_odict(PyObject *obj, Found *f, int want_node)
 }
 
 /* Returns 0 for a leaf, 1 for a container (f filled), -1 on error. */
-static int
+PK_SHARED int
 classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
 {
     PyTypeObject *t = Py_TYPE(obj);
@@ -2211,7 +2202,7 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
 
 /* The insertion order of a dict node, when it differs from its leaf order;
  * new reference to it, or to None. */
-static PyObject *
+PK_SHARED PyObject *
 dict_order(PyObject *node, PyObject *obj, PyObject *names)
 {
     if (PyDict_CheckExact(obj) && PyTuple_CheckExact(names) &&

@@ -23,14 +23,19 @@
  * dicts' orders (big_orders), dict templates (_unflatten.c's kept), and
  * emptied tuples for frames' children (_stack.c's spares).
  *
- * The engine is one compilation unit, so that the compiler sees every call and
- * inlines across the parts: _speedups.c includes them in this order, and each
- * part uses only what the parts before it define.
+ * The engine's parts each compile on their own against this header, which
+ * declares everything one part uses of another (the section "What the parts
+ * share" at its end); nothing else of a part is seen outside it, and no part
+ * depends on the order of the others. _one_unit.c #includes them all as one
+ * compilation unit, so that the compiler inlines across them: setup.py's
+ * default build (tests/test_c_layout.py compiles each part alone too).
  *   _core.h       this file: the fast-path gates, the walk modes, the module's
  *                 constants, spec and node makers, growable arrays (Vec), the
  *                 dict keys that run no user code (key_plain), and the types
  *                 of the traversal stack, the per-call type cache and
- *                 classification
+ *                 classification; what the parts share
+ *   _core.c       the module's constants and the helpers declared here
+ *   _layouts.h    CPython's own layouts as _layouts.c reads them (types, macros)
  *   _layouts.c    every read of CPython's own layouts: version tags, record
  *                 fields read in place, 3.11's dict tables and dict templates,
  *                 small ints; each gated by version and checked on import
@@ -43,7 +48,6 @@
  *   _unflatten.c  unflatten
  *   _up_to.c      flatten_up_to and flatten_up_to_columns
  *   _speedups.c   the module: its functions, its constants and its init
- * The parts are not compiled on their own (setup.py lists them as depends).
  * Compiled separately, and reached through _speedups.h: _fastcall.c (FastCall),
  * _specops.c (spec algebra, keystr); and through an interface of their own,
  * _for_torch.h, the torch adapters' helpers: _reach.c, _rows.c.
@@ -154,29 +158,48 @@ untracked_add(Untracked *u, PyObject *o)
 /* How the children of a frame are named in paths (as in _pure). */
 enum { KM_SEQ = 0, KM_MAP = 1, KM_ATTR = 2 };
 
+/* How a part's shared functions and data are declared (here) and defined
+ * (in the part). Built as one unit (PK_ONE_UNIT, _one_unit.c) they are
+ * static, with the inlining each asks for, as in a single file; built as
+ * separate objects they are hidden symbols of the extension, declared here,
+ * defined once in their part. */
+#ifdef PK_ONE_UNIT
+#define PK_SHARED static
+#define PK_SHARED_INLINE static inline
+#define PK_SHARED_ALWAYS_INLINE static PK_ALWAYS_INLINE
+#define PK_SHARED_DATA static /* a tentative definition; the part's defines it */
+#define PK_DATA static
+#else
+#define PK_SHARED PK_INTERNAL
+#define PK_SHARED_INLINE PK_INTERNAL
+#define PK_SHARED_ALWAYS_INLINE PK_INTERNAL
+#define PK_SHARED_DATA PK_INTERNAL extern
+#define PK_DATA
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Module constants, set once by the module's init. */
 
-static PyObject *kind_obj[K_COUNT];
-static PyObject *LEAF_NODE, *NONE_NODE;
-static PyTypeObject *TreeSpec_type;
-static Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash, off_paths, off_plan;
-static PyObject *py_customised; /* _pure._customised: a record class's attribute hook */
-static PyObject *py_refuse_leaves, *py_refuse_trees; /* _pure's: a str, bytes or mapping given */
-static PyObject *py_classify, *py_dict_order_differs, *py_custom_result,
+PK_SHARED_DATA PyObject *kind_obj[K_COUNT];
+PK_SHARED_DATA PyObject *LEAF_NODE, *NONE_NODE;
+PK_SHARED_DATA PyTypeObject *TreeSpec_type;
+PK_SHARED_DATA Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash, off_paths, off_plan;
+PK_SHARED_DATA PyObject *py_customised; /* _pure._customised: a record class's attribute hook */
+PK_SHARED_DATA PyObject *py_refuse_leaves, *py_refuse_trees; /* _pure's: a str, bytes or mapping given */
+PK_SHARED_DATA PyObject *py_classify, *py_dict_order_differs, *py_custom_result,
     *py_rule_result, *py_cycle_error, *py_match, *py_mismatch, *py_build;
-static PyObject *SequenceKey_t, *DictKey_t, *GetAttrKey_t;
-static PyObject *FIELD_marker;
-static PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
-static PyObject *s_tree_flatten, *s_tree_unflatten, *s_fields, *s_n_sequence_fields,
+PK_SHARED_DATA PyObject *SequenceKey_t, *DictKey_t, *GetAttrKey_t;
+PK_SHARED_DATA PyObject *FIELD_marker;
+PK_SHARED_DATA PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
+PK_SHARED_DATA PyObject *s_tree_flatten, *s_tree_unflatten, *s_fields, *s_n_sequence_fields,
     *s_n_fields, *s_dataclass_fields, *s_attrs_attrs, *s_field_type, *s_name, *s_metadata,
     *s_get, *s_static, *s_new, *s_flatten, *s_len, *s_the_spec, *s_the_tree, *s_getattribute;
-static PyObject *empty_tuple;
-static PyObject *object_new_fn;          /* object.__dict__['__new__'] */
-static PyObject *object_getattribute_fn; /* object.__dict__['__getattribute__'] */
+PK_SHARED_DATA PyObject *empty_tuple;
+PK_SHARED_DATA PyObject *object_new_fn;          /* object.__dict__['__new__'] */
+PK_SHARED_DATA PyObject *object_getattribute_fn; /* object.__dict__['__getattribute__'] */
 /* dict.__getattribute__, through dict's MRO: dict.__dict__['__getattribute__']
  * up to 3.13, object's from 3.14 (dict inherits it) */
-static PyObject *dict_getattribute_fn;
+PK_SHARED_DATA PyObject *dict_getattribute_fn;
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers */
@@ -209,67 +232,11 @@ order_pair(Py_ssize_t position, PyObject *order)
     return pair;
 }
 
-static int
-raise_returned(PyObject *exc)
-{
-    /* Raise an exception instance that a pure-engine helper returned. */
-    if (exc == NULL) {
-        return -1;
-    }
-    if (PyExceptionInstance_Check(exc)) {
-        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-    }
-    else {
-        PyErr_SetString(PyExc_SystemError, "pytree_kit: an error helper returned a non-exception");
-    }
-    Py_DECREF(exc);
-    return -1;
-}
+PK_SHARED int raise_returned(PyObject *exc);
 
-static PyObject *
-make_node(int kind, PyObject *type, Py_ssize_t arity, PyObject *aux)
-{
-    /* (kind, type, arity, aux); steals nothing. */
-    PyObject *n = PyLong_FromSsize_t(arity);
-    if (n == NULL) {
-        return NULL;
-    }
-    PyObject *node = PyTuple_New(4);
-    if (node == NULL) {
-        Py_DECREF(n);
-        return NULL;
-    }
-    Py_INCREF(kind_obj[kind]);
-    PyTuple_SET_ITEM(node, 0, kind_obj[kind]);
-    Py_INCREF(type);
-    PyTuple_SET_ITEM(node, 1, type);
-    PyTuple_SET_ITEM(node, 2, n);
-    Py_INCREF(aux);
-    PyTuple_SET_ITEM(node, 3, aux);
-    return node;
-}
+PK_SHARED PyObject *make_node(int kind, PyObject *type, Py_ssize_t arity, PyObject *aux);
 
-static PyObject *
-make_spec(PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
-{
-    /* TreeSpec._make(nodes, orders, num_leaves); steals nodes and orders. */
-    PyObject *spec = TreeSpec_type->tp_alloc(TreeSpec_type, 0);
-    PyObject *n = PyLong_FromSsize_t(num_leaves);
-    if (spec == NULL || n == NULL) {
-        Py_XDECREF(spec);
-        Py_XDECREF(n);
-        Py_DECREF(nodes);
-        Py_DECREF(orders);
-        return NULL;
-    }
-    SLOT(spec, off_nodes) = nodes;
-    SLOT(spec, off_orders) = orders;
-    SLOT(spec, off_num_leaves) = n;
-    SLOT(spec, off_hash) = Py_NewRef(Py_None);
-    SLOT(spec, off_paths) = Py_NewRef(Py_None);
-    SLOT(spec, off_plan) = Py_NewRef(Py_None);
-    return spec;
-}
+PK_SHARED PyObject *make_spec(PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves);
 
 typedef struct {
     void *keys;         /* the class's shared keys when the codes were made */
@@ -317,32 +284,7 @@ typedef struct {
 /* Double the capacity of an array that starts in its inline storage and moves
  * to the heap on its first growth, or raise it to need if that is more. On
  * failure: MemoryError set, -1 returned, the array unchanged. */
-static int
-grow_array(void **v, void *inline_v, Py_ssize_t n, Py_ssize_t *cap, size_t item, Py_ssize_t need)
-{
-    Py_ssize_t new_cap = *cap * 2 > need ? *cap * 2 : need;
-    if ((size_t)new_cap > PY_SSIZE_T_MAX / item) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    void *p;
-    if (*v == inline_v) {
-        p = PyMem_Malloc(new_cap * item);
-        if (p != NULL) {
-            memcpy(p, inline_v, n * item);
-        }
-    }
-    else {
-        p = PyMem_Realloc(*v, new_cap * item);
-    }
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    *v = p;
-    *cap = new_cap;
-    return 0;
-}
+PK_SHARED int grow_array(void **v, void *inline_v, Py_ssize_t n, Py_ssize_t *cap, size_t item, Py_ssize_t need);
 
 typedef struct {
     TypeEntry *v; /* NULL until the first entry; then inline or on the heap */
@@ -400,7 +342,7 @@ typedef struct {
     PyObject *inline_v[VEC_INLINE];
 } Vec;
 
-static void
+static inline void
 vec_init(Vec *a)
 {
     a->v = a->inline_v;
@@ -408,16 +350,7 @@ vec_init(Vec *a)
     a->cap = VEC_INLINE;
 }
 
-static int
-vec_grow(Vec *a, Py_ssize_t need)
-{
-    void *v = a->v;
-    if (grow_array(&v, a->inline_v, a->n, &a->cap, sizeof(PyObject *), need) < 0) {
-        return -1;
-    }
-    a->v = v;
-    return 0;
-}
+PK_SHARED int vec_grow(Vec *a, Py_ssize_t need);
 
 /* Room for k more items with no further growth. */
 static inline int
@@ -490,109 +423,22 @@ seq_items(PyObject *seq)
     return PyTuple_Check(seq) ? ((PyTupleObject *)seq)->ob_item : ((PyListObject *)seq)->ob_item;
 }
 
-static void
-vec_clear(Vec *a)
-{
-    for (Py_ssize_t i = 0; i < a->n; i++) {
-        Py_DECREF(a->v[i]);
-    }
-    if (a->v != a->inline_v) {
-        PyMem_Free(a->v);
-    }
-    vec_init(a);
-}
+PK_SHARED void vec_clear(Vec *a);
 
-static PyObject *
-vec_to_tuple(Vec *a)
-{
-    /* moves the references into a new tuple */
-    PyObject *t = PyTuple_New(a->n);
-    if (t == NULL) {
-        return NULL;
-    }
-    memcpy(((PyTupleObject *)t)->ob_item, a->v, a->n * sizeof(PyObject *));
-    if (a->v != a->inline_v) {
-        PyMem_Free(a->v);
-    }
-    vec_init(a);
-    return t;
-}
+PK_SHARED PyObject *vec_to_tuple(Vec *a);
 
 /* A new tuple (or list) of ch[0 .. n). */
-static PyObject *
-seq_of(int list, PyObject **ch, Py_ssize_t n)
-{
-    PyObject *r = list ? PyList_New(n) : PyTuple_New(n);
-    if (r == NULL) {
-        return NULL;
-    }
-    PyObject **items = list ? ((PyListObject *)r)->ob_item : ((PyTupleObject *)r)->ob_item;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_INCREF(ch[i]);
-        items[i] = ch[i];
-    }
-    return r;
-}
+PK_SHARED PyObject *seq_of(int list, PyObject **ch, Py_ssize_t n);
 
 /* Moves the references into a new list: a heap array becomes the list's own
  * storage (lists free theirs with PyMem_Free), trimmed when mostly unused. */
-static PyObject *
-vec_to_list(Vec *a)
-{
-    PyObject *l;
-    if (a->v == a->inline_v) {
-        l = PyList_New(a->n);
-        if (l == NULL) {
-            return NULL;
-        }
-        if (a->n) {
-            memcpy(((PyListObject *)l)->ob_item, a->v, a->n * sizeof(PyObject *));
-        }
-    }
-    else {
-        l = PyList_New(0);
-        if (l == NULL) {
-            return NULL;
-        }
-        if (a->cap - a->n > a->n / 8) {
-            void *v = PyMem_Realloc(a->v, (a->n ? a->n : 1) * sizeof(PyObject *));
-            if (v != NULL) {
-                a->v = v;
-                a->cap = a->n ? a->n : 1;
-            }
-        }
-        ((PyListObject *)l)->ob_item = a->v;
-        ((PyListObject *)l)->allocated = a->cap;
-        Py_SET_SIZE(l, a->n);
-    }
-    vec_init(a);
-    return l;
-}
+PK_SHARED PyObject *vec_to_list(Vec *a);
 
 /* A list of n items that the caller sets at once, before anything else can
  * see the list or run the GC: PyList_New(n) less its zeroing of the items
  * (PyList_New(0), then items from malloc, as vec_to_list hands a list its
  * array). New reference. */
-static PyObject *
-list_to_fill(Py_ssize_t n)
-{
-    if (n == 0 || (size_t)n > PY_SSIZE_T_MAX / sizeof(PyObject *)) {
-        return PyList_New(n);
-    }
-    PyObject *items = PyMem_Malloc(n * sizeof(PyObject *));
-    if (items == NULL) {
-        return PyErr_NoMemory();
-    }
-    PyObject *l = PyList_New(0);
-    if (l == NULL) {
-        PyMem_Free(items);
-        return NULL;
-    }
-    ((PyListObject *)l)->ob_item = (PyObject **)items;
-    ((PyListObject *)l)->allocated = n;
-    Py_SET_SIZE(l, n);
-    return l;
-}
+PK_SHARED PyObject *list_to_fill(Py_ssize_t n);
 
 /* Append a new reference to x. */
 static inline int
@@ -665,5 +511,133 @@ dict_in_key_order(PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ssize_
     }
     return m;
 }
+
+
+/* ------------------------------------------------------------------------ */
+/* What the parts share: each part's functions and data that another part
+ * (or the module, _speedups.c) uses. Nothing else of a part is seen outside
+ * it. */
+
+
+#include "_layouts.h"
+
+/* _layouts.c: every read of CPython's own layouts, and their import-time checks */
+/* set on import by each fast path's check (_speedups.c's init calls them) */
+PK_SHARED_DATA int version_tags_ok, values_reads_ok, dict_reads_ok, dict_layout_ok,
+    split_reads_ok, split_tables_ok, int_digits_ok, odict_links_ok;
+PK_SHARED PyObject *field_reads(PyTypeObject *t, PyObject *names);
+PK_SHARED int odict_in_dict_order(PyObject *obj);
+PK_SHARED_INLINE const FieldReads *reads_of(PyObject *reads_obj);
+PK_SHARED_INLINE Py_ssize_t small_long(PyObject *o);
+PK_SHARED_INLINE unsigned int type_version(PyTypeObject *t);
+#if VERSION_TAGS
+PK_SHARED void version_tags_check(void);
+#endif
+#if INT_DIGITS
+PK_SHARED void int_digits_check(void);
+#endif
+#if ODICT_LINKS
+PK_SHARED void odict_links_check(void);
+#endif
+#if DICT_READS
+PK_SHARED int dict_from_template(PyObject *tmpl, size_t size, int tuples, const Py_ssize_t *at, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step, PyObject **out, Untracked *later);
+PK_SHARED void dict_layout_check(void);
+PK_SHARED void dict_reads_check(void);
+PK_SHARED_INLINE int dict_table(PyObject *d, PyObject ***first, Py_ssize_t *step);
+PK_SHARED int template_make(PyObject *ins, Py_ssize_t n, PyObject **dict, size_t *size, int *tuples);
+PK_SHARED int template_plain(PyObject *t, Py_ssize_t n);
+PK_SHARED size_t template_size(PyObject *t);
+#endif
+#if LAYOUT_311
+PK_SHARED void values_reads_check(void);
+#endif
+#if SPLIT_READS
+PK_SHARED_INLINE int split_key_is(const FieldReads *r, Py_ssize_t ix, PyObject *name);
+PK_SHARED void split_reads_check(void);
+PK_SHARED_INLINE PyObject **split_values(PyObject *dict, const FieldReads *r);
+#endif
+#if SPLIT_TABLES
+PK_SHARED int dict_split(PyObject *holder, const Py_ssize_t *at, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step, PyObject **out, Untracked *later);
+PK_SHARED int split_holder_make(PyObject *tmpl, size_t size, Py_ssize_t n, PyObject **out);
+PK_SHARED void split_tables_check(void);
+#endif
+
+/* _stack.c: the traversal stack, its view for error messages, path keys */
+PK_SHARED_DATA PyTypeObject StackView_Type;
+PK_SHARED PyObject *children_tuple(PyObject *const *ch, Py_ssize_t n);
+PK_SHARED_INLINE PyObject *frame_item(Frame *f, Py_ssize_t i);
+PK_SHARED PyObject *frame_key(Frame *f, Py_ssize_t i);
+PK_SHARED_INLINE PyObject *frame_next(Frame *fr, Py_ssize_t *at);
+PK_SHARED int key_init(void);
+PK_SHARED PyObject *spare_tuple(Py_ssize_t n);
+PK_SHARED void stack_clear(Stack *s);
+PK_SHARED int stack_freeze(Stack *s);
+PK_SHARED int stack_holds(Stack *s, PyObject *obj);
+PK_SHARED void stack_init(Stack *s);
+PK_SHARED int stack_push(Stack *s, PyObject *obj, PyObject *children, PyObject *names, int keymode, int live, int track);
+PK_SHARED PyObject *stack_py(Stack *s);
+PK_SHARED_INLINE int stack_unread(Stack *s, Frame **out);
+
+/* _classify.c: what a value is; plans remembered per class; dict orders */
+/* the ways of each set of the class memo, and how many plans were made (for tests) */
+#define PLAN_WAYS 4
+PK_SHARED_DATA Py_ssize_t plans_made;
+
+/* Large dicts' insertion orders remembered across calls (_unflatten.c builds
+ * their templates) */
+#define BIG_ORDERS 4
+typedef struct {
+    PyObject *order; /* strong or NULL: the keys in insertion order, a tuple */
+    PyObject *keys;  /* strong: the same keys in sorted order (the node's), a tuple */
+    PyObject *at;    /* strong: bytes, Py_ssize_t at[i]: order[i]'s place in keys */
+    PyObject *dict;  /* strong or NULL: the template, {k: None} in insertion order */
+} BigOrder;
+PK_SHARED_DATA BigOrder big_orders[BIG_ORDERS];
+PK_SHARED int big_dict_values(PyObject *obj, PyObject *keys, PyObject **vals);
+PK_SHARED BigOrder *big_order_for(PyObject *obj, PyObject *keys);
+PK_SHARED int big_order_note(PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t n);
+PK_SHARED int classify(Ctx *c, Stack *s, PyObject *obj, Found *f);
+PK_SHARED void ctx_clear(Ctx *c);
+PK_SHARED int ctx_init(Ctx *c, PyObject *is_leaf, PyObject *rules, WalkMode mode);
+PK_SHARED PyObject *dict_order(PyObject *node, PyObject *obj, PyObject *names);
+PK_SHARED PyObject *dict_values(PyObject *obj, PyObject **keys, Py_ssize_t n);
+PK_SHARED_INLINE int entry_fresh(TypeEntry *e);
+PK_SHARED int entry_refresh(TypeEntry *e);
+PK_SHARED Py_ssize_t field_named(PyObject *names, Py_ssize_t n, PyObject *k);
+PK_SHARED int key_places(PyObject *const *keys, PyObject *const *order, Py_ssize_t n, Py_ssize_t *at);
+PK_SHARED int keys_sorted(PyObject *keys);
+PK_SHARED_INLINE int known_leaf(Ctx *c, PyTypeObject *t);
+PK_SHARED int odict_items(PyObject *obj, PyObject **keys_out, PyObject **values_out);
+PK_SHARED int plan_for(TypeEntry *e);
+PK_SHARED int record_fields(Ctx *c, Stack *s, PyObject *obj, TypeEntry *e, int kind, Found *f, int want_node);
+PK_SHARED_ALWAYS_INLINE int record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v, Py_ssize_t *absent, Stack *s);
+PK_SHARED void release_direct(Found *f);
+PK_SHARED_INLINE int same_items(PyObject *a, PyObject *b);
+PK_SHARED_INLINE size_t saved_set(PyTypeObject *t);
+PK_SHARED TypeEntry *tc_add(TypeCache *c, PyTypeObject *t);
+PK_SHARED TypeEntry *tc_find(TypeCache *c, PyTypeObject *t);
+PK_SHARED int user_result(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *helper, PyObject **children, PyObject **tail, PyObject **names, int *keymode);
+
+/* _flatten.c: flatten, leaves, flatten_with_path, iter_leaves */
+PK_SHARED_DATA PyTypeObject LeafIter_Type;
+PK_SHARED PyObject *sp_any_leaf(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PK_SHARED PyObject *sp_flatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PK_SHARED PyObject *sp_flatten_one_level(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PK_SHARED PyObject *sp_flatten_with_path(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PK_SHARED PyObject *sp_iter_leaves(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PK_SHARED PyObject *sp_leaves(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* _specread.c: reading a TreeSpec */
+PK_SHARED_INLINE int node_parts(PyObject *node, int *kind, Py_ssize_t *arity);
+PK_NO_INLINE PK_SHARED Py_ssize_t order_index(PyObject *orders, Py_ssize_t i);
+PK_SHARED int spec_parts(PyObject *spec, PyObject **nodes, PyObject **orders, Py_ssize_t *num_leaves);
+
+/* _unflatten.c: unflatten */
+PK_SHARED_DATA PyTypeObject Plan_Type;
+PK_SHARED PyObject *sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* _up_to.c: flatten_up_to and flatten_up_to_columns */
+PK_SHARED PyObject *sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PK_SHARED PyObject *sp_flatten_up_to_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

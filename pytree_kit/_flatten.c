@@ -1,6 +1,7 @@
 /* _flatten.c: flatten, leaves, flatten_with_path and iter_leaves.
  *
- * Part of the engine's one compilation unit (see _core.h).
+ * One of the engine's parts: compiles on its own against _core.h, which
+ * declares what it shares (see _core.h's map).
  *   walk_classify  a value as the walk sees it (is_leaf, the leaf types,
  *                  classify), and found_order a dict node's order
  *   kept_pair      a dict order's (position, order) pair in the spec, kept
@@ -526,7 +527,6 @@ typedef struct {
 
 enum { LI_WALKING, LI_RUNNING, LI_DONE };
 
-static PyTypeObject LeafIter_Type;
 
 /* Drop everything it holds; it is done. Safe to call again. */
 static void
@@ -627,7 +627,7 @@ leafiter_dealloc(LeafIter *it)
     PyObject_GC_Del(it);
 }
 
-static PyTypeObject LeafIter_Type = {
+PK_DATA PyTypeObject LeafIter_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "pytree_kit._speedups.LeafIter",
     .tp_basicsize = sizeof(LeafIter),
@@ -643,7 +643,7 @@ static PyTypeObject LeafIter_Type = {
 
 /* iter_leaves(tree, is_leaf=None, rules=None): a LeafIter; nothing is read
  * until the first next */
-static PyObject *
+PK_SHARED PyObject *
 sp_iter_leaves(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs < 1 || nargs > 3) {
@@ -695,7 +695,7 @@ plain_truth(PyObject *x)
  * where it is; before any other leaf's truth, which can run the caller's
  * code, the lists still being read are copied, as a LeafIter copies them
  * before it returns a leaf. So no list is copied on a tree of plain leaves. */
-static PyObject *
+PK_SHARED PyObject *
 sp_any_leaf(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
@@ -748,7 +748,7 @@ sp_any_leaf(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * the root, the spec its node over a leaf per child, or None when the root
  * is a leaf; as _pure.flatten_one_level, by the walk's own classification of
  * the root (walk_classify) and its dict order (found_order). */
-static PyObject *
+PK_SHARED PyObject *
 sp_flatten_one_level(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs < 1 || nargs > 3) {
@@ -841,20 +841,20 @@ walk_call(PyObject *const *args, Py_ssize_t nargs, const char *fname, WalkMode m
     return walk(args[0], nargs > 1 ? args[1] : Py_None, nargs > 2 ? args[2] : Py_None, mode);
 }
 
-static PyObject *
+PK_SHARED PyObject *
 sp_flatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     return walk_call(args, nargs, "flatten", WALK_SPEC);
 }
 
-static PyObject *
+PK_SHARED PyObject *
 sp_leaves(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     return walk_call(args, nargs, "leaves", WALK_LEAVES);
 }
 
 /* flatten_with_path(tree, is_leaf=None, rules=None, is_leaf_takes_path=False) */
-static PyObject *
+PK_SHARED PyObject *
 sp_flatten_with_path(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs > 4) {

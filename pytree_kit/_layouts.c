@@ -1,6 +1,7 @@
 /* _layouts.c: every place the engine reads CPython's own layouts.
  *
- * Part of the engine's one compilation unit (see _core.h). Each fast path here
+ * One of the engine's parts: compiles on its own against _core.h, which
+ * declares what it shares (see _core.h's map). Each fast path here
  * is compiled only on the versions it was validated on (the gates in
  * _core.h) and checked again on import by its *_check function, which
  * _speedups.c's init calls; a check that fails leaves the path off, and the
@@ -27,14 +28,14 @@
 #include "_core.h"
 
 /* set on import by version_tags_check, where compiled */
-static int version_tags_ok;
+PK_DATA int version_tags_ok;
 
 /* A class's version tag, or 0 when it has no valid one (or the tags are not
  * used here: then every plan is decided again when it is needed). Up to 3.12
  * CPython marks a valid tag with Py_TPFLAGS_VALID_VERSION_TAG; 3.13 no longer
  * sets that flag, and a tag is valid when it is not 0 (PyType_Modified sets it
  * to 0 on every version). */
-static inline unsigned int
+PK_SHARED_INLINE unsigned int
 type_version(PyTypeObject *t)
 {
 #if VERSION_TAGS
@@ -71,73 +72,9 @@ type_version(PyTypeObject *t)
 
 /* set on import by values_reads_check, dict_reads_check, dict_layout_check,
  * split_reads_check and split_tables_check, where compiled */
-static int values_reads_ok, dict_reads_ok, dict_layout_ok, split_reads_ok, split_tables_ok;
+PK_DATA int values_reads_ok, dict_reads_ok, dict_layout_ok, split_reads_ok, split_tables_ok;
 
 #if DICT_READS
-#if PY_VERSION_HEX >= 0x030B0000
-/* A dict's table as CPython 3.11, 3.12 and 3.13 lay it out in GIL builds
- * (Include/internal/pycore_dict.h, the same fields in all three; 3.13 adds a
- * mutex only where the GIL is disabled): ma_keys is this struct, with
- * dk_nentries entries after 1 << dk_log2_index_bytes bytes of indices,
- * (key, value) when its keys are all str (dk_kind 1), else (hash, key,
- * value) (dk_kind 0); a split table (dk_kind 2) has its values apart, in
- * ma_values. On 3.11 a class's shared keys are the same struct. The module
- * checks the reads on import (dict_reads_check) and leaves them off if the
- * check fails. */
-typedef struct {
-    Py_ssize_t dk_refcnt;
-    uint8_t dk_log2_size;
-    uint8_t dk_log2_index_bytes;
-    uint8_t dk_kind;
-    uint32_t dk_version;
-    Py_ssize_t dk_usable;
-    Py_ssize_t dk_nentries;
-    char dk_indices[];
-} DictKeys;
-#define DICT_INDEX_BYTES(k) ((size_t)1 << (k)->dk_log2_index_bytes)
-#define DICT_SLOTS(k) ((size_t)1 << (k)->dk_log2_size)
-#define DICT_COMBINED(k) ((k)->dk_kind <= 1)
-#define DICT_STEP(k) ((k)->dk_kind == 1 ? 2 : 3)
-#else
-/* A dict's table as CPython 3.10 lays it out (Objects/dict-common.h):
- * ma_keys is this struct, with dk_nentries (hash, key, value) entries after
- * dk_size indices of 1, 2, 4 or 8 bytes each (by dk_size); a split table has
- * its values apart, in ma_values, and so does an empty dict (a shared empty
- * array). Checked on import the same way. */
-typedef struct {
-    Py_ssize_t dk_refcnt;
-    Py_ssize_t dk_size;
-    void *dk_lookup;
-    Py_ssize_t dk_usable;
-    Py_ssize_t dk_nentries;
-    char dk_indices[];
-} DictKeys;
-#define DICT_INDEX_BYTES(k)                                                                \
-    ((size_t)(k)->dk_size * ((k)->dk_size <= 0xff ? 1 : (k)->dk_size <= 0xffff ? 2        \
-                             : (k)->dk_size <= 0xffffffff ? 4 : 8))
-#define DICT_SLOTS(k) ((size_t)(k)->dk_size)
-#define DICT_COMBINED(k) 1
-#define DICT_STEP(k) 3
-#endif
-
-typedef struct {
-    PyObject *me_key, *me_value;
-} UnicodeEntry; /* entries of str-keyed tables */
-typedef struct {
-    Py_hash_t me_hash;
-    PyObject *me_key, *me_value;
-} DictEntry; /* entries of other tables */
-#define DICT_ENTRIES(k) ((void *)((k)->dk_indices + DICT_INDEX_BYTES(k)))
-
-/* Split tables of up to this many items are read by dict_table into
- * split_items, as (key, value) pairs. Scratch space, not kept: each caller
- * reads what dict_table gives before anything else runs (no user code, no
- * other dict_table), and only with the GIL held (DICT_READS). */
-#define SPLIT_READ_MAX 32
-/* pointers from one item to the next there: as in the version's combined
- * tables of str keys, so that a caller's step stays the one it knows (3.10:
- * (hash, key, value), the hash left unset) */
-#define SPLIT_STEP (PY_VERSION_HEX >= 0x030B0000 ? 2 : 3)
 static PyObject *split_items[SPLIT_STEP * SPLIT_READ_MAX];
 
 #if PY_VERSION_HEX < 0x030D0000
@@ -196,7 +133,7 @@ dict_split_items(PyDictObject *mp, DictKeys *k, Py_ssize_t n, PyObject **buf)
  * entries out: SPLIT_STEP), when the dict has a value
  * for each key of its shared table in the table's order (3.11, 3.12: its
  * insertion order checked). */
-static inline int
+PK_SHARED_INLINE int
 dict_table(PyObject *d, PyObject ***first, Py_ssize_t *step)
 {
     PyDictObject *mp = (PyDictObject *)d;
@@ -315,7 +252,7 @@ split_items_agree(void)
  * PyDict_Next's items in order; a table with a hole and an empty dict are
  * not read; on 3.10-3.12 split tables too (split_items_agree). A failure of
  * any kind leaves it off. */
-static void
+PK_SHARED void
 dict_reads_check(void)
 {
     dict_reads_ok = 1;
@@ -347,41 +284,7 @@ dict_reads_check(void)
 }
 #endif
 
-#if LAYOUT_311
-/* CPython 3.11's layout of an instance (Include/internal/pycore_object.h):
- * an instance of a class with Py_TPFLAGS_MANAGED_DICT has, 4 pointers before
- * the object, a pointer to its values array (NULL once a dict is made for it),
- * and the class's shared keys are a dict table (DictKeys), with dk_nentries
- * entries of (key, value). The module checks these on import
- * (values_reads_check) and leaves the paths that rely on them off if the
- * check fails. */
-#define VALUES_OF(obj) (((PyObject ***)(obj))[-4])
-#endif
-
-#if SPLIT_READS
-/* CPython's split dicts (Include/internal/pycore_dict.h; 3.10:
- * Objects/dictobject.c): the __dict__ of an instance of a heap class may share
- * the class's keys (ht_cached_keys, a DictKeys of (key, value) entries, 3.10's
- * of (hash, key, value)) and keep its own values apart, in ma_values: an array
- * of them in the shared keys' order, at the start of ma_values on 3.10 to
- * 3.12, after four bytes (capacity, size, embedded, valid) on 3.13; NULL where
- * the instance has no value for that key. (On 3.11 an instance keeps its
- * values inline, LAYOUT_311, until its __dict__ is asked for: that dict is a
- * split one over the same array.) On 3.10 the class may let go of its shared
- * keys, and they may be freed and their memory reused, without a new version
- * tag: split_key_is reads the dict's own table, which is alive. The module
- * checks this on import (split_reads_check) and leaves the path off if it
- * fails. */
-typedef struct {
-#if PY_VERSION_HEX >= 0x030D0000
-    uint8_t capacity, size, embedded, valid;
-#endif
-    PyObject *values[1];
-} SplitValues;
-#endif
-
 #if LAYOUT_311 || SPLIT_READS
-#define SHARED_KEYS(t) ((DictKeys *)((PyHeapTypeObject *)(t))->ht_cached_keys)
 
 /* Whether the instances of class t (a heap class) keep their attributes
  * against its shared keys: from 3.11 a class with a managed dict (3.11: inline
@@ -397,12 +300,6 @@ shares_keys(PyTypeObject *t)
 #endif
 }
 
-/* The key of entry i of a class's shared keys k */
-#if PY_VERSION_HEX >= 0x030B0000
-#define SHARED_KEY(k, i) (((UnicodeEntry *)DICT_ENTRIES(k))[i].me_key)
-#else
-#define SHARED_KEY(k, i) (((DictEntry *)DICT_ENTRIES(k))[i].me_key)
-#endif
 
 /* The index of name among a class's shared keys, or -1. */
 static Py_ssize_t
@@ -489,7 +386,7 @@ extra_slots(PyTypeObject *t, PyObject *names, Py_ssize_t *out)
  * a bytes object holding a FieldReads, or NULL (no error) when the pure
  * engine reads the class's instances (a lookup that is not CPython's generic
  * one, a member that is not a slot). */
-static PyObject *
+PK_SHARED PyObject *
 field_reads(PyTypeObject *t, PyObject *names)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(names), n_slots;
@@ -589,7 +486,7 @@ field_read(PyObject *obj, const FieldReads *r, Py_ssize_t i, PyObject *name)
     return v != NULL ? v : PyObject_GetAttr(obj, name);
 }
 
-static inline const FieldReads *
+PK_SHARED_INLINE const FieldReads *
 reads_of(PyObject *reads_obj)
 {
     return reads_obj == NULL ? NULL : (const FieldReads *)PyBytes_AS_STRING(reads_obj);
@@ -599,7 +496,7 @@ reads_of(PyObject *reads_obj)
 /* The values of dict (an instance's __dict__) in the order of the class's
  * shared keys, when it is a split dict of the keys the reads r were made
  * with; else NULL. */
-static inline PyObject **
+PK_SHARED_INLINE PyObject **
 split_values(PyObject *dict, const FieldReads *r)
 {
     PyDictObject *mp = (PyDictObject *)dict;
@@ -612,7 +509,7 @@ split_values(PyObject *dict, const FieldReads *r)
 
 /* Whether entry ix of the shared keys r was made with (a live table: a split
  * dict holds it) is name itself, so that split_values(...)[ix] is its value. */
-static inline int
+PK_SHARED_INLINE int
 split_key_is(const FieldReads *r, Py_ssize_t ix, PyObject *name)
 {
     DictKeys *k = r->keys;
@@ -621,12 +518,12 @@ split_key_is(const FieldReads *r, Py_ssize_t ix, PyObject *name)
 #endif
 
 /* set on import by int_digits_check, where compiled */
-static int int_digits_ok;
+PK_DATA int int_digits_ok;
 
 /* The value of an exact int known to be small and non-negative, read
  * without a call when the representation allows; -1 (maybe with an error
  * set) otherwise. */
-static inline Py_ssize_t
+PK_SHARED_INLINE Py_ssize_t
 small_long(PyObject *o)
 {
 #if PY_VERSION_HEX >= 0x030C0000
@@ -667,7 +564,7 @@ small_long(PyObject *o)
 
 #if DICT_READS
 /* The size in bytes of the table of t, a dict with a table of its own */
-static size_t
+PK_SHARED size_t
 template_size(PyObject *t)
 {
     DictKeys *k = (DictKeys *)((PyDictObject *)t)->ma_keys;
@@ -679,7 +576,7 @@ template_size(PyObject *t)
 /* t, a dict made by inserting n distinct keys that key_plain takes (_core.h),
  * and nothing else, can serve as a template: its table holds its n entries in
  * insertion order, keys and values together */
-static int
+PK_SHARED int
 template_plain(PyObject *t, Py_ssize_t n)
 {
     PyDictObject *mp = (PyDictObject *)t;
@@ -691,7 +588,7 @@ template_plain(PyObject *t, Py_ssize_t n)
  * with a new reference in *dict, its table's size in bytes in *size and in
  * *tuples whether a key is a tuple; 0 when these keys cannot have one; -1 on
  * error. */
-static int
+PK_SHARED int
 template_make(PyObject *ins, Py_ssize_t n, PyObject **dict, size_t *size, int *tuples)
 {
     *tuples = 0;
@@ -831,7 +728,7 @@ dict_done(PyObject *d, int track, Untracked *later, PyObject **out)
  * not laid out as expected (nothing made); -1 on error. A dict the collector
  * must track is tracked now, or noted in later (when not NULL) for its
  * caller to track. */
-static int
+PK_SHARED int
 dict_from_template(PyObject *tmpl, size_t size, int tuples, const Py_ssize_t *at,
                    PyObject *const *vals, Py_ssize_t n, Py_ssize_t step, PyObject **out,
                    Untracked *later)
@@ -942,7 +839,7 @@ split_values_free(PyObject **vals)
 /* The holder of a split table of the keys of tmpl (a template of n keys,
  * its table size bytes): 1 with a new reference in *out, 0 when these keys
  * get none (not all str, too many), -1 on error */
-static int
+PK_SHARED int
 split_holder_make(PyObject *tmpl, size_t size, Py_ssize_t n, PyObject **out)
 {
     DictKeys *tk = (DictKeys *)((PyDictObject *)tmpl)->ma_keys;
@@ -1006,7 +903,7 @@ split_holder_make(PyObject *tmpl, size_t size, Py_ssize_t n, PyObject **out)
  * references in vals now the dict's; 0 when a new dict is not laid out as
  * expected (nothing made); -1 on error. Tracked by the collector as
  * dict_from_template tracks its dicts (str keys: by the values alone). */
-static int
+PK_SHARED int
 dict_split(PyObject *holder, const Py_ssize_t *at, PyObject *const *vals, Py_ssize_t n,
            Py_ssize_t step, PyObject **out, Untracked *later)
 {
@@ -1056,7 +953,7 @@ dict_split(PyObject *holder, const Py_ssize_t *at, PyObject *const *vals, Py_ssi
  * what the __dict__ gives (PyDict_GetItemWithError), NULL where it has none,
  * and the same after a value is deleted (if the dict is still split then:
  * from 3.11). A failure of any kind leaves it off. */
-static void
+PK_SHARED void
 split_reads_check(void)
 {
     PyObject *cls = NULL, *obj[2] = {0}, *dict[2] = {0}, *names = NULL, *reads = NULL;
@@ -1132,7 +1029,7 @@ done:
 /* Sets values_reads_ok when CPython lays instance values out as field_read
  * expects: reads of a class made here must agree with PyObject_GetAttr, before
  * and after a value is deleted. A failure of any kind just leaves it off. */
-static void
+PK_SHARED void
 values_reads_check(void)
 {
     PyObject *cls = NULL, *obj = NULL, *names = NULL, *reads = NULL, *vals[3] = {0};
@@ -1210,7 +1107,7 @@ dict_items_are(PyObject *d, PyObject *keys, PyObject *const *vals, Py_ssize_t n)
  * equality, GC tracking, and the dict still usable (an insert that grows it,
  * a delete, after which its table is not read in place). A failure of any
  * kind leaves it off. */
-static void
+PK_SHARED void
 dict_layout_check(void)
 {
     /* a dict made by PyDict_New holds the shared empty table, whose count
@@ -1306,7 +1203,7 @@ dict_layout_check(void)
  * given back (the keys', the values', the shared table's). On 3.10 it first
  * reads the lookup function of a split table from a class's instance. A
  * failure of any kind leaves it off. */
-static void
+PK_SHARED void
 split_tables_check(void)
 {
     PyObject *keys = Py_BuildValue("(sss)", "alpha", "gamma", "beta");
@@ -1425,7 +1322,7 @@ split_tables_check(void)
  * its own; setting an attribute on a class changes its tag and its
  * subclasses' tags (to 0, or to a new one once looked up again), and leaves
  * its bases' alone. A failure of any kind leaves it off. */
-static void
+PK_SHARED void
 version_tags_check(void)
 {
     PyObject *base = NULL, *sub = NULL, *bases = NULL, *name = NULL, *one = NULL;
@@ -1472,7 +1369,7 @@ done:
 #if INT_DIGITS
 /* Sets int_digits_ok when small_long's reads of ob_size and ob_digit give
  * what PyLong_AsSsize_t gives, for ints of one digit and of several. */
-static void
+PK_SHARED void
 int_digits_check(void)
 {
     static const long long probes[] = {
@@ -1508,7 +1405,7 @@ int_digits_check(void)
  * odict_links_check validates the layout on import. */
 
 /* set on import by odict_links_check, where compiled */
-static int odict_links_ok;
+PK_DATA int odict_links_ok;
 
 #if ODICT_LINKS
 typedef struct OdNode {
@@ -1533,7 +1430,7 @@ typedef struct {
  * the same order, and no other), 0 when it is not, -1 when the layout is not
  * known here (the caller iterates). Runs no code; reads at most one node
  * more than the dict has keys. */
-static int
+PK_SHARED int
 odict_in_dict_order(PyObject *obj)
 {
 #if ODICT_LINKS
@@ -1587,7 +1484,7 @@ odict_links_keys(PyObject *od, Py_ssize_t limit)
  * way, a delete and a re-insert, in an OrderedDict and in an instance of a
  * subclass; and odict_in_dict_order tells which of them are in their dict's
  * order. A failure of any kind leaves it off. */
-static void
+PK_SHARED void
 odict_links_check(void)
 {
     PyTypeObject *t = (PyTypeObject *)OrderedDict_t;

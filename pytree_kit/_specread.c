@@ -1,6 +1,7 @@
 /* _specread.c: reading a TreeSpec.
  *
- * Part of the engine's one compilation unit (see _core.h).
+ * One of the engine's parts: compiles on its own against _core.h, which
+ * declares what it shares (see _core.h's map).
  *   spec_parts     a spec's nodes, orders and leaf count, from its slots
  *   node_parts     a node's kind and arity, checked (pk_node_parts for the
  *                  other files)
@@ -10,7 +11,7 @@
 
 #include "_core.h"
 
-static int
+PK_SHARED int
 spec_parts(PyObject *spec, PyObject **nodes, PyObject **orders, Py_ssize_t *num_leaves)
 {
     if (!PyObject_TypeCheck(spec, TreeSpec_type)) {
@@ -56,7 +57,7 @@ bad:
     return -1;
 }
 
-static inline int
+PK_SHARED_INLINE int
 node_parts(PyObject *node, int *kind, Py_ssize_t *arity)
 {
     if (node == LEAF_NODE) {
@@ -101,7 +102,7 @@ pk_node_parts(PyObject *node, int *kind, Py_ssize_t *arity)
 
 /* The node index of orders[i], a pair checked to start with an exact int
  * that fits. Not inlined: the unflatten loop is short of registers. */
-PK_NO_INLINE static Py_ssize_t
+PK_NO_INLINE PK_SHARED Py_ssize_t
 order_index(PyObject *orders, Py_ssize_t i)
 {
     return small_long(PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, i), 0));

@@ -1,21 +1,13 @@
 /* pytree_kit._speedups: the C engine's module.
  *
- * The engine's parts are #included here, in order, as one compilation unit;
- * _core.h has the map of what each part does. This file has the module's
+ * The last of the engine's parts (_core.h has the map of what each does).
+ * This file has the module's
  * functions table, its constants (FAST_PATHS, ...) and its init, which reads
  * what the engine needs from pytree_kit._pure, _spec, _keys and _kinds, and
  * runs the fast paths' import-time checks (_layouts.c).
  */
 #include "_core.h"
 #include "_for_torch.h"
-
-#include "_layouts.c"
-#include "_stack.c"
-#include "_classify.c"
-#include "_flatten.c"
-#include "_specread.c"
-#include "_unflatten.c"
-#include "_up_to.c"
 
 /* _plans_made(): how many times the engine has worked out how to read a
  * class (for tests: a class met again, unchanged, is not read again) */

@@ -1,6 +1,7 @@
 /* _stack.c: the traversal stack, its view, and path keys.
  *
- * Part of the engine's one compilation unit (see _core.h).
+ * One of the engine's parts: compiles on its own against _core.h, which
+ * declares what it shares (see _core.h's map).
  *   stack_push/pop     frames of the containers being read (Frame, Stack in
  *                      _core.h), with a pointer set and counts that make
  *                      "is this object on the stack" (cycles) cheap when deep
@@ -15,7 +16,7 @@
 
 #include "_core.h"
 
-static void
+PK_SHARED void
 stack_init(Stack *s)
 {
     s->v = s->inline_v;
@@ -51,7 +52,7 @@ static int spare_n[SPARE_MAX + 1];
 
 /* A tuple of n NULL items, to be filled as PyTuple_New's: a spare one when
  * there is one. New reference. */
-static PyObject *
+PK_SHARED PyObject *
 spare_tuple(Py_ssize_t n)
 {
     if (SPARE_TUPLES && n > 0 && n <= SPARE_MAX && spare_n[n] > 0) {
@@ -66,7 +67,7 @@ spare_tuple(Py_ssize_t n)
 
 /* A tuple of n items, each a new reference to ch[i] (spare_tuple). New
  * reference. */
-static PyObject *
+PK_SHARED PyObject *
 children_tuple(PyObject *const *ch, Py_ssize_t n)
 {
     PyObject *t = spare_tuple(n);
@@ -123,7 +124,7 @@ frame_clear(Frame *f)
     Py_CLEAR(f->names);
 }
 
-static void
+PK_SHARED void
 stack_clear(Stack *s)
 {
     for (Py_ssize_t i = 0; i < s->n; i++) {
@@ -279,7 +280,7 @@ counts_make(Stack *s, size_t n)
 }
 
 /* Is obj the object of a frame on the stack? -1 on error (no memory). */
-static int
+PK_SHARED int
 stack_holds(Stack *s, PyObject *obj)
 {
     if (s->n >= COUNTS_FROM_DEPTH && s->counts_mask < NCOUNTS_DEEP - 1) {
@@ -305,7 +306,7 @@ stack_holds(Stack *s, PyObject *obj)
 }
 
 /* Push a frame; steals children and names. */
-static int
+PK_SHARED int
 stack_push(Stack *s, PyObject *obj, PyObject *children, PyObject *names, int keymode, int live,
            int track)
 {
@@ -369,7 +370,7 @@ stack_pop(Stack *s)
  * still being read just before anything that could run user code (is_leaf,
  * __tree_flatten__, a rule, an attribute, a key's __lt__ or __eq__, ...):
  * until then the list cannot have changed, so the copy is the same. */
-static int
+PK_SHARED int
 stack_freeze(Stack *s)
 {
     for (Py_ssize_t i = s->n - 1; s->nlive > 0 && i >= 0; i--) {
@@ -432,7 +433,7 @@ static PySequenceMethods sv_as_sequence = {
     .sq_item = sv_item,
 };
 
-static PyTypeObject StackView_Type = {
+PK_DATA PyTypeObject StackView_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "pytree_kit._speedups.StackView",
     .tp_basicsize = sizeof(StackView),
@@ -443,7 +444,7 @@ static PyTypeObject StackView_Type = {
 };
 
 /* A new reference to the stack's view (made on first use). */
-static PyObject *
+PK_SHARED PyObject *
 stack_py(Stack *s)
 {
     if (s->view == NULL) {
@@ -458,7 +459,7 @@ stack_py(Stack *s)
     return s->view;
 }
 
-static inline PyObject *
+PK_SHARED_INLINE PyObject *
 frame_item(Frame *f, Py_ssize_t i)
 {
     return PyTuple_Check(f->children) ? PyTuple_GET_ITEM(f->children, i)
@@ -470,7 +471,7 @@ frame_item(Frame *f, Py_ssize_t i)
  * *out set, 0 when every frame is read, -1 when the frame's list changed
  * size (frame_check). flatten's and flatten_up_to's walks move on with it
  * and frame_next. */
-static inline int
+PK_SHARED_INLINE int
 stack_unread(Stack *s, Frame **out)
 {
     while (s->n) {
@@ -486,7 +487,7 @@ stack_unread(Stack *s, Frame **out)
 
 /* fr's next child (a new reference; *at its position), its list checked
  * again first; NULL on error. */
-static inline PyObject *
+PK_SHARED_INLINE PyObject *
 frame_next(Frame *fr, Py_ssize_t *at)
 {
     if (frame_check(fr) < 0) {
@@ -561,7 +562,7 @@ key_same(int which, const char *slot, PyObject *value)
     return same;
 }
 
-static int
+PK_SHARED int
 key_init(void)
 {
     static const char *const slots[3] = {"idx", "key", "name"};
@@ -594,7 +595,7 @@ key_init(void)
 }
 
 /* The key of the child being visited in frame f, as _pure._key. */
-static PyObject *
+PK_SHARED PyObject *
 frame_key(Frame *f, Py_ssize_t i)
 {
     if (f->keymode == KM_SEQ) {

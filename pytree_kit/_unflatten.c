@@ -1,6 +1,7 @@
 /* _unflatten.c: unflatten(spec, leaves).
  *
- * Part of the engine's one compilation unit (see _core.h).
+ * One of the engine's parts: compiles on its own against _core.h, which
+ * declares what it shares (see _core.h's map).
  *   sp_unflatten   reads the nodes backwards with a value stack, building
  *                  each node from its children (tuples and lists in place)
  *   dict_of        a dict node whose keys and order were met before, in this
@@ -844,7 +845,7 @@ plan_dealloc(Plan *p)
     PyObject_GC_Del(p);
 }
 
-static PyTypeObject Plan_Type = {
+PK_DATA PyTypeObject Plan_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "pytree_kit._speedups.Plan",
     .tp_basicsize = sizeof(Plan),
@@ -1198,7 +1199,7 @@ fail:
     return NULL;
 }
 
-static PyObject *
+PK_SHARED PyObject *
 sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2) {

@@ -1,6 +1,7 @@
 /* _up_to.c: flatten_up_to(spec, tree) and flatten_up_to_columns.
  *
- * Part of the engine's one compilation unit (see _core.h).
+ * One of the engine's parts: compiles on its own against _core.h, which
+ * declares what it shares (see _core.h's map).
  *   up_to_into       the leaves of a tree up to the spec's nodes, walking both
  *                    at once; runs of leaves and records with only leaves
  *                    below them taken in one go
@@ -926,7 +927,7 @@ up_to_clear(UpCall *call)
     ctx_clear(&call->c);
 }
 
-static PyObject *
+PK_SHARED PyObject *
 sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     UpCall call;
@@ -951,7 +952,7 @@ sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* flatten_up_to_columns(spec, trees): flatten_up_to of each tree, as one list
  * per leaf of the spec: columns[j][k] is leaf j of trees[k]. */
-static PyObject *
+PK_SHARED PyObject *
 sp_flatten_up_to_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     UpCall call;

@@ -1,22 +1,29 @@
-"""The C engine's files: the map in _core.h, the unit _speedups.c includes,
-setup.py's sources, and a map at the top of every C file.
+"""The C engine's files: the map in _core.h, the unit _one_unit.c, setup.py's
+sources, a map at the top of every C file, and each part compiled alone.
 
-The engine is one compilation unit: _speedups.c #includes its parts, in the
-order _core.h's map lists them, and setup.py lists the parts as depends (so
-that an sdist carries them and a change to one rebuilds the extension) and
-never as sources (compiled on their own, each would be a second copy of the
-engine). These tests keep the map, the includes and the build in step.
+The engine's parts each compile on their own against _core.h (which
+declares all they share) and in any order; _one_unit.c #includes every part
+as one compilation unit, setup.py's default build (PYTREE_KIT_C_UNITS=one),
+or setup.py compiles them as objects of their own (=separate, =lto). setup.py
+lists every part as a depends (so that an sdist carries them and a change to
+one rebuilds the extension). These tests keep the map, the unit and the
+build in step, and compile each part alone with this Python's headers.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import shutil
+import subprocess
+import sysconfig
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.once  # about the repository's files, not an engine
+# About the repository's files: once, in one job; but each part is compiled
+# alone with every Python's headers (the fast paths' gates differ by version).
+once = pytest.mark.once
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "pytree_kit"
@@ -30,48 +37,87 @@ def mapped_parts() -> list[str]:
 
 
 def included_parts() -> list[str]:
-    text = (PKG / "_speedups.c").read_text()
+    """The parts _one_unit.c #includes, in its order."""
+    text = (PKG / "_one_unit.c").read_text()
     return re.findall(r'^#include "(_\w+\.c)"', text, re.MULTILINE)
 
 
-def extension_lists() -> tuple[list[str], list[str]]:
-    """setup.py's Extension(sources=[...], depends=[...]), as file names."""
+def setup_constant(name: str) -> list[str]:
+    """A list of names setup.py assigns at its top level (ENGINE_PARTS, ...)."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == name:
+            return list(ast.literal_eval(node.value))
+    raise AssertionError(f"setup.py has no {name} = [...]")
+
+
+def depends() -> list[str]:
+    """setup.py's Extension(depends=[...]), as file names (parts by their
+    ENGINE_PARTS names)."""
     tree = ast.parse((ROOT / "setup.py").read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Extension":
-            found = {
-                k.arg: ast.literal_eval(k.value)
-                for k in node.keywords
-                if k.arg in ("sources", "depends")
-            }
-            return (
-                [Path(p).name for p in found["sources"]],
-                [Path(p).name for p in found["depends"]],
-            )
-    raise AssertionError("setup.py has no Extension(...)")
+            for k in node.keywords:
+                if k.arg == "depends":
+                    listed = [e for e in k.value.elts if isinstance(e, ast.Constant)]
+                    return [Path(e.value).name for e in listed] + [
+                        f"{n}.c" for n in setup_constant("ENGINE_PARTS")
+                    ]
+    raise AssertionError("setup.py has no Extension(depends=...)")
 
 
-def test_speedups_includes_the_mapped_parts_in_order():
+@once
+def test_the_unit_includes_every_mapped_part_and_only_those():
     mapped = mapped_parts()
-    assert len(mapped) >= 7, mapped
-    # the map ends with _speedups.c itself, which includes the rest
-    assert mapped[-1] == "_speedups.c"
-    assert included_parts() == mapped[:-1]
+    assert len(mapped) >= 8, mapped
+    assert mapped[-1] == "_speedups.c"  # the module, last in the map
+    assert sorted(included_parts()) == sorted(mapped)
+    assert [f"{n}.c" for n in setup_constant("ENGINE_PARTS")] == mapped
 
 
+@once
 def test_every_part_exists_and_no_c_file_is_unaccounted_for():
-    sources, depends = extension_lists()
     parts = included_parts()
+    others = [f"{n}.c" for n in setup_constant("OTHER_SOURCES")]
     for name in parts:
         assert (PKG / name).is_file(), name
-        assert name in depends, f"setup.py's depends lacks {name}"
-        assert name not in sources, f"{name} is #included by _speedups.c: not a source of its own"
+        assert name in depends(), f"setup.py's depends lacks {name}"
     on_disk = {p.name for p in PKG.glob("*.c")}
-    assert on_disk == set(sources) | set(parts), on_disk ^ (set(sources) | set(parts))
+    assert on_disk == {*parts, *others, "_one_unit.c"}, on_disk
     for header in PKG.glob("*.h"):
-        assert header.name in depends, f"setup.py's depends lacks {header.name}"
+        assert header.name in depends(), f"setup.py's depends lacks {header.name}"
 
 
+def _compiler() -> list[str]:
+    cc = sysconfig.get_config_var("CC") or ""
+    if not cc or shutil.which(cc.split()[0]) is None:
+        pytest.skip("no C compiler")
+    return cc.split()
+
+
+@pytest.mark.parametrize("part", [*mapped_parts(), "_one_unit.c"])
+def test_each_part_compiles_alone(part: str, tmp_path: Path) -> None:
+    """A part compiled on its own, against _core.h and nothing of another
+    part, with every warning an error; _one_unit.c with the parts in the
+    opposite order too (no part depends on the order of the others)."""
+    flags = ["-c", "-fPIC", "-O1", "-Wall", "-Werror", f"-I{sysconfig.get_paths()['include']}"]
+    source = PKG / part
+    if part == "_one_unit.c":
+        source = tmp_path / "reversed.c"
+        source.write_text(
+            "#define PK_ONE_UNIT 1\n"
+            + "".join(f'#include "{p}"\n' for p in reversed(included_parts()))
+        )
+        flags.append(f"-I{PKG}")
+    done = subprocess.run(
+        [*_compiler(), *flags, str(source), "-o", str(tmp_path / "part.o")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@once
 @pytest.mark.parametrize("path", sorted(PKG.glob("*.[ch]")), ids=lambda p: p.name)
 def test_every_c_file_opens_with_its_map(path):
     """A comment of a few lines first, saying what the file does; an engine
@@ -80,6 +126,6 @@ def test_every_c_file_opens_with_its_map(path):
     assert text.startswith("/* "), path.name
     first = text[: text.index("*/")]
     assert len(first.splitlines()) >= 3, f"{path.name}: a one-line opening is not a map"
-    if path.name in included_parts():
+    if path.name in included_parts() and path.name != "_speedups.c":
         assert first.startswith(f"/* {path.name}: "), path.name
         assert "\n * Calls: " in first, f"{path.name}'s map does not say what it calls"

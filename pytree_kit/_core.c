@@ -1,0 +1,230 @@
+/* _core.c: what the engine's parts share, defined once: the module's
+ * constants (set by _speedups.c's init) and the helpers _core.h declares.
+ * Calls: only the C API.
+ */
+
+#include "_core.h"
+
+/* ------------------------------------------------------------------------ */
+/* Module constants, set once by the module's init. */
+
+PK_DATA PyObject *kind_obj[K_COUNT];
+PK_DATA PyObject *LEAF_NODE, *NONE_NODE;
+PK_DATA PyTypeObject *TreeSpec_type;
+PK_DATA Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash, off_paths, off_plan;
+PK_DATA PyObject *py_customised; /* _pure._customised: a record class's attribute hook */
+PK_DATA PyObject *py_refuse_leaves, *py_refuse_trees; /* _pure's: a str, bytes or mapping given */
+PK_DATA PyObject *py_classify, *py_dict_order_differs, *py_custom_result,
+    *py_rule_result, *py_cycle_error, *py_match, *py_mismatch, *py_build;
+PK_DATA PyObject *SequenceKey_t, *DictKey_t, *GetAttrKey_t;
+PK_DATA PyObject *FIELD_marker;
+PK_DATA PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
+PK_DATA PyObject *s_tree_flatten, *s_tree_unflatten, *s_fields, *s_n_sequence_fields,
+    *s_n_fields, *s_dataclass_fields, *s_attrs_attrs, *s_field_type, *s_name, *s_metadata,
+    *s_get, *s_static, *s_new, *s_flatten, *s_len, *s_the_spec, *s_the_tree, *s_getattribute;
+PK_DATA PyObject *empty_tuple;
+PK_DATA PyObject *object_new_fn;          /* object.__dict__['__new__'] */
+PK_DATA PyObject *object_getattribute_fn; /* object.__dict__['__getattribute__'] */
+/* dict.__getattribute__, through dict's MRO: dict.__dict__['__getattribute__']
+ * up to 3.13, object's from 3.14 (dict inherits it) */
+PK_DATA PyObject *dict_getattribute_fn;
+
+/* ------------------------------------------------------------------------ */
+/* Helpers */
+
+PK_SHARED int
+raise_returned(PyObject *exc)
+{
+    /* Raise an exception instance that a pure-engine helper returned. */
+    if (exc == NULL) {
+        return -1;
+    }
+    if (PyExceptionInstance_Check(exc)) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    }
+    else {
+        PyErr_SetString(PyExc_SystemError, "pytree_kit: an error helper returned a non-exception");
+    }
+    Py_DECREF(exc);
+    return -1;
+}
+
+PK_SHARED PyObject *
+make_node(int kind, PyObject *type, Py_ssize_t arity, PyObject *aux)
+{
+    /* (kind, type, arity, aux); steals nothing. */
+    PyObject *n = PyLong_FromSsize_t(arity);
+    if (n == NULL) {
+        return NULL;
+    }
+    PyObject *node = PyTuple_New(4);
+    if (node == NULL) {
+        Py_DECREF(n);
+        return NULL;
+    }
+    Py_INCREF(kind_obj[kind]);
+    PyTuple_SET_ITEM(node, 0, kind_obj[kind]);
+    Py_INCREF(type);
+    PyTuple_SET_ITEM(node, 1, type);
+    PyTuple_SET_ITEM(node, 2, n);
+    Py_INCREF(aux);
+    PyTuple_SET_ITEM(node, 3, aux);
+    return node;
+}
+
+PK_SHARED PyObject *
+make_spec(PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
+{
+    /* TreeSpec._make(nodes, orders, num_leaves); steals nodes and orders. */
+    PyObject *spec = TreeSpec_type->tp_alloc(TreeSpec_type, 0);
+    PyObject *n = PyLong_FromSsize_t(num_leaves);
+    if (spec == NULL || n == NULL) {
+        Py_XDECREF(spec);
+        Py_XDECREF(n);
+        Py_DECREF(nodes);
+        Py_DECREF(orders);
+        return NULL;
+    }
+    SLOT(spec, off_nodes) = nodes;
+    SLOT(spec, off_orders) = orders;
+    SLOT(spec, off_num_leaves) = n;
+    SLOT(spec, off_hash) = Py_NewRef(Py_None);
+    SLOT(spec, off_paths) = Py_NewRef(Py_None);
+    SLOT(spec, off_plan) = Py_NewRef(Py_None);
+    return spec;
+}
+
+PK_SHARED int
+grow_array(void **v, void *inline_v, Py_ssize_t n, Py_ssize_t *cap, size_t item, Py_ssize_t need)
+{
+    Py_ssize_t new_cap = *cap * 2 > need ? *cap * 2 : need;
+    if ((size_t)new_cap > PY_SSIZE_T_MAX / item) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    void *p;
+    if (*v == inline_v) {
+        p = PyMem_Malloc(new_cap * item);
+        if (p != NULL) {
+            memcpy(p, inline_v, n * item);
+        }
+    }
+    else {
+        p = PyMem_Realloc(*v, new_cap * item);
+    }
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *v = p;
+    *cap = new_cap;
+    return 0;
+}
+
+PK_SHARED int
+vec_grow(Vec *a, Py_ssize_t need)
+{
+    void *v = a->v;
+    if (grow_array(&v, a->inline_v, a->n, &a->cap, sizeof(PyObject *), need) < 0) {
+        return -1;
+    }
+    a->v = v;
+    return 0;
+}
+
+PK_SHARED void
+vec_clear(Vec *a)
+{
+    for (Py_ssize_t i = 0; i < a->n; i++) {
+        Py_DECREF(a->v[i]);
+    }
+    if (a->v != a->inline_v) {
+        PyMem_Free(a->v);
+    }
+    vec_init(a);
+}
+
+PK_SHARED PyObject *
+vec_to_tuple(Vec *a)
+{
+    /* moves the references into a new tuple */
+    PyObject *t = PyTuple_New(a->n);
+    if (t == NULL) {
+        return NULL;
+    }
+    memcpy(((PyTupleObject *)t)->ob_item, a->v, a->n * sizeof(PyObject *));
+    if (a->v != a->inline_v) {
+        PyMem_Free(a->v);
+    }
+    vec_init(a);
+    return t;
+}
+
+PK_SHARED PyObject *
+seq_of(int list, PyObject **ch, Py_ssize_t n)
+{
+    PyObject *r = list ? PyList_New(n) : PyTuple_New(n);
+    if (r == NULL) {
+        return NULL;
+    }
+    PyObject **items = list ? ((PyListObject *)r)->ob_item : ((PyTupleObject *)r)->ob_item;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(ch[i]);
+        items[i] = ch[i];
+    }
+    return r;
+}
+
+PK_SHARED PyObject *
+vec_to_list(Vec *a)
+{
+    PyObject *l;
+    if (a->v == a->inline_v) {
+        l = PyList_New(a->n);
+        if (l == NULL) {
+            return NULL;
+        }
+        if (a->n) {
+            memcpy(((PyListObject *)l)->ob_item, a->v, a->n * sizeof(PyObject *));
+        }
+    }
+    else {
+        l = PyList_New(0);
+        if (l == NULL) {
+            return NULL;
+        }
+        if (a->cap - a->n > a->n / 8) {
+            void *v = PyMem_Realloc(a->v, (a->n ? a->n : 1) * sizeof(PyObject *));
+            if (v != NULL) {
+                a->v = v;
+                a->cap = a->n ? a->n : 1;
+            }
+        }
+        ((PyListObject *)l)->ob_item = a->v;
+        ((PyListObject *)l)->allocated = a->cap;
+        Py_SET_SIZE(l, a->n);
+    }
+    vec_init(a);
+    return l;
+}
+
+PK_SHARED PyObject *
+list_to_fill(Py_ssize_t n)
+{
+    if (n == 0 || (size_t)n > PY_SSIZE_T_MAX / sizeof(PyObject *)) {
+        return PyList_New(n);
+    }
+    PyObject *items = PyMem_Malloc(n * sizeof(PyObject *));
+    if (items == NULL) {
+        return PyErr_NoMemory();
+    }
+    PyObject *l = PyList_New(0);
+    if (l == NULL) {
+        PyMem_Free(items);
+        return NULL;
+    }
+    ((PyListObject *)l)->ob_item = (PyObject **)items;
+    ((PyListObject *)l)->allocated = n;
+    Py_SET_SIZE(l, n);
+    return l;
+}

@@ -1,0 +1,15 @@
+/* _one_unit.c: the C engine's parts built as one compilation unit, so that
+ * the compiler sees every call and inlines across the parts (setup.py's
+ * default, PYTREE_KIT_C_UNITS=one; it defines PK_ONE_UNIT). Each part also
+ * compiles on its own against _core.h, in any order: this file only puts
+ * them together.
+ */
+#include "_core.c"
+#include "_layouts.c"
+#include "_stack.c"
+#include "_classify.c"
+#include "_flatten.c"
+#include "_specread.c"
+#include "_unflatten.c"
+#include "_up_to.c"
+#include "_speedups.c"
