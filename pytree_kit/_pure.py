@@ -23,7 +23,7 @@ from typing import Any, Iterator
 from . import _interface, _tracer
 from ._bridge import rules_fix
 from ._errors import StructureError
-from ._keys import DictKey, GetAttrKey, SequenceKey, where
+from ._keys import _KEY_TYPES, DictKey, GetAttrKey, SequenceKey, where
 from ._kinds import (
     ATTRS,
     CUSTOM,
@@ -1457,14 +1457,11 @@ def path_get(tree: Any, path: tuple) -> tuple:
     return node, done
 
 
-_PATH_KEYS = (DictKey, SequenceKey, GetAttrKey)
-
-
 def check_path(path: tuple) -> tuple:
     """``path``, when each of its keys is a DictKey, SequenceKey or
     GetAttrKey; else TypeError."""
     for key in path:
-        if type(key) not in _PATH_KEYS:
+        if type(key) not in _KEY_TYPES:
             raise TypeError(
                 "a path's keys are DictKey, SequenceKey or GetAttrKey, "
                 f"got {type(key).__name__} in {path!r}"
