@@ -6,7 +6,7 @@ reference to a ProcessGroupGloo is dropped with the GIL held, its destructor joi
 the worker threads, and a worker that is still releasing a Python object kept in
 its thread-local state waits for the GIL (seen once in CI, in the doctest's global
 cleanup). pytest-timeout cannot interrupt that join. So those examples are not
-collected here; tests/test_distributed.py runs them with doctest in a fresh
+collected here; tests/torch/test_distributed.py runs them with doctest in a fresh
 process, under a timeout (as tests/test_docs_examples.py runs a docs page that
 starts a process group).
 """
@@ -15,21 +15,21 @@ import importlib.util
 import re
 from pathlib import Path
 
-# tests/bridge_worker.py is a script run in fresh processes (it imports
+# tests/support/bridge_worker.py is a script run in fresh processes (it imports
 # transformers, whose registrations are global): never imported here; nor are
-# tests/typing_examples, which mypy reads (tests/test_typing.py).
+# tests/support/typing_examples, which mypy reads (tests/test_typing.py).
 collect_ignore = [
     "pytree_kit/torch/_distributed.py",
-    "tests/bridge_worker.py",
-    "tests/typing_examples",
+    "tests/support/bridge_worker.py",
+    "tests/support/typing_examples",
 ]
 
 # Without torch (every Python but the one its wheel is for), the modules that
 # import torch at the top are not collected: pytree_kit.torch's doctests and
-# the helper modules of the torch tests (tests/*.py not named test_*), which are
+# the helper modules of the torch tests (tests/support/), which are
 # not tests themselves but --doctest-modules imports them. They are found by
 # reading their imports, so a new helper cannot be forgotten here (one was:
-# CI failed collecting tests/packed_lifecycle.py on 3.10, 3.12 and 3.13). The
+# CI failed collecting tests/support/packed_lifecycle.py on 3.10, 3.12 and 3.13). The
 # torch tests skip on their own (pytest.importorskip).
 _IMPORTS_TORCH = re.compile(r"^(import|from) torch\b", re.MULTILINE)
 
@@ -37,9 +37,9 @@ _IMPORTS_TORCH = re.compile(r"^(import|from) torch\b", re.MULTILINE)
 def _helpers_importing_torch() -> list[str]:
     here = Path(__file__).resolve().parent
     return sorted(
-        f"tests/{path.name}"
-        for path in (here / "tests").glob("*.py")
-        if not path.name.startswith("test_") and _IMPORTS_TORCH.search(path.read_text())
+        f"tests/support/{path.name}"
+        for path in (here / "tests" / "support").glob("*.py")
+        if _IMPORTS_TORCH.search(path.read_text())
     )
 
 

@@ -108,7 +108,7 @@ ENGINE_TESTS = (
     "tests/test_engines.py",
     "tests/test_kinds.py",
     "tests/test_errors.py",
-    "tests/test_laws.py",
+    "tests/test_api.py",
     "tests/test_fastcall.py",
     "tests/test_versions.py",
     "tests/test_threads.py",
@@ -345,7 +345,10 @@ def job_quick_setup(v: str, python: str, logp: Path) -> None:
 #: --quick's tests: the engine tests, the tree operations, paths and the docs' examples
 QUICK_TESTS = (
     *ENGINE_TESTS,
-    "tests/test_ops.py",
+    "tests/test_reduce.py",
+    "tests/test_restructure.py",
+    "tests/test_spec.py",
+    "tests/test_keys.py",
     "tests/test_paths.py",
     "tests/test_docs_examples.py",
 )
@@ -465,7 +468,11 @@ def job_wheel(v: str, python: str, logp: Path) -> None:
 #: what torch.compile traces and of the data adapters on it, on FULL's Python
 #: and FULL's build; scripts/torch_matrix.py runs every torch
 OLDEST_TORCH = "2.9.1"
-OLDEST_TORCH_TESTS = ("tests/test_compile.py", "tests/test_tracing.py", "tests/test_torch_data.py")
+OLDEST_TORCH_TESTS = (
+    "tests/test_dynamo.py",
+    "tests/torch/test_tracing.py",
+    "tests/torch/test_loading.py",
+)
 
 
 def torch_matrix_minors() -> list:

@@ -1,6 +1,6 @@
 """Differential fuzz: the C engine against the pure engine on hostile input.
 
-Each case is a seed. ``tests/hostile.py`` builds a tree from it (twice, a
+Each case is a seed. ``scripts/corpus/hostile.py`` builds a tree from it (twice, a
 fresh copy per engine, since hostile objects keep state), runs flatten,
 leaves, flatten_with_path, unflatten (often with hostile iterables) and
 flatten_up_to on it, and records every result or exception type and message.
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytree_kit import _pure  # noqa: E402
-from tests import hostile  # noqa: E402
+from scripts.corpus import hostile  # noqa: E402
 
 
 def compare(seed: int, speedups: Any) -> tuple[list, list]:

@@ -1,8 +1,8 @@
 """Mutation fuzz of TreeSpec.from_json: only ValueError, no import, no crash.
 
 The corpus is the ``to_json()`` of the specs of many real trees (every node
-kind the format has; the trees and classes of ``tests/test_json.py`` and
-``tests/trees.py``, random nestings of them, deep and wide specs, odd keys).
+kind the format has; the trees and classes of ``scripts/corpus/json_cases.py`` and
+``scripts/corpus/trees.py``, random nestings of them, deep and wide specs, odd keys).
 Each document takes one corpus entry and applies 1 to 4 mutations: structural
 ones on the parsed JSON (replace, delete, insert, duplicate, other node kinds,
 wrong arities, bad numbers, wrong types, references to classes and functions
@@ -68,8 +68,8 @@ import pytree_kit.testing as pkt  # noqa: E402
 from pytree_kit import TreeSpec, _pure  # noqa: E402
 from pytree_kit._json import encode  # noqa: E402
 from pytree_kit._kinds import CUSTOM, KIND_NAMES, RULE  # noqa: E402
-from tests import test_json as tj  # noqa: E402
-from tests import trees as tt  # noqa: E402
+from scripts.corpus import json_cases as tj  # noqa: E402
+from scripts.corpus import trees as tt  # noqa: E402
 
 try:
     from pytree_kit import _speedups
@@ -114,7 +114,7 @@ FORBIDDEN = [
     "collections.abc:Mapping",
     "dataclasses:make_dataclass",
     "pytree_kit._json:decode",
-    "tests.test_json:_opaque_unflatten",
+    "scripts.corpus.json_cases:_opaque_unflatten",
     "no_such_module_xyz:Thing",
     "builtins",
     "builtins:",
@@ -232,7 +232,7 @@ def _random_tree(rng: random.Random, depth: int) -> Any:
 
 
 def _corpus_trees() -> list:
-    """(name, tree) of every corpus entry beside the cases of tests/test_json.py."""
+    """(name, tree) of every corpus entry beside the cases of scripts/corpus/json_cases.py."""
     out: list = [
         ("nan-key", {math.nan: 1, "a": [2]}),
         ("odd-keys", _odd_keys()),

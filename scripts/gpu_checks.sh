@@ -38,7 +38,7 @@ if [ -f "$OUT/distributed.md" ]; then
 fi
 
 "$PY" -m pytest -p no:cacheprovider -q -rs -o addopts="" --timeout 300 \
-    tests/test_batches.py tests/test_torch_data.py tests/test_distributed.py \
+    tests/torch/test_collate.py tests/torch/test_loading.py tests/torch/test_distributed.py \
     "tests/test_benchmark_smoke.py::test_pinning_benchmark_smoke" \
     >"$OUT/tests.log" 2>&1 || status=1
 tail -n 25 "$OUT/tests.log"

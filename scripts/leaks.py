@@ -2,7 +2,7 @@
 
 For each engine (each in its own process, with ``PYTREE_KIT_PURE`` set for the
 pure one, so the public API uses it) and each operation of the workload in
-``tests/workload.py`` (flatten, unflatten, tree_map, flatten_with_path,
+``scripts/corpus/workload.py`` (flatten, unflatten, tree_map, flatten_with_path,
 leaves, flatten_up_to, tree_map_with_path, and the error calls), separately:
 
 1. warm up (1% of the calls, at least 1,000);
@@ -19,7 +19,7 @@ with ``gc.collect(); gc.disable()``, every operation on every kind and both
 combined trees, and every error call; ``gc.collect()`` must be 0, and where it
 is not the garbage is searched for a cycle, which is printed.
 
-Criteria (see ``tests/workload.py`` for why): tracemalloc at most 4 KiB above
+Criteria (see ``scripts/corpus/workload.py`` for why): tracemalloc at most 4 KiB above
 its start, and at most 1 KiB more at the last chunk's end than at the first's;
 RSS at most 1 MiB above its reading after the warm-up; refcounts unchanged.
 Before all that, ``--self-test`` (run by default first) shows the detectors
@@ -98,7 +98,7 @@ def trace_calls(args: argparse.Namespace, engine: str) -> int:
 
 def child(args: argparse.Namespace) -> int:
     import pytree_kit as pk
-    from tests import workload as w
+    from scripts.corpus import workload as w
 
     if pk.ENGINE != args.engine:
         print(f"expected engine {args.engine}, pytree_kit.ENGINE is {pk.ENGINE}", file=sys.stderr)
@@ -207,7 +207,7 @@ def print_table(data: dict[str, Any]) -> bool:
 
 
 def self_test_main(n: int) -> bool:
-    from tests import workload as w
+    from scripts.corpus import workload as w
 
     print(f"self-test: injected leaks through the detectors ({n} calls each)")
     lines = w.self_test(n)

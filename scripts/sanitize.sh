@@ -228,7 +228,7 @@ if [ "$quick" = 1 ]; then
     # here by test_engines.py's test_depth_a_million, and test_depth.py's
     # 100,000-level runs of every kind stay.
     selection=(tests/test_engines.py tests/test_kinds.py tests/test_errors.py tests/test_depth.py
-        tests/test_laws.py tests/test_fastcall.py tests/test_reach.py tests/test_iter.py
+        tests/test_api.py tests/test_fastcall.py tests/test_reach.py tests/test_iter.py
         tests/test_rows.py -k "not test_million")
 else
     # The repository's testpaths: tests/ and the doctests in pytree_kit/, less
@@ -267,7 +267,7 @@ summary=$(grep -E '^(=+ )?[0-9a-z, ]*(passed|failed|errors?|skipped|no tests ran
     "$logs/pytest.log" | tail -n 1 | sed -E 's/^=+ //; s/ =+$//' || true)
 
 # A test may crash a child process on purpose with faulthandler._sigsegv()
-# (tests/test_json_fuzz.py checks that scripts/fuzz_json.py reports a crashed
+# (tests/test_fuzz_json.py checks that scripts/fuzz_json.py reports a crashed
 # child and goes on). ASan catches that SIGSEGV and writes a report like any
 # other; such a report is set aside, and shown, only when its SUMMARY is a SEGV,
 # its stack has faulthandler_sigsegv (reached from Python code only, never from

@@ -58,13 +58,13 @@ TORCH = {
 #: the cells of a full run: every minor on 3.11, the newest on 3.13
 DEFAULT_CELLS = [("3.11", minor) for minor in TORCH] + [("3.13", "2.15")]
 TEST_FILES = (
-    "tests/test_compile.py",
-    "tests/test_tracing.py",
-    "tests/test_torch_data.py",
-    "tests/test_batches.py",
-    "tests/test_packed.py",
-    "tests/test_distributed.py",
-    "tests/test_checkpoint.py",
+    "tests/test_dynamo.py",
+    "tests/torch/test_tracing.py",
+    "tests/torch/test_loading.py",
+    "tests/torch/test_collate.py",
+    "tests/torch/test_packed.py",
+    "tests/torch/test_distributed.py",
+    "tests/torch/test_checkpoint.py",
 )
 FEATURES = (
     "torch.compile",
@@ -85,23 +85,23 @@ def feature_of(nodeid: str) -> str:
     """The feature a test of ``TEST_FILES`` counts under.
 
     Examples:
-        >>> feature_of("tests/test_tracing.py::test_export_strict_mode")
+        >>> feature_of("tests/torch/test_tracing.py::test_export_strict_mode")
         'torch.export'
-        >>> feature_of("tests/test_tracing.py::test_program_matches_eager")
+        >>> feature_of("tests/torch/test_tracing.py::test_program_matches_eager")
         'jit.trace'
-        >>> feature_of("tests/test_batches.py::test_x[a]")
+        >>> feature_of("tests/torch/test_collate.py::test_x[a]")
         'collate, pin_memory, to_device'
     """
     path, _, name = nodeid.partition("::")
     by_file = {
-        "tests/test_compile.py": "torch.compile",
-        "tests/test_torch_data.py": "collate, pin_memory, to_device",
-        "tests/test_batches.py": "collate, pin_memory, to_device",
-        "tests/test_packed.py": "PackedList with workers",
-        "tests/test_distributed.py": "DDP and tree collectives",
-        "tests/test_checkpoint.py": "checkpoint",
+        "tests/test_dynamo.py": "torch.compile",
+        "tests/torch/test_loading.py": "collate, pin_memory, to_device",
+        "tests/torch/test_collate.py": "collate, pin_memory, to_device",
+        "tests/torch/test_packed.py": "PackedList with workers",
+        "tests/torch/test_distributed.py": "DDP and tree collectives",
+        "tests/torch/test_checkpoint.py": "checkpoint",
     }
-    if path == "tests/test_tracing.py":
+    if path == "tests/torch/test_tracing.py":
         return "torch.export" if "export" in name else "jit.trace"
     if path not in by_file:
         raise ValueError(f"{nodeid}: not a test of the matrix's files")

@@ -1,6 +1,6 @@
 """optree_rules and jax_rules: rules read from those libraries' registries,
 passed as rules=, registering nothing; differential against the libraries'
-own flattening. (torch_rules: tests/test_bridge_torch.py.)"""
+own flattening. (torch_rules: tests/torch/test_bridge.py.)"""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import pytree_kit as pk
-from tests.trees import RULES, Node, Opaque, snapshot, trees
+from scripts.corpus.trees import RULES, Node, Opaque, snapshot, trees
 
 SETTINGS = settings(max_examples=150, deadline=None)
 

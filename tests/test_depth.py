@@ -18,7 +18,7 @@ from collections import OrderedDict
 import pytest
 
 import pytree_kit as pk
-from tests.trees import DC, Node, Point
+from scripts.corpus.trees import DC, Node, Point
 
 DEPTH = int(os.environ.get("PYTREE_KIT_TEST_DEPTH", "100000"))
 MILLION = 1_000_000

@@ -1,5 +1,5 @@
 """CI builds the documentation site with ``mkdocs build --strict``, then loads
-every page in headless Chromium (tests/browser.py): no broken link, missing
+every page in headless Chromium (tests/support/browser.py): no broken link, missing
 image, console error or request to another host than 127.0.0.1.
 
 The browser tests need Debian's ``chromium``: they skip without it, except
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from .browser import check_site, site_pages
+from tests.support.browser import check_site, site_pages
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -30,10 +30,18 @@ from hypothesis import strategies as st
 import pytree_kit as pk
 from pytree_kit import _pure
 from pytree_kit._kinds import LEAF_NODE
-
-from . import hostile
-from .trees import ALLOW, RULES, Leaf, ModelOutput, Node, Opaque, assert_same_tree, trees
-from .workload import BadRebuild
+from scripts.corpus import hostile
+from scripts.corpus.trees import (
+    ALLOW,
+    RULES,
+    Leaf,
+    ModelOutput,
+    Node,
+    Opaque,
+    assert_same_tree,
+    trees,
+)
+from scripts.corpus.workload import BadRebuild
 
 try:
     from pytree_kit import _speedups
@@ -2342,7 +2350,7 @@ def _dicts(tree: Any) -> list:
 
 
 def test_rule_specs_match_by_flatten_up_to() -> None:
-    from .trees import Opaque
+    from scripts.corpus.trees import Opaque
 
     tree = {"o": Opaque([1, [2, 3]], 2)}
     spec = _pure.flatten(tree, None, RULES)[1]
@@ -2403,7 +2411,7 @@ def test_no_reference_cycles_made(tree: Any) -> None:
         gc.unfreeze()
 
 
-# -- hostile input, fuzzed (tests/hostile.py; scripts/fuzz_engines.py runs 100,000) --
+# -- hostile input, fuzzed (scripts/corpus/hostile.py; scripts/fuzz_engines.py runs 100,000) --
 
 
 @given(st.integers(0, 2**63))

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import pytree_kit as pk
-from tests.trees import RULES, ModelOutput, Opaque, snapshot, trees
+from scripts.corpus.trees import RULES, ModelOutput, Opaque, snapshot, trees
 
 
 @dataclasses.dataclass

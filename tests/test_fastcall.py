@@ -4,7 +4,7 @@ With the C engine, the pytree_kit.api functions marked ``@c_fast_call`` are
 ``_speedups.FastCall`` objects: the common calls are made in C, every other
 call goes to the def they wrap, whose body is their specification. These
 tests hold a FastCall to its def: the same outcome for every shape of call,
-on the differential corpus (``tests/trees.py``), against the def's body run
+on the differential corpus (``scripts/corpus/trees.py``), against the def's body run
 on the same engine and on the pure one; the def's name, docstring and
 signature; and the behaviour of a function (binding, pickling, weak
 references, garbage collection). Under the pure engine (PYTREE_KIT_PURE=1)
@@ -35,8 +35,7 @@ from hypothesis import strategies as st
 import pytree_kit as pk
 from pytree_kit import _engine, _interface, _pure, api
 from pytree_kit._spec import TreeSpec
-
-from .trees import RULES, assert_same_tree, trees
+from scripts.corpus.trees import RULES, assert_same_tree, trees
 
 try:
     from pytree_kit import _speedups

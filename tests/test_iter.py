@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pytree_kit as pk
-from tests.test_peers import trees as peer_trees
-from tests.trees import RULES, Leaf, snapshot, trees
+from scripts.corpus.trees import RULES, Leaf, snapshot, trees
+from tests.support.peer_trees import trees as peer_trees
 
 SETTINGS = settings(max_examples=200, deadline=None)
 

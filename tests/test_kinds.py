@@ -21,7 +21,7 @@ import attrs
 import pytest
 
 import pytree_kit as pk
-from tests.trees import RULES, ModelOutput, Opaque, assert_same_tree
+from scripts.corpus.trees import RULES, ModelOutput, Opaque, assert_same_tree
 
 
 def round_trip(tree: Any, **kw: Any) -> tuple[list, pk.TreeSpec, Any]:

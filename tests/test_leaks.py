@@ -2,7 +2,7 @@
 
 Through the public API, so it covers whichever engine is active (the suite
 runs once with the C engine and once with ``PYTREE_KIT_PURE=1``). Each
-operation goes round every node kind of ``tests/workload.py``; the error
+operation goes round every node kind of ``scripts/corpus/workload.py``; the error
 calls each raise inside the engine. The detectors are shown to catch leaks
 injected on purpose, so these tests can fail.
 """
@@ -15,7 +15,7 @@ import pytest
 
 import pytree_kit as pk
 from pytree_kit import _kinds
-from tests import workload as w
+from scripts.corpus import workload as w
 
 # Calls per operation without tracemalloc (refcounts; RSS recorded, not judged:
 # a CI machine's RSS is too noisy for a 20,000-call run), and with it. A leak

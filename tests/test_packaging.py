@@ -46,6 +46,23 @@ def test_every_declared_python_is_a_tested_python(ci: Any) -> None:
     assert ci.FULL in ci.VERSIONS and set(ci.SANITIZED) <= set(ci.VERSIONS)
 
 
+def test_the_version_is_the_installed_one_and_semantic() -> None:
+    """pytree_kit/_version.py is the one place the version is written: the
+    build reads it (pyproject.toml's dynamic version), and the installed
+    distribution's metadata carries it."""
+    import importlib.metadata
+
+    import pytree_kit
+    from pytree_kit import _version
+
+    assert _pyproject()["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "pytree_kit._version.__version__"
+    }
+    assert pytree_kit.__version__ == _version.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+", _version.__version__), _version.__version__
+    assert importlib.metadata.version("pytree_kit") == _version.__version__
+
+
 def test_the_license_is_apache_2() -> None:
     project = _pyproject()["project"]
     assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]

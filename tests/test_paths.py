@@ -16,7 +16,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import pytree_kit as pk
-from tests.trees import RULES, Node, Opaque, assert_same_tree, snapshot, trees
+from scripts.corpus.trees import RULES, Node, Opaque, assert_same_tree, snapshot, trees
 
 SETTINGS = settings(max_examples=150, deadline=None)
 

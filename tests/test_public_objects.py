@@ -1,6 +1,6 @@
 """Both engines' results behave alike as objects: weak references, pickling,
 iteration and repr of everything the public functions give back
-(``tests/public_objects.py`` lists the calls; each engine runs them in its
+(``tests/support/public_objects.py`` lists the calls; each engine runs them in its
 own process)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ SAME_ROLE = {("generator", "LeafIter")}
 def report(pure: bool) -> dict:
     env = dict(os.environ, PYTREE_KIT_PURE="1" if pure else "0")
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.public_objects"],
+        [sys.executable, "-m", "tests.support.public_objects"],
         capture_output=True,
         text=True,
         env=env,

@@ -1,7 +1,7 @@
 """pk.ravel: a tree of arrays to one flat vector and back (jax's ravel_pytree,
 torch's parameters_to_vector / vector_to_parameters), on both engines.
 
-Property tests draw trees of every container kind (tests/trees.py) holding
+Property tests draw trees of every container kind (scripts/corpus/trees.py) holding
 numpy arrays, numpy scalars, torch tensors and Python numbers of every dtype
 and shape (0-d and empty included), with values every dtype holds exactly,
 and check: the vector's length, dtype (numpy's ``result_type`` of the leaves
@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 import pytree_kit as pk
 import pytree_kit.testing as pkt
-from tests.trees import EXTRA_KINDS, RULES
+from scripts.corpus.trees import EXTRA_KINDS, RULES
 
 np = pytest.importorskip("numpy")
 hnp = pytest.importorskip("hypothesis.extra.numpy")
@@ -48,7 +48,7 @@ needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
 
 
 def trees(leaves: Any) -> Any:
-    """Trees of every container kind pytree_kit understands (tests/trees.py's;
+    """Trees of every container kind pytree_kit understands (scripts/corpus/trees.py's;
     its Opaque needs RULES), kept small: a leaf is an array."""
     return pkt.trees(leaves, max_depth=3, max_width=3, containers=EXTRA_KINDS).filter(
         # a ModelOutput the strategy cannot build as asked holds an opaque Leaf

@@ -21,8 +21,7 @@ from typing import Any, Callable
 import pytest
 
 import pytree_kit as pk
-
-from .trees import (
+from scripts.corpus.trees import (
     DC,
     RULES,
     AttrsCls,

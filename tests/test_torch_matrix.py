@@ -46,14 +46,14 @@ def test_every_test_of_the_matrix_files_counts_under_a_feature(tm):
 
 def test_junit_is_read_into_counts(tm):
     xml = """<testsuites><testsuite>
-    <testcase classname="tests.test_compile" name="test_a[dict]"/>
-    <testcase classname="tests.test_compile" name="test_b"><failure message="x"/></testcase>
-    <testcase classname="tests.test_tracing" name="test_export_x"><skipped/></testcase>
-    <testcase classname="tests.test_tracing" name="test_trace_y"><error message="e"/></testcase>
+    <testcase classname="tests.test_dynamo" name="test_a[dict]"/>
+    <testcase classname="tests.test_dynamo" name="test_b"><failure message="x"/></testcase>
+    <testcase classname="tests.torch.test_tracing" name="test_export_x"><skipped/></testcase>
+    <testcase classname="tests.torch.test_tracing" name="test_trace_y"><error message="e"/></testcase>
     </testsuite></testsuites>"""
     got = tm.read_junit(xml)
     assert got["torch.compile"] == {
-        "passed": 1, "failed": 1, "skipped": 0, "failures": ["tests/test_compile.py::test_b"]
+        "passed": 1, "failed": 1, "skipped": 0, "failures": ["tests/test_dynamo.py::test_b"]
     }  # fmt: skip
     assert got["torch.export"]["skipped"] == 1
     assert got["jit.trace"]["failed"] == 1

@@ -14,7 +14,7 @@ import pytree_kit as pk
 from pytree_kit.typing import PyTree
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "tests" / "typing_examples"
+EXAMPLES = ROOT / "tests" / "support" / "typing_examples"
 pytestmark = pytest.mark.once  # about the annotations, not an engine
 
 

@@ -1,10 +1,10 @@
 """One rank of a multi-process gloo run of pytree_kit.torch.checkpoint;
-tests/test_checkpoint.py starts them through tests/distributed.py.
+tests/torch/test_checkpoint.py starts them through tests/support/distributed.py.
 
-Usage: ``python tests/checkpoint_worker.py SCENARIO RANK WORLD PORT OUT DIR``.
+Usage: ``python tests/support/checkpoint_worker.py SCENARIO RANK WORLD PORT OUT DIR``.
 The rank joins a gloo group, makes a one-dimensional CPU device mesh of the
 world, runs SCENARIO's cases against the checkpoint directory DIR and writes
-``[{"case", "ok", "detail"}, ...]`` to OUT, as tests/dist_worker.py does.
+``[{"case", "ok", "detail"}, ...]`` to OUT, as tests/support/dist_worker.py does.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any, Callable
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import torch
 from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
@@ -158,9 +158,9 @@ def scenario_load(ckdir: str, rank: int, world: int, mesh: Any) -> dict[str, Cal
 def main() -> None:
     scenario, rank_s, world_s, port, out, ckdir = sys.argv[1:7]
     rank, world = int(rank_s), int(world_s)
-    # the classes as tests.checkpoint_worker's, not __main__'s: the spec names them
-    from tests import checkpoint_worker as me
-    from tests.dist_worker import join, report
+    # the classes as tests.support.checkpoint_worker's, not __main__'s: the spec names them
+    from tests.support import checkpoint_worker as me
+    from tests.support.dist_worker import join, report
 
     join(rank, world, port)
     mesh = init_device_mesh("cpu", (world,))

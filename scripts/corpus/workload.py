@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 import pytree_kit as pk
 import pytree_kit.testing as pkt
 from pytree_kit._kinds import check_rules
-from tests.trees import (
+from scripts.corpus.trees import (
     RULES,
     AttrsCls,
     AttrsStatic,
@@ -49,7 +49,7 @@ from tests.trees import (
     Opaque,
     SlotsDC,
 )
-from tests.trees import Record as ProtoRecord
+from scripts.corpus.trees import Record as ProtoRecord
 
 Leaf = pkt.Leaf
 Call = Callable[[], object]

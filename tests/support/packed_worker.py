@@ -1,8 +1,8 @@
-"""Run by tests/test_packed.py in a fresh process (no jax threads to fork): a
+"""Run by tests/torch/test_packed.py in a fresh process (no jax threads to fork): a
 DataLoader with 2 forked workers over a PackedList gives back every sample,
 equal to the one packed. Prints ``checked=N``.
 
-    python tests/packed_worker.py SAMPLES
+    python tests/support/packed_worker.py SAMPLES
 """
 
 from __future__ import annotations

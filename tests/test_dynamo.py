@@ -20,8 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import pytree_kit as pk  # noqa: E402
-
-from .tracing_models import EncoderOutput  # noqa: E402
+from tests.support.tracing_models import EncoderOutput  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -24,8 +24,7 @@ import pytest
 import pytree_kit as pk
 from pytree_kit import TreeSpec
 from pytree_kit._kinds import DEQUE, KIND_NAMES, LEAF_NODE
-
-from . import test_json as tj
+from scripts.corpus import json_cases as tj
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,5 +1,5 @@
 """What every public function gives back, checked object by object: run as
-``python -m tests.public_objects`` under one engine, it prints, as JSON, for
+``python -m tests.support.public_objects`` under one engine, it prints, as JSON, for
 every object in every result (the result, and what its lists, tuples and
 dicts hold), whether a weak reference to it can be made, what pickling it
 gives, whether it iterates and what, and its repr. ``test_public_objects``

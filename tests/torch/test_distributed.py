@@ -5,7 +5,7 @@ Two kinds of tests:
 - Multi-process runs on gloo (2 ranks, 127.0.0.1, a free port, a timeout):
   every DDP mode x output type x loss over all outputs or some, against the
   average of single-process gradients, and every collective against a
-  per-tensor reference. The ranks run tests/dist_worker.py.
+  per-tensor reference. The ranks run tests/support/dist_worker.py.
 - In-process checks in a one-rank group (a HashStore, no network): the DDP
   interface (module, state_dict, no_grad, inputs, rules, errors) and the
   bucketing.
@@ -31,9 +31,8 @@ if not dist.is_available():  # pragma: no cover
 import pytree_kit as pk  # noqa: E402
 import pytree_kit.torch as pkt  # noqa: E402
 from pytree_kit.torch import _distributed  # noqa: E402
-
-from . import dist_worker  # noqa: E402
-from .distributed import run_ranks  # noqa: E402
+from tests.support import dist_worker  # noqa: E402
+from tests.support.distributed import run_ranks  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA")

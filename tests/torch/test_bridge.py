@@ -1,6 +1,6 @@
 """torch_rules: rules read from torch.utils._pytree's registrations. The
 transformers caches (DynamicCache, EncoderDecoderCache) run in fresh processes
-(tests/bridge_worker.py): flatten, to_device, trace against eager, save, and
+(tests/support/bridge_worker.py): flatten, to_device, trace against eager, save, and
 load in another fresh process."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ torch_pytree = pytest.importorskip("torch.utils._pytree")
 import pytree_kit as pk  # noqa: E402
 import pytree_kit.torch as pkt  # noqa: E402
 
-WORKER = Path(__file__).with_name("bridge_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "support" / "bridge_worker.py"
 
 
 class KeyedCache:

@@ -1,4 +1,4 @@
-"""Small real models with nested inputs and outputs, for tests/test_tracing.py.
+"""Small real models with nested inputs and outputs, for tests/torch/test_tracing.py.
 
 Importable by a fresh process (the load-in-a-subprocess test), so every class
 here is module-level. ``CASES[name]()`` gives ``(model, example, other, allow)``:

@@ -32,7 +32,7 @@ from pytree_kit import _interface, _rows  # noqa: E402
 from pytree_kit.testing import Leaf, trees  # noqa: E402
 from pytree_kit.torch import Column, PackedList  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def same(a: Any, b: Any, where: str = "tree") -> None:
@@ -400,7 +400,7 @@ def _fresh(*args: str, timeout: int = 200) -> str:
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "PYTHONPATH": str(HERE.parent)},
+        env={**os.environ, "PYTHONPATH": str(TESTS.parent)},
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
@@ -408,14 +408,14 @@ def _fresh(*args: str, timeout: int = 200) -> str:
 
 # -- a PackedList's life: epochs, processes, copies ----------------------------------
 #
-# tests/packed_lifecycle.py runs each in a fresh process and reads every sample
+# tests/support/packed_lifecycle.py runs each in a fresh process and reads every sample
 # of every list the main process kept, after each epoch and each journey. A
 # list's buffers used to be read through bare addresses that pickling through
 # ForkingPickler (a spawn or forkserver DataLoader, an mp.Queue) left pointing
 # at freed memory: 2,967 of 3,000 reads failed after one spawn epoch, and a
 # store of 100,000 samples crashed the main process.
 
-LIFECYCLE = str(HERE / "packed_lifecycle.py")
+LIFECYCLE = str(TESTS / "support" / "packed_lifecycle.py")
 SIZES = [600, 100_000]
 
 
@@ -522,13 +522,13 @@ def test_no_reader_keeps_an_address_into_memory_it_does_not_own() -> None:
 @pytest.mark.timeout(120)
 def test_forked_dataloader_workers() -> None:
     """Forked workers give back every sample, equal to the one packed."""
-    assert _fresh(str(HERE / "packed_worker.py"), "500").split() == ["checked=500"]
+    assert _fresh(str(TESTS / "support" / "packed_worker.py"), "500").split() == ["checked=500"]
 
 
 def _growth(store: str) -> tuple[float, float]:
     """(the largest growth of a worker's private memory over one epoch with 2
     forked workers, the packed size), MiB: benchmarks/packed.py's --epoch."""
-    script = str(HERE.parent / "benchmarks" / "packed.py")
+    script = str(TESTS.parent / "benchmarks" / "packed.py")
     out = _fresh(script, "--epoch", store, "30000", "fork", "2")
     r = json.loads(out.splitlines()[-1])[store]
     grown = max(r["end"][w]["uss"] - r["start"][w]["uss"] for w in r["start"] if w != "main")

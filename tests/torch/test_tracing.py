@@ -1,6 +1,6 @@
 """pytree_kit.torch's tracing adapter: trace, export, save and load.
 
-Every model of tests/tracing_models.py runs eagerly, traced, exported, and
+Every model of tests/support/tracing_models.py runs eagerly, traced, exported, and
 loaded from a file in a fresh process; the outputs must agree. Then every
 error path.
 """
@@ -26,10 +26,9 @@ torch = pytest.importorskip("torch")
 import pytree_kit as pk  # noqa: E402
 import pytree_kit.torch as pkt  # noqa: E402
 from pytree_kit.torch import FlatSpec, TracingAdapter  # noqa: E402
+from tests.support.tracing_models import CASES, Batch, Detections, Detector, Pair  # noqa: E402
 
-from .tracing_models import CASES, Batch, Detections, Detector, Pair  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BUILTIN_ONLY = ("dict_of_lists", "return_types")
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.trace:DeprecationWarning")
@@ -127,9 +126,9 @@ for name in %(builtin)r:
         assert loaded.kind == kind
         with torch.no_grad():
             record(name, kind, loaded(*args, **kwargs))
-assert "tests.tracing_models" not in sys.modules
+assert "tests.support.tracing_models" not in sys.modules
 
-from tests.tracing_models import CASES
+from tests.support.tracing_models import CASES
 for name in %(classes)r:
     _, _, (args, kwargs), allow = CASES[name]()
     for kind in ("jit", "export"):

@@ -1,4 +1,4 @@
-"""No silent skips: to_device, pin_memory, collate (and, in test_distributed.py,
+"""No silent skips: to_device, pin_memory, collate (and, in tests/torch/test_distributed.py,
 the collectives and DDP) raise TypeError on a leaf that holds tensors pytree_kit
 does not see, naming its path, its type and where the tensor sits; strict=False
 passes it through as before."""

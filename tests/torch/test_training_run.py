@@ -1,4 +1,4 @@
-"""The features together over time: a whole training run (tests/training_run.py).
+"""The features together over time: a whole training run (tests/support/training_run.py).
 
 Each feature has tests of its own, one call at a time; this is the check that
 they work together as a user puts them together, for several epochs: a
@@ -21,15 +21,15 @@ import pytest
 
 pytest.importorskip("torch")
 
-from .distributed import free_port
+from tests.support.distributed import free_port
 
-HERE = Path(__file__).resolve().parent
-SCRIPT = str(HERE / "training_run.py")
+TESTS = Path(__file__).resolve().parents[1]
+SCRIPT = str(TESTS / "support" / "training_run.py")
 N, EPOCHS = 384, 3
 
 
 def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(HERE.parent), "GLOO_SOCKET_IFNAME": "lo"}
+    return {**os.environ, "PYTHONPATH": str(TESTS.parent), "GLOO_SOCKET_IFNAME": "lo"}
 
 
 def _check(r: dict) -> None:

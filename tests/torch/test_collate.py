@@ -1,6 +1,6 @@
 """pytree_kit.torch batches: fast collate, ragged fields, uncollate/select, consolidate.
 
-(collate's older behaviour, pin_memory and to_device are in test_torch_data.py.)
+(collate's older behaviour, pin_memory and to_device are in tests/torch/test_loading.py.)
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""A PackedList's life in a training run, run by tests/test_packed.py in a fresh
+"""A PackedList's life in a training run, run by tests/torch/test_packed.py in a fresh
 process (no jax threads to fork). Prints one JSON line.
 
-    python tests/packed_lifecycle.py loader CONTEXT SAMPLES   # fork | spawn | forkserver
-    python tests/packed_lifecycle.py paths SAMPLES            # queue, pickler, copies
-    python tests/packed_lifecycle.py mapped SAMPLES DIR       # a file-backed list in spawn workers
+    python tests/support/packed_lifecycle.py loader CONTEXT SAMPLES   # fork | spawn | forkserver
+    python tests/support/packed_lifecycle.py paths SAMPLES            # queue, pickler, copies
+    python tests/support/packed_lifecycle.py mapped SAMPLES DIR       # a file-backed list in spawn workers
 
 Every sample is made from its number (``sample(i)``), so reading all of them
 back is checked against ``check(i, got)`` without keeping the originals. After
@@ -27,7 +27,7 @@ import torch.multiprocessing as tmp
 from torch.utils.data import DataLoader
 
 from pytree_kit.torch import PackedList
-from tests.process_use import fds, settled, shm
+from tests.support.process_use import fds, settled, shm
 
 
 def sample(i: int) -> dict:

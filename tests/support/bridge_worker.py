@@ -3,8 +3,8 @@ fresh process (the registrations transformers makes with torch.utils._pytree
 are global, so they stay out of the test process). Small models from
 configs, random weights.
 
-    python tests/bridge_worker.py trace DIR   # flatten, to_device, trace, export, save
-    python tests/bridge_worker.py load DIR    # load both in a fresh process, compare
+    python tests/support/bridge_worker.py trace DIR   # flatten, to_device, trace, export, save
+    python tests/support/bridge_worker.py load DIR    # load both in a fresh process, compare
 
 Prints one JSON line of findings; exits non-zero on a failed check.
 """
@@ -24,8 +24,8 @@ from transformers import DynamicCache, EncoderDecoderCache
 import pytree_kit as pk
 import pytree_kit.torch as pkt
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.hf_models import gpt2, register_caches, t5
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.support.hf_models import gpt2, register_caches, t5
 
 
 class TDNet(torch.nn.Module):

@@ -1,14 +1,13 @@
-"""Filtering, reducing and restructuring: tree_map_only, tree_any / tree_all
-(and _only), tree_reduce / sum / max / min, tree_transpose,
-tree_broadcast_prefix, tree_partition / tree_combine, tree_replace_nones. On
-every kind of node, on whichever engine runs, and against optree, jax and
-torch where they have the function."""
+"""pytree_kit._restructure: tree_transpose, tree_broadcast_prefix, tree_partition /
+tree_combine, tree_replace_nones, and traverse / traverse_with_path (dm-tree's).
+On every kind of node, on whichever engine runs, on a chain 100,000 deep, and
+against optree, jax and dm-tree where they have the function."""
 
 from __future__ import annotations
 
 import collections
-import functools
-import operator
+import copy
+import pickle
 from typing import Any
 
 import pytest
@@ -16,9 +15,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import pytree_kit as pk
-from tests.test_peers import _same_tree
-from tests.test_peers import trees as peer_trees
-from tests.trees import RULES, Leaf, Opaque, assert_same_tree, snapshot, trees
+from scripts.corpus.trees import RULES, Leaf, assert_same_tree, snapshot, trees
+from tests.support.peer_trees import _as_dicts, _same_tree
+from tests.support.peer_trees import trees as peer_trees
 
 SETTINGS = settings(max_examples=150, deadline=None)
 
@@ -39,53 +38,6 @@ class Tag:
 
     def __repr__(self) -> str:
         return f"Tag({self.value!r})"
-
-
-# -- on every kind of node -----------------------------------------------------------
-
-
-@SETTINGS
-@given(trees())
-def test_reductions_are_those_of_the_leaves(tree: Any) -> None:
-    before = snapshot(tree)
-    leaves = pk.leaves(tree, rules=RULES)
-    assert pk.tree_any(tree, rules=RULES) == any(leaves)
-    assert pk.tree_all(tree, rules=RULES) == all(leaves)
-    ints = [x for x in leaves if isinstance(x, int)]
-    assert pk.tree_sum(pk.tree_map_only(object, lambda x: 1, tree, rules=RULES), rules=RULES) == (
-        len(leaves)
-    )
-    assert pk.tree_any_only(int, lambda x: x > 2, tree, rules=RULES) == any(x > 2 for x in ints)
-    assert pk.tree_all_only(int, lambda x: x > 2, tree, rules=RULES) == all(x > 2 for x in ints)
-    counted = pk.tree_reduce(lambda n, _: n + 1, tree, 0, rules=RULES)
-    assert counted == len(leaves)
-    assert pk.tree_max(tree, key=id, default=None, rules=RULES) is max(leaves, key=id, default=None)
-    assert pk.tree_min(tree, key=id, default=None, rules=RULES) is min(leaves, key=id, default=None)
-    assert snapshot(tree) == before
-
-
-@SETTINGS
-@given(trees())
-def test_tree_map_only_maps_the_chosen_leaves_and_keeps_the_rest(tree: Any) -> None:
-    before = snapshot(tree)
-    leaves, spec = pk.flatten(tree, rules=RULES)
-    out = pk.tree_map_only((int, str), lambda x: Tag(x), tree, rules=RULES)
-    got, out_spec = pk.flatten(out, rules=RULES)
-    assert out_spec == spec
-    for x, y in zip(leaves, got):
-        if isinstance(x, (int, str)):
-            assert y == Tag(x)
-        else:
-            assert y is x
-    # a union and a predicate choose the same leaves as the tuple
-    assert_same_tree(
-        pk.tree_map_only(int | str, lambda x: Tag(x), tree, rules=RULES), out, "tree", False
-    )
-    by_pred = pk.tree_map_only(
-        lambda x: isinstance(x, (int, str)), lambda x: Tag(x), tree, rules=RULES
-    )
-    assert_same_tree(by_pred, out, "tree", False)
-    assert snapshot(tree) == before
 
 
 @SETTINGS
@@ -167,39 +119,6 @@ def test_replace_nones(tree: Any) -> None:
     got, out_spec = pk.flatten(out, rules=RULES)
     assert len(got) == len(leaves)
     assert all((a is sentinel) if b is None else (a is b) for a, b in zip(got, leaves))
-
-
-# -- examples and errors ----------------------------------------------------------------
-
-
-def test_empty_trees_and_the_reductions_errors() -> None:
-    with pytest.raises(TypeError, match="reduce\\(\\) of empty iterable with no initial value"):
-        pk.tree_reduce(operator.add, {"a": [None]})
-    with pytest.raises(ValueError, match="empty"):
-        pk.tree_max({})
-    with pytest.raises(ValueError, match="empty"):
-        pk.tree_min([])
-    assert pk.tree_any({}) is False and pk.tree_all({}) is True and pk.tree_sum([]) == 0
-    # a str, bytes or bytearray start joins the leaves (sum() refuses them), as optree's
-    assert pk.tree_sum({"x": "a", "y": ("b", None)}, start="") == "ab"
-    assert pk.tree_sum([b"a", (b"b",)], start=b">") == b">ab"
-    joined = pk.tree_sum([b"a"], start=bytearray(b">"))
-    assert joined == bytearray(b">a") and type(joined) is bytearray
-    assert pk.tree_sum([], start="") == "" and pk.tree_sum([1.5], start=1) == 2.5
-    with pytest.raises(TypeError):
-        pk.tree_sum(["a", 1], start="")  # a leaf that is not a str: join's own error
-    with pytest.raises(TypeError, match="tree_any_only expects a type"):
-        pk.tree_any_only(lambda x: x, bool, [1])
-    with pytest.raises(TypeError, match="tree_map_only expects a type"):
-        pk.tree_map_only(3, str, [1])
-
-
-def test_ops_through_rules_and_is_leaf() -> None:
-    tree = {"o": Opaque([1, 2], 3), "p": (4, [5])}
-    assert pk.tree_sum(tree, rules=RULES) == 12
-    assert pk.tree_map_only(int, str, tree)["o"] is tree["o"]  # a leaf without the rule
-    assert pk.tree_map_only(int, str, tree, rules=RULES)["o"].items == ["1", "2"]
-    assert pk.tree_max(tree, is_leaf=lambda x: isinstance(x, list), key=str, rules=RULES) == [5]
 
 
 def test_transpose_errors_name_the_path() -> None:
@@ -301,38 +220,6 @@ def test_broadcast_and_combine_errors_name_the_path() -> None:
 PEER = settings(max_examples=100, deadline=None)
 
 
-def _truthy(tree: Any) -> Any:
-    """Some leaves made falsy, so any and all both vary."""
-    return pk.tree_map(lambda x: x if hash(x) % 3 else 0, tree)
-
-
-@PEER
-@given(peer_trees(with_deque=True))
-def test_reductions_match_optree(tree: Any) -> None:
-    optree = pytest.importorskip("optree")
-    tree = _truthy(tree)
-    assert pk.tree_any(tree) == optree.tree_any(tree)
-    assert pk.tree_all(tree) == optree.tree_all(tree)
-    key = functools.partial(hash)
-    assert pk.tree_max(tree, key=key, default=-1) == optree.tree_max(tree, key=key, default=-1)
-    assert pk.tree_min(tree, key=key, default=-1) == optree.tree_min(tree, key=key, default=-1)
-    add = operator.add
-    as_float = pk.tree_map(lambda x: float(hash(x) % 7), tree)
-    assert pk.tree_sum(as_float) == optree.tree_sum(as_float)
-    as_str = pk.tree_map(lambda x: str(hash(x) % 7), tree)  # sum() refuses a str start
-    for start in ("", "s", b"", bytearray(b"b")):
-        leaves = as_str if isinstance(start, str) else pk.tree_map(str.encode, as_str)
-        mine, theirs = pk.tree_sum(leaves, start=start), optree.tree_sum(leaves, start=start)
-        assert mine == theirs and type(mine) is type(theirs) is type(start)
-    assert pk.tree_reduce(add, as_float, 1.0) == optree.tree_reduce(add, as_float, 1.0)
-    for fill in (None, 0):
-        mine = pk.tree_partition(lambda x: hash(x) % 2, tree, fillvalue=fill)
-        theirs = optree.tree_partition(lambda x: hash(x) % 2, tree, fillvalue=fill)
-        assert all(_same_tree(a, b, dict_order=True) for a, b in zip(mine, theirs))
-    replaced = pk.tree_replace_nones("none", tree)
-    assert _same_tree(replaced, optree.tree_replace_nones("none", tree), dict_order=True)
-
-
 @PEER
 @given(peer_trees(with_deque=True), st.data())
 def test_broadcast_prefix_matches_optree(tree: Any, data: Any) -> None:
@@ -365,24 +252,251 @@ def test_transpose_matches_jax_and_optree(outer_tree: Any, inner_tree: Any) -> N
     assert _same_tree(mine, jaxs, dict_order=False)  # jax rebuilds dicts in sorted order
 
 
-@PEER
-@given(peer_trees(), st.sampled_from([int, float, (int, str), int | float]))
-def test_map_only_and_any_only_match_torch(tree: Any, types: Any) -> None:
-    pytest.importorskip("torch")
-    import torch.utils._pytree as tp
-
-    tree = _truthy(tree)
-    mine = pk.tree_map_only(types, Tag, tree)
-    theirs = tp.tree_map_only(types, Tag, tree)
-    assert _same_tree(mine, theirs, dict_order=True)
-    for fn in ("tree_any_only", "tree_all_only"):
-        got = getattr(pk, fn)(types, bool, tree)
-        assert got == getattr(tp, fn)(types, bool, tree)
-
-
 def test_combine_inverts_a_partition_of_a_named_tuple() -> None:
     Point = collections.namedtuple("Point", "x y")
     tree = [Point(1, "a"), {"k": (2.5, None)}]
     left, right = pk.tree_partition(lambda x: isinstance(x, str), tree)
     assert left == [Point(None, "a"), {"k": (None, None)}]
     assert pk.tree_combine(left, right) == tree
+
+
+DEPTH = 100_000
+TRAVERSE_SETTINGS = settings(deadline=None)
+
+
+def _dmtree() -> Any:
+    mod = pytest.importorskip("tree")
+    if not hasattr(mod, "traverse"):
+        pytest.skip("the module 'tree' here is not dm-tree")
+    return mod
+
+
+def _deep_list(depth: int = DEPTH) -> Any:
+    t: Any = 0
+    for _ in range(depth):
+        t = [t]
+    return t
+
+
+# --------------------------------------------------------------------------
+# traverse
+
+
+def _plain_tree(tree: Any) -> Any:
+    """dm-tree's containers only: dicts (it sorts an OrderedDict's keys),
+    lists, tuples and namedtuples."""
+    return _as_dicts(tree)
+
+
+def _answers(name: str, mtn: Any) -> Any:
+    """fn for both libraries (``mtn``: its MAP_TO_NONE)."""
+
+    def replace_tuples(x: Any) -> Any:
+        return ("tuple of", len(x)) if type(x) is tuple else None
+
+    def lists_to_none(x: Any) -> Any:
+        return mtn if type(x) is list else None
+
+    def sizes(x: Any) -> Any:
+        return len(x) if type(x) is dict else None
+
+    def keep(x: Any) -> Any:
+        return None
+
+    return {"replace_tuples": replace_tuples, "lists_to_none": lists_to_none, "sizes": sizes,
+            "keep": keep}[name]  # fmt: skip
+
+
+def _seeing(seen: list, fn: Any) -> Any:
+    """fn, recording what it is given in ``seen``."""
+
+    def f(x: Any) -> Any:
+        seen.append(x)
+        return fn(x)
+
+    return f
+
+
+@TRAVERSE_SETTINGS
+@given(peer_trees(), st.sampled_from(["replace_tuples", "lists_to_none", "sizes", "keep"]))
+def test_traverse_matches_dmtree(tree: Any, name: str) -> None:
+    dmtree = _dmtree()
+    tree = _plain_tree(tree)
+    for top_down in (True, False):
+        mine: list = []
+        theirs: list = []
+        fn = _seeing(mine, _answers(name, pk.MAP_TO_NONE))
+        out = pk.traverse(fn, tree, top_down)
+        dfn = _seeing(theirs, _answers(name, dmtree.MAP_TO_NONE))
+        dout = dmtree.traverse(dfn, tree, top_down=top_down)
+        assert _same_tree(out, dout, dict_order=True)
+        assert len(mine) == len(theirs)
+        for x, y in zip(mine, theirs):
+            # top-down: the very subtrees; bottom-up: rebuilt ones, alike
+            assert x is y if top_down else _same_tree(x, y, dict_order=True)
+
+
+def _raw(path: tuple) -> tuple:
+    """A pytree_kit path as dm-tree's tuple of raw keys."""
+    return tuple(
+        k.key if isinstance(k, pk.DictKey) else k.idx if isinstance(k, pk.SequenceKey) else k.name
+        for k in path
+    )
+
+
+@TRAVERSE_SETTINGS
+@given(peer_trees(), st.sampled_from(["replace_tuples", "lists_to_none", "sizes", "keep"]))
+def test_traverse_with_path_matches_dmtree(tree: Any, name: str) -> None:
+    """fn(path, subtree) sees the same subtrees at the same paths as
+    dm-tree's traverse_with_path, and the results agree."""
+    dmtree = _dmtree()
+    tree = _plain_tree(tree)
+    for top_down in (True, False):
+        mine: list = []
+        theirs: list = []
+        fn = _recording_path(mine, _answers(name, pk.MAP_TO_NONE), _raw)
+        dfn = _recording_path(theirs, _answers(name, dmtree.MAP_TO_NONE), tuple)
+        out = pk.traverse_with_path(fn, tree, top_down)
+        dout = dmtree.traverse_with_path(dfn, tree, top_down=top_down)
+        assert _same_tree(out, dout, dict_order=True)
+        assert [p for p, _ in mine] == [p for p, _ in theirs]
+        for (_, x), (_, y) in zip(mine, theirs):
+            assert x is y if top_down else _same_tree(x, y, dict_order=True)
+
+
+def _recording_path(log: list, answer: Any, convert: Any) -> Any:
+    """fn(path, x): records (convert(path), x) in ``log``, answers answer(x)."""
+
+    def fn(path: tuple, x: Any) -> Any:
+        log.append((convert(path), x))
+        return answer(x)
+
+    return fn
+
+
+@TRAVERSE_SETTINGS
+@given(trees())
+def test_traverse_with_path_paths_are_flatten_with_paths(tree: Any) -> None:
+    """Each leaf's path is the one flatten_with_path gives it, each subtree is
+    at its path (tree_get), on every kind of node; the results are
+    traverse's."""
+    pairs, _ = pk.flatten_with_path(tree, rules=RULES)
+    for top_down in (True, False):
+        seen: list = []
+        fn = _recording_path(seen, lambda x: None, tuple)
+        out = pk.traverse_with_path(fn, tree, top_down, rules=RULES)
+        assert_same_tree(out, tree)
+        leaf_paths = [p for p, x in seen if pk.structure(x, rules=RULES).is_leaf()]
+        assert leaf_paths == [p for p, _ in pairs]
+        if top_down:
+            assert all(pk.tree_get(tree, p, rules=RULES) is x for p, x in seen)
+
+
+@TRAVERSE_SETTINGS
+@given(trees())
+def test_traverse_rebuilds_every_kind(tree: Any) -> None:
+    leaves, spec = pk.flatten(tree, rules=RULES)
+    for top_down in (True, False):
+        seen: list = []
+        out = pk.traverse(seen.append, tree, top_down, rules=RULES)
+        assert_same_tree(out, tree)
+        assert pk.structure(out, rules=RULES) == spec
+        assert len(seen) == spec.num_nodes  # every node and leaf, once
+        assert [x for x in seen if pk.structure(x, rules=RULES).is_leaf()] == leaves
+    # each leaf replaced, top-down and bottom-up: tree_map
+    wrapped = pk.tree_map(lambda x: ("w", x), tree, rules=RULES)
+    for top_down in (True, False):
+        out = pk.traverse(
+            lambda x: ("w", x) if pk.structure(x, rules=RULES).is_leaf() else None,
+            tree,
+            top_down,
+            rules=RULES,
+        )
+        assert_same_tree(out, wrapped, identical_leaves=False)
+
+
+def test_traverse_top_down_stops_and_bottom_up_sees_the_new_children() -> None:
+    tree = {"a": (1, [2, 3]), "b": [4]}
+    seen: list = []
+
+    def stop_at_tuples(x: Any) -> Any:
+        seen.append(x)
+        return "T" if type(x) is tuple else None
+
+    assert pk.traverse(stop_at_tuples, tree) == {"a": "T", "b": [4]}
+    assert (1, [2, 3]) in seen and 1 not in seen and 2 not in seen
+    # bottom-up: the lists' sums, then the tuple sees them
+    got: list = []
+
+    def sums(x: Any) -> Any:
+        got.append(x)
+        return sum(x) if type(x) in (list, tuple) else None
+
+    assert pk.traverse(sums, tree, top_down=False) == {"a": 6, "b": 4}
+    assert (1, 5) in got
+    # MAP_TO_NONE puts None in place; None keeps the subtree
+    assert pk.traverse(lambda x: pk.MAP_TO_NONE if x == 4 else None, tree) == {
+        "a": (1, [2, 3]),
+        "b": [None],
+    }
+    assert pk.traverse(lambda x: pk.MAP_TO_NONE, tree) is None
+    assert pk.traverse(lambda x: pk.MAP_TO_NONE if x is None else None, [None], False) == [None]
+    # fn sees None (a node with no children here, a leaf in dm-tree) and empty containers
+    seen = []
+    pk.traverse(seen.append, [None, (), {}])
+    assert seen == [[None, (), {}], None, (), {}]
+    # is_leaf stops the descent; fn still sees the subtree whole
+    seen = []
+    assert pk.traverse(seen.append, [[1, 2]], is_leaf=lambda x: x == [1, 2]) == [[1, 2]]
+    assert seen == [[[1, 2]], [1, 2]]
+
+
+def test_traverse_errors_name_the_place() -> None:
+    loop: dict = {"x": 1}
+    loop["self"] = [loop]
+    for top_down in (True, False):
+        with pytest.raises(
+            ValueError,
+            match=r"^traverse: tree\['self'\]\[0\]: cycle: this container is the one at tree, "
+            "which holds itself$",
+        ):
+            pk.traverse(lambda x: None, loop, top_down)
+    shared = [1]
+    assert pk.traverse(lambda x: None, {"a": shared, "b": shared}) == {"a": [1], "b": [1]}
+
+    class Tagged:
+        def __init__(self, tags: Any) -> None:
+            self.tags = tags
+
+        def __tree_flatten__(self) -> tuple:
+            return (), self.tags
+
+        @classmethod
+        def __tree_unflatten__(cls, aux: Any, children: tuple) -> Any:
+            return cls(aux)
+
+    with pytest.raises(
+        TypeError, match=r"^traverse: tree\['a'\]\[1\]: the aux data of .*Tagged.__tree_flatten__"
+    ):
+        pk.traverse(lambda x: None, {"a": [0, Tagged(["x"])]})
+    # fn's own errors are fn's
+    with pytest.raises(ZeroDivisionError):
+        pk.traverse(lambda x: 1 / 0, [1])
+
+
+def test_traverse_deep_chain() -> None:
+    deep = _deep_list()
+    for top_down in (True, False):
+        seen: list = []
+        out = pk.traverse(_seeing(seen, lambda x: "bottom" if x == 0 else None), deep, top_down)
+        assert len(seen) == DEPTH + 1
+        assert pk.structure(out) == pk.structure(deep) and pk.leaves(out) == ["bottom"]
+    # bottom-up sees each level rebuilt: the depth, counted from the bottom
+    out = pk.traverse(lambda x: 1 if x == 0 else x[0] + 1, deep, top_down=False)
+    assert out == DEPTH + 1
+
+
+def test_map_to_none_is_one_object() -> None:
+    assert repr(pk.MAP_TO_NONE) == "pytree_kit.MAP_TO_NONE"
+    assert pickle.loads(pickle.dumps(pk.MAP_TO_NONE)) is pk.MAP_TO_NONE
+    assert copy.deepcopy(pk.MAP_TO_NONE) is pk.MAP_TO_NONE

@@ -1,8 +1,8 @@
-"""A whole training run, as a user writes it, run by tests/test_training_run.py
+"""A whole training run, as a user writes it, run by tests/torch/test_training_run.py
 in fresh processes (no jax threads to fork). Prints or writes one JSON report.
 
-    python tests/training_run.py CONTEXT                   # fork | spawn | forkserver
-    python tests/training_run.py ddp RANK WORLD PORT OUT   # one gloo rank (fork workers)
+    python tests/support/training_run.py CONTEXT                   # fork | spawn | forkserver
+    python tests/support/training_run.py ddp RANK WORLD PORT OUT   # one gloo rank (fork workers)
 
 The parts, together over 3 epochs:
 
@@ -40,7 +40,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 import pytree_kit as pk
 import pytree_kit.torch as pkt
-from tests.process_use import fds, settled, shm
+from tests.support.process_use import fds, settled, shm
 
 N, BATCH, EPOCHS, FEATURES = 384, 16, 3, 16
 W_TRUE = torch.linspace(-1.0, 1.0, FEATURES)
@@ -164,7 +164,7 @@ def single(context: str) -> dict:
         num_workers=2,
         collate_fn=collate_fn,
         multiprocessing_context=context,
-        persistent_workers=context != "fork",  # both ways; per method in test_packed.py
+        persistent_workers=context != "fork",  # both ways; per method in tests/torch/test_packed.py
         generator=torch.Generator().manual_seed(0),
     )
     model = Wrapper()
@@ -211,7 +211,7 @@ def ddp(rank: int, world: int, port: int, out: str) -> None:
     dist.destroy_process_group()
     gc.collect()
     sys.stdout.flush()
-    os._exit(0)  # as tests/dist_worker.py: torch's teardown at exit sometimes aborts
+    os._exit(0)  # as tests/support/dist_worker.py: torch's teardown at exit sometimes aborts
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """What a process holds that a leak would grow: open file descriptors and the
-shared memory it maps. Read by tests/packed_lifecycle.py and
-tests/training_run.py after each epoch."""
+shared memory it maps. Read by tests/support/packed_lifecycle.py and
+tests/support/training_run.py after each epoch."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "loading.md"
 SECTION = "## In a training framework: Lightning, Fabric, accelerate, transformers"
 #: the recipes stop after this many optimizer steps
@@ -98,7 +98,7 @@ def test_recipe_moves_each_batch_with_to_device_and_trains(name: str, tmp_path: 
     recipe = RECIPES[name]
     pytest.importorskip(recipe.framework)
     # the working directory is the recipe's (the Trainer's output_dir="runs")
-    code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from tests.test_recipes import main; main({name!r})"
+    code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from tests.torch.test_recipes import main; main({name!r})"
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path,

@@ -1,6 +1,6 @@
-"""One rank of a multi-process gloo run; tests/distributed.py starts them.
+"""One rank of a multi-process gloo run; tests/support/distributed.py starts them.
 
-Usage: ``python tests/dist_worker.py SCENARIO RANK WORLD PORT OUT``. The rank
+Usage: ``python tests/support/dist_worker.py SCENARIO RANK WORLD PORT OUT``. The rank
 joins a gloo group on 127.0.0.1:PORT, runs every case of SCENARIO and writes
 ``[{"case": ..., "ok": ..., "detail": ...}, ...]`` as JSON to OUT. A case's
 failure is recorded, not raised, so that the ranks stay in step and one run
@@ -20,7 +20,7 @@ import sys
 import traceback
 from typing import Any, Callable, Iterator, NamedTuple, Optional
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import torch
 import torch.distributed as dist
@@ -317,7 +317,7 @@ def scenario_bridges() -> dict[str, Callable[[], str]]:
     import transformers
     from tensordict import TensorDict
 
-    from tests.hf_models import gpt2, register_caches, t5
+    from tests.support.hf_models import gpt2, register_caches, t5
 
     register_caches()
 
@@ -571,7 +571,7 @@ def expect_value_error(fn: Callable[[], Any], text: str, cls: type = ValueError)
 
 
 # --------------------------------------------------------------------------
-# CUDA: one rank on NCCL (tests/test_distributed.py runs it in a spawned process)
+# CUDA: one rank on NCCL (tests/torch/test_distributed.py runs it in a spawned process)
 
 
 def nccl_one_rank(out: str) -> None:

@@ -1,4 +1,4 @@
-"""Start the ranks of tests/dist_worker.py and collect what each reports.
+"""Start the ranks of tests/support/dist_worker.py and collect what each reports.
 
 Every rank is a fresh Python process on the gloo backend, joined over
 127.0.0.1 on a free port. The whole run has a timeout: a hang kills every rank

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pytree_kit as pk
-from tests.trees import ALLOW, RULES, Leaf, assert_same_tree, resolve, snapshot, trees
+from scripts.corpus.trees import ALLOW, RULES, Leaf, assert_same_tree, resolve, snapshot, trees
 
 
 @given(trees())

@@ -1,7 +1,7 @@
 """``to_device`` and ``pin_memory`` by default (``coalesce=None``): which way
 each batch goes, and that every way gives every tensor back, its own, and
 leaves none behind. (The ways themselves, forced, are tested in
-test_torch_data.py; pytree_kit/torch/_transfer.py holds the rule.)"""
+tests/torch/test_loading.py; pytree_kit/torch/_transfer.py holds the rule.)"""
 
 from __future__ import annotations
 

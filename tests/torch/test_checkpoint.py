@@ -4,7 +4,7 @@ One process without a process group (a TrainState of a model, AdamW, a
 namedtuple, tuples of tensors, a step counter, per-rank RNG state and plain
 values, over several save/load rounds), the errors, corrupt checkpoints, and
 two gloo ranks with DTensor leaves saving for one and loaded by two
-(tests/checkpoint_worker.py), beside what DCP alone does to the same state.
+(tests/support/checkpoint_worker.py), beside what DCP alone does to the same state.
 """
 
 from __future__ import annotations
@@ -25,11 +25,10 @@ np = pytest.importorskip("numpy")
 import pytree_kit as pk  # noqa: E402
 from pytree_kit.torch import checkpoint  # noqa: E402
 from pytree_kit.torch.checkpoint import CheckpointMismatch, PerRank  # noqa: E402
+from tests.support import checkpoint_worker as W  # noqa: E402
+from tests.support.distributed import run_ranks  # noqa: E402
 
-from . import checkpoint_worker as W  # noqa: E402
-from .distributed import run_ranks  # noqa: E402
-
-WORKER = Path(__file__).with_name("checkpoint_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "support" / "checkpoint_worker.py"
 
 Sched = collections.namedtuple("Sched", "lr warmup")
 
