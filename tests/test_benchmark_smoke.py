@@ -611,3 +611,43 @@ def test_pipeline_benchmark_smoke(tmp_path: Path) -> None:
             rf"\| {workload} \| (stand-in pinning \(a clone\)|pinned) \| \d+ \|", report
         )
     assert re.search(r"Targets \(issue 62\).*\*\*(met|MISSED)\*\*", report)
+
+
+def test_corpus_before_after_times_both_checkouts_and_reports_each_cell(tmp_path: Path) -> None:
+    """benchmarks/corpus_before_after.py, with this checkout as its own
+    baseline: every tree and op has a time on both sides and a ratio, and the
+    child refuses a checkout its pytree_kit did not come from."""
+    import pytree_kit as pk
+
+    if pk.ENGINE != "c":
+        pytest.skip("it measures the C engine")
+    proc = _run_quick(
+        "corpus_before_after.py",
+        tmp_path,
+        "--baseline",
+        str(ROOT),
+        "--rounds",
+        "2",
+        "--families",
+        "chain,dataclass",
+    )
+    data = json.loads((tmp_path / "corpus_before_after.json").read_text())
+    assert data["rounds"] == 2 and data["before"] == data["after"]
+    assert set(data["before_s"]) == set(data["after_s"]) and data["after_s"]
+    for tid, cell in data["after_s"].items():
+        assert cell["family"] in ("chain", "dataclass"), tid
+        assert set(cell["s"]) == {"flatten", "unflatten", "leaves", "tree_map", "flatten_up_to"}
+        assert all(v > 0 for v in cell["s"].values()) and data["before_s"][tid]["s"]
+    text = (tmp_path / "corpus_before_after.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith(("| chain", "| dataclass"))]
+    assert len(rows) == 2 + len(data["after_s"])  # the summary's two families, then every tree
+    assert "geometric mean ratio" in proc.stdout
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "corpus_before_after.py"), "--quick",
+         "--baseline", str(elsewhere), "--rounds", "1", "--families", "chain",
+         "--out", str(tmp_path / "bad")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert bad.returncode != 0 and "not the checkout" in bad.stderr + bad.stdout

@@ -1,0 +1,242 @@
+"""pytree_kit's speed on the corpus before and after a change, timed in one run.
+
+``corpus.py`` times pytree_kit against its peers. To see whether a change to
+pytree_kit itself (a refactoring that should cost nothing) moved its speed,
+this script times two checkouts of pytree_kit on the same trees: ``--baseline
+DIR`` (another commit, its C engine built in place for the same Python) and
+this checkout. Each round runs one process per checkout, the order
+alternating from round to round, so that a change in the machine's load
+between them falls on both alike; each process draws corpus.py's trees (the
+same seed, this checkout's drawing code) and times the active engine's
+flatten, unflatten, leaves, tree_map and flatten_up_to on each, with
+corpus.py's machinery (warm-up, calibrated loops, interleaved repeats,
+median). A cell is the median over the rounds; the ratio is before ÷ after
+(above 1: faster now).
+
+    python benchmarks/corpus_before_after.py --baseline /tmp/base --out /tmp/x
+    python benchmarks/corpus_before_after.py --baseline /tmp/base --families records,chain
+    python benchmarks/corpus_before_after.py --baseline /tmp/base --record   # python3.X/
+
+The report (``corpus_before_after.md``) and its figures (``.json``) go to
+``--out DIR`` (default ``build/benchmarks/python3.X/``) or, with ``--record``,
+``benchmarks/results/python3.X/``. The child processes take their pytree_kit
+from ``PYTHONPATH``; each checks that the one it imported is the checkout it
+was given, and which engine it runs (the C engine on both, or the run fails).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import _output
+
+ROOT = Path(__file__).resolve().parent.parent
+OPS = ("flatten", "unflatten", "leaves", "tree_map", "flatten_up_to")
+#: a ratio within this of 1 is "within noise" in the summary (this machine's
+#: spread between two runs of one build on the corpus: about ±5 %)
+NOISE = 0.05
+
+
+def child(families: list[str], seed: int, quick: bool, out: Path) -> None:
+    """Times this process's pytree_kit on the corpus; writes {tree: {op: s}}."""
+    import compare
+    import corpus
+
+    import pytree_kit as pk
+
+    settings = compare.settings_for(
+        quick,
+        None if quick else corpus.FULL_MIN_TIME,
+        None if quick else corpus.FULL_REPEATS,
+    )
+    notes: list[str] = []
+    ours = next(
+        lib
+        for lib in compare.load_libraries(["(no peer)"], notes)
+        if lib.name == f"pytree_kit ({pk.ENGINE})"
+    )
+    fams = [f for f in corpus.FAMILIES if not families or f.name in families]
+    fams = [f for f in fams if f.requires != "attrs" or corpus.attrs is not None]
+    corpus.leaf_pool()
+    cells: dict[str, Any] = {}
+    for fam, size, variant in corpus.corpus_points(fams, quick):
+        drawn = corpus.draw_one(fam, size, variant, seed)
+        expected = len(pk._pure.leaves(drawn.tree, None, None))
+        calls = compare._calls_checked(ours, drawn.tree, expected)
+        timed = compare.measure_many(
+            {op: calls[op] for op in OPS if not isinstance(calls[op], str)},
+            settings.min_time,
+            settings.repeats,
+        )
+        cells[drawn.tree_id] = {
+            "family": drawn.family,
+            "label": drawn.label,
+            "leaves": expected,
+            "s": timed,
+        }
+    info = {"file": pk.__file__, "engine": pk.ENGINE, "trees": cells}
+    out.write_text(json.dumps(info))
+
+
+def run_child(checkout: Path, args: argparse.Namespace, out: Path) -> dict:
+    cmd = [sys.executable, __file__, "--child", str(out), "--seed", str(args.seed)]
+    cmd += ["--families", args.families] if args.families else []
+    cmd += ["--quick"] if args.quick else []
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    subprocess.run(cmd, check=True, env=env, cwd=tempfile.gettempdir())
+    got = json.loads(out.read_text())
+    if not Path(got["file"]).resolve().is_relative_to(checkout.resolve()):
+        raise SystemExit(f"the child imported {got['file']}, not the checkout {checkout}")
+    if got["engine"] != "c":
+        raise SystemExit(f"{checkout}: the C engine is not built there ({got['engine']})")
+    return got["trees"]
+
+
+def gmean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def combine(rounds: list[dict]) -> dict:
+    """{tree: {op: median seconds over the rounds}}, with the tree's family and label."""
+    out: dict = {}
+    for tid, first in rounds[0].items():
+        ops = {}
+        for op in first["s"]:
+            values = [r[tid]["s"][op] for r in rounds if isinstance(r[tid]["s"].get(op), float)]
+            if values:
+                ops[op] = statistics.median(values)
+        out[tid] = {"family": first["family"], "label": first["label"], "s": ops}
+    return out
+
+
+def report(before: dict, after: dict, args: argparse.Namespace, base_rev: str) -> tuple:
+    lines = [
+        "# pytree_kit on the corpus, before and after",
+        "",
+        f"Python {sys.version.split()[0]}; before: `{base_rev}` ({args.baseline}); "
+        f"after: `{_revision(ROOT)}` (this checkout); the C engine on both; seed "
+        f"{args.seed}; {args.rounds} rounds, each one process per checkout, the order "
+        f"alternating; a cell is the median over the rounds; ratio = before ÷ after "
+        f"(above 1: faster now). Made by `benchmarks/corpus_before_after.py`.",
+        "",
+    ]
+    ratios: dict[tuple[str, str], list[float]] = {}
+    rows = []
+    for tid, a in after.items():
+        b = before[tid]
+        cells = []
+        for op in OPS:
+            if op in a["s"] and op in b["s"]:
+                r = b["s"][op] / a["s"][op]
+                ratios.setdefault((a["family"], op), []).append(r)
+                cells.append(f"{a['s'][op] * 1e6:.3g} / {r:.2f}")
+            else:
+                cells.append("n/a")
+        rows.append(f"| {a['family']} | {a['label']} | " + " | ".join(cells) + " |")
+    everything = [r for rs in ratios.values() for r in rs]
+    within = sum(abs(r - 1) <= NOISE for r in everything)
+    lines += [
+        "## Summary",
+        "",
+        f"{len(everything)} cells: geometric mean ratio {gmean(everything):.3f}, "
+        f"range {min(everything):.2f} to {max(everything):.2f}; {within} within ±{NOISE:.0%}.",
+        "",
+        "| family | " + " | ".join(OPS) + " |",
+        "|---|" + "---|" * len(OPS),
+    ]
+    families = list(dict.fromkeys(a["family"] for a in after.values()))
+    for fam in families:
+        cells = []
+        for op in OPS:
+            rs = ratios.get((fam, op))
+            cells.append(f"{gmean(rs):.2f} ({min(rs):.2f} to {max(rs):.2f})" if rs else "n/a")
+        lines.append(f"| {fam} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Each cell: the geometric mean of the family's ratios (their range).",
+        "",
+        "## Every tree",
+        "",
+        "Each cell: µs a call now / ratio before ÷ after.",
+        "",
+        "| family | tree | " + " | ".join(OPS) + " |",
+        "|---|---|" + "---|" * len(OPS),
+        *rows,
+        "",
+    ]
+    data = {
+        "python": sys.version.split()[0],
+        "before": base_rev,
+        "after": _revision(ROOT),
+        "rounds": args.rounds,
+        "seed": args.seed,
+        "before_s": before,
+        "after_s": after,
+        "gmean": gmean(everything),
+    }
+    return lines, data
+
+
+def _revision(where: Path) -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--baseline", type=Path, help="a checkout built in place to compare with")
+    p.add_argument("--rounds", type=int, default=3, help="processes per checkout (3)")
+    p.add_argument("--families", default="", help="comma-separated families (default: all)")
+    p.add_argument("--seed", type=int, default=21, help="the seed of the draw (corpus.py's)")
+    p.add_argument("--quick", action="store_true", help="the smallest sizes, short loops")
+    p.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    _output.add_arguments(p, sub=_output.PYTHON)
+    args = p.parse_args(argv)
+    families = [f for f in args.families.split(",") if f]
+    if args.child:
+        child(families, args.seed, args.quick, args.child)
+        return 0
+    if args.baseline is None:
+        p.error("--baseline DIR is needed")
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        got: dict[str, list] = {"before": [], "after": []}
+        for r in range(args.rounds):
+            order = [("before", args.baseline), ("after", ROOT)]
+            for name, where in order if r % 2 == 0 else order[::-1]:
+                print(f"round {r + 1}: {name} ({where})", file=sys.stderr, flush=True)
+                got[name].append(run_child(where, args, Path(tmp) / f"{name}{r}.json"))
+    lines, data = report(
+        combine(got["before"]), combine(got["after"]), args, _revision(args.baseline)
+    )
+    lines.insert(3, f"Took {time.perf_counter() - start:.0f} s.")
+    print("\n".join(lines))
+    folder = _output.folder(args, _output.PYTHON)
+    folder.mkdir(parents=True, exist_ok=True)
+    md, js = folder / "corpus_before_after.md", folder / "corpus_before_after.json"
+    md.write_text("\n".join(lines))
+    js.write_text(json.dumps(data, indent=1))
+    _output.wrote(md, js)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
