@@ -365,9 +365,16 @@ def job_c_engine(v: str, python: str, logp: Path) -> None:
 
 def job_pure_engine(v: str, python: str, logp: Path) -> None:
     # 60 examples a property test (tests/conftest.py's "pure" profile): the
-    # C-engine job runs the differential tests, both engines, at 150
+    # C-engine job runs the differential tests, both engines, at 150. Without
+    # test_depth.py's million-level runs (~95 s of 3.10's job, in the pure
+    # engine's Python loops): its 100,000-level runs of every kind stay, the
+    # C-engine jobs run the million (on the public API, and every C operation
+    # directly in test_engines.py), and scripts/long_runs.sh runs test_depth.py
+    # at a million on both engines: the pure engine's walks are the same loops
+    # at 100,000 levels as at a million.
     env = {"PYTREE_KIT_PURE": "1", "HYPOTHESIS_PROFILE": "pure"}
-    sh([*pytest_cmd(v), "-m", "not once and not scripts"], logp, env=env)
+    cmd = [*pytest_cmd(v), "-m", "not once and not scripts", "-k", "not test_million"]
+    sh(cmd, logp, env=env)
 
 
 def job_no_fast_paths(v: str, python: str, logp: Path) -> None:
@@ -487,18 +494,47 @@ def minor_key(minor: str) -> tuple:
     return tuple(int(p) for p in minor.split("."))
 
 
+def cache_dir() -> Path:
+    """What CI keeps between runs on one machine, as pip keeps its downloads:
+    ``$PYTREE_KIT_CACHE``, by default ``~/.cache/pytree_kit`` (where
+    scripts/python314.sh makes its 3.14 too)."""
+    return Path(os.environ.get("PYTREE_KIT_CACHE") or Path.home() / ".cache" / "pytree_kit")
+
+
+def _runs_as(py: Path, python: str) -> bool:
+    """Whether the venv interpreter py runs, and is the interpreter python's release."""
+    code = "import sys; print(sys.version)"
+    try:
+        got = [subprocess.run([p, "-c", code], capture_output=True, text=True, timeout=60)
+               for p in (py, python)]  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return got[0].returncode == 0 and got[0].stdout == got[1].stdout
+
+
 def job_oldest_torch(v: str, python: str, logp: Path) -> None:
-    venv = ROOT / ".venvs" / f"torch{OLDEST_TORCH}"
+    # The registry's torch (a CUDA build, ~4.6 GB with its libraries), not the
+    # machine's capped local wheel, with the test dependencies at the releases
+    # that take this torch. Unpacking it into a new venv took 6 of the job's
+    # 10 minutes, so the venv is kept between runs in cache_dir(), as pip's
+    # cache keeps the download: it holds torch and the test dependencies only
+    # (pytree_kit comes from the checkout, PYTHONPATH), it is made again when
+    # its interpreter no longer runs as FULL's, and pip install runs on it
+    # every time (a no-op when all is there, a repair when not).
+    venv = cache_dir() / "venvs" / f"torch{OLDEST_TORCH}-python{v}"
     py = venv / "bin" / "python"
-    sh([python, "-m", "venv", "--clear", venv], logp)
-    # the registry's torch (a CUDA build, ~4.6 GB with its libraries; pip's
-    # cache keeps it), not the machine's capped local wheel; the test
-    # dependencies at the releases that take this torch
+    if _runs_as(py, python):
+        with open(logp, "a") as f:
+            f.write(f"reusing {venv}\n")
+    else:
+        sh([python, "-m", "venv", "--clear", venv], logp)
     sys.path.insert(0, str(ROOT / "scripts"))
     from torch_matrix import DEPENDENCIES
 
     pip = [py, "-m", "pip", "install", "-q", f"torch=={OLDEST_TORCH}", *DEPENDENCIES]
     sh(pip, logp, env={"PIP_CONSTRAINT": "/dev/null"})
+    # what is installed there is consistent (a kept venv could have drifted)
+    sh([py, "-m", "pip", "check"], logp)
     check = (
         "import torch, pytree_kit as pk; "
         f"assert torch.__version__.split('+')[0] == {OLDEST_TORCH!r}, torch.__version__; "
@@ -520,38 +556,55 @@ def make_quick_jobs(v: str, python: str) -> list:
     ]
 
 
+#: seconds each job took in a CI run on 2 cores (two jobs at a time), for the
+#: order the jobs start in: the longest chains first, so that what is left at
+#: the end is short and both cores stay busy
+ESTIMATES = {
+    "setup": {FULL: 200, "": 110},
+    "C engine": {"3.10": 600, FULL: 1850, "3.12": 500, "3.13": 500, "3.14": 360, "": 500},
+    "pure engine": {"3.10": 560, "3.14": 340, "": 560},
+    "no fast paths": {"3.10": 165, "3.14": 80, "": 165},
+    "sanitizers": {"3.10": 440, "3.14": 240, "": 440},
+    "package": {"": 60},
+    "wheel": {"": 170},
+    "extras alone": {"": 140},
+    "torch": {"": 300},  # the tests; a new venv adds ~360 (cache_dir())
+}
+
+
+def estimate(kind: str, v: str) -> float:
+    table = ESTIMATES[kind]
+    return table.get(v, table[""])
+
+
+def _job(v: str, python: str, kind: str, run: Callable, after: tuple, name: str = "") -> Job:
+    return Job(name or f"{v} {kind}", estimate(kind, v), partial(run, v, python), after)
+
+
 def make_jobs(pythons: dict) -> list:
     """The jobs for the interpreters found ({version: path}), with each one's
-    estimated seconds (measured on 2 cores, for ordering) and what it needs."""
+    estimated seconds (``ESTIMATES``, for ordering) and what it needs."""
     jobs = []
     previous_setup: tuple = ()
     # FULL first: its jobs are the longest
     for v, python in sorted(pythons.items(), key=lambda item: item[0] != FULL):
         full = v == FULL
         needs = (f"{v} setup",)
+        job = partial(_job, v, python, after=needs)
         # one build in the checkout at a time: each setup waits for the one before
-        jobs.append(
-            Job(f"{v} setup", 120 if full else 60, partial(job_setup, v, python), previous_setup)
-        )
+        jobs.append(_job(v, python, "setup", job_setup, previous_setup))
         previous_setup = needs
-        jobs.append(
-            Job(f"{v} C engine", 1470 if full else 260, partial(job_c_engine, v, python), needs)
-        )
+        jobs.append(job("C engine", job_c_engine))
         if v in EDGES:
-            pure = partial(job_pure_engine, v, python)
-            jobs.append(Job(f"{v} pure engine", 350, pure, needs))
-            nofast = partial(job_no_fast_paths, v, python)
-            jobs.append(Job(f"{v} no fast paths", 90, nofast, needs))
-            jobs.append(Job(f"{v} sanitizers", 350, partial(job_sanitizers, v, python), needs))
+            jobs.append(job("pure engine", job_pure_engine))
+            jobs.append(job("no fast paths", job_no_fast_paths))
+            jobs.append(job("sanitizers", job_sanitizers))
         if full:
-            jobs.append(Job(f"{v} wheel", 240, partial(job_wheel, v, python), needs))
-            alone = partial(job_extras_alone, v, python)
-            jobs.append(Job(f"{v} extras alone", 240, alone, needs))
+            jobs.append(job("wheel", job_wheel))
+            jobs.append(job("extras alone", job_extras_alone))
+            jobs.append(job("torch", job_oldest_torch, name=f"torch {OLDEST_TORCH}"))
         else:
-            jobs.append(Job(f"{v} package", 30, partial(job_package, v, python), needs))
-        if full:
-            oldest = partial(job_oldest_torch, v, python)
-            jobs.append(Job(f"torch {OLDEST_TORCH}", 420, oldest, needs))
+            jobs.append(job("package", job_package))
     return jobs
 
 

@@ -157,6 +157,55 @@ def test_package_jobs_build_from_their_own_copy(ci: Any, monkeypatch: Any, tmp_p
     assert not a.is_relative_to(ci.ROOT) and not b.is_relative_to(ci.ROOT)
 
 
+def test_the_oldest_torch_venv_is_kept_and_made_again_when_it_no_longer_runs(
+    ci: Any, monkeypatch: Any, tmp_path: Path
+) -> None:
+    """The oldest torch's venv lives in the cache (PYTREE_KIT_CACHE): made with
+    --clear when it is not there or its interpreter is not FULL's release,
+    reused otherwise; pip install and pip check run on it every time."""
+    monkeypatch.setenv("PYTREE_KIT_CACHE", str(tmp_path / "cache"))
+    assert ci.cache_dir() == tmp_path / "cache"
+    cmds: list = []
+
+    class Stop(Exception):
+        pass
+
+    def sh(cmd: list, log_path: Path, *, env: Any = None, cwd: Path = ci.ROOT) -> None:
+        cmds.append([str(c) for c in cmd])
+        if "check" in cmds[-1]:
+            raise Stop
+
+    monkeypatch.setattr(ci, "sh", sh)
+    log = tmp_path / "log"
+    venv = tmp_path / "cache" / "venvs" / f"torch{ci.OLDEST_TORCH}-python3.11"
+    with pytest.raises(Stop):
+        ci.job_oldest_torch("3.11", sys.executable, log)
+    made, install, check = cmds
+    assert made[-3:] == ["venv", "--clear", str(venv)]
+    assert f"torch=={ci.OLDEST_TORCH}" in install and check[-2:] == ["pip", "check"]
+    # a venv whose interpreter runs as this one's is reused
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    assert ci._runs_as(venv / "bin" / "python", sys.executable)
+    cmds.clear()
+    with pytest.raises(Stop):
+        ci.job_oldest_torch("3.11", sys.executable, log)
+    assert [c[1:4] for c in cmds] == [["-m", "pip", "install"], ["-m", "pip", "check"]]
+    assert f"reusing {venv}" in log.read_text()
+    # one that no longer runs, or runs as another release, is made again
+    other = tmp_path / "other-python"
+    other.write_text("#!/bin/sh\necho '3.11.0 (another build)'\n")
+    other.chmod(0o755)
+    for target in (tmp_path / "gone", other):
+        (venv / "bin" / "python").unlink()
+        (venv / "bin" / "python").symlink_to(target)
+        assert not ci._runs_as(venv / "bin" / "python", sys.executable)
+        cmds.clear()
+        with pytest.raises(Stop):
+            ci.job_oldest_torch("3.11", sys.executable, log)
+        assert cmds[0][-3:] == ["venv", "--clear", str(venv)]
+
+
 def test_the_full_setup_installs_chromium_only_as_root_and_when_missing(
     ci: Any, monkeypatch: Any, tmp_path: Path
 ) -> None:

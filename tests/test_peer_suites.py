@@ -20,7 +20,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import peer_suites  # noqa: E402
 
-pytestmark = pytest.mark.scripts
+# a script of the developer's, run on one Python: its counts are the same on
+# every engine and Python (once: 3.11's C-engine job runs it)
+pytestmark = [pytest.mark.scripts, pytest.mark.once]
 
 # a peer-style file for dm-tree's shim: one test of each outcome
 _DMTREE_FILE = """

@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# scripts/torch_matrix.py's parts: the same on every engine and Python (once: 3.11's
+# C-engine job runs them)
+pytestmark = pytest.mark.once
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,9 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# scripts/wheels.py's parts: the same on every engine and Python (once: 3.11's
+# C-engine job runs them)
+pytestmark = pytest.mark.once
 
 
 @pytest.fixture(scope="module")
