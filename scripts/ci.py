@@ -14,11 +14,14 @@ with apt-get when it is missing and the run is root's, with ``CI=true`` or
 tests/test_docs_site.py loads every page of the docs site in it, skips
 without it, and fails under ``CI=true`` without it):
 
-- the suite on the C engine, on every version, and on the pure engine
-  (``PYTREE_KIT_PURE=1``; less the benchmark scripts' smoke runs, marked
-  ``scripts``; 60 examples a property test, the ``pure`` profile of
-  ``tests/conftest.py``, where the C-engine job, which runs the differential
-  tests of both engines, runs 150) on the oldest and newest only (``EDGES``).
+- the suite on the C engine, on every version (the benchmark scripts' smoke
+  runs, marked ``scripts``, on FULL and ``EDGES``), and on the pure engine
+  (``PYTREE_KIT_PURE=1``) on the oldest and newest only (``EDGES``), less the
+  benchmark scripts, the tests that run the engines side by side (marked
+  ``side_by_side``: the same whichever engine the public API uses) and
+  test_depth.py's million-level runs, with 60 examples a property test (the
+  ``pure`` profile of ``tests/conftest.py``; the C-engine job, which runs the
+  differential tests of both engines, runs 150).
   On ``FULL`` (3.11, the Python torch's wheel on this machine is for) that is
   the whole suite with torch, transformers, tensordict and the docs tools; on
   the others the core suite: torch is not installed there, and every torch
@@ -360,7 +363,16 @@ def job_quick(v: str, pure: bool, logp: Path) -> None:
 
 
 def job_c_engine(v: str, python: str, logp: Path) -> None:
-    sh(pytest_cmd(v) + ([] if v == FULL else ["-m", "not once"]), logp)
+    # The benchmark scripts' smoke runs (marked scripts; 60-100 s a job) on
+    # FULL and the oldest and newest Python: the scripts are the same on every
+    # version, and the two ends of the range are where they could break.
+    if v == FULL:
+        marks: list = []
+    elif v in EDGES:
+        marks = ["-m", "not once"]
+    else:
+        marks = ["-m", "not once and not scripts"]
+    sh(pytest_cmd(v) + marks, logp)
 
 
 def job_pure_engine(v: str, python: str, logp: Path) -> None:
@@ -373,7 +385,11 @@ def job_pure_engine(v: str, python: str, logp: Path) -> None:
     # at a million on both engines: the pure engine's walks are the same loops
     # at 100,000 levels as at a million.
     env = {"PYTREE_KIT_PURE": "1", "HYPOTHESIS_PROFILE": "pure"}
-    cmd = [*pytest_cmd(v), "-m", "not once and not scripts", "-k", "not test_million"]
+    # Nor the tests that run the engines side by side (marked side_by_side:
+    # test_engines.py, the C files' compile test, ...): they do not go through
+    # the public API, so they are the same here as in the C-engine job.
+    marks = "not once and not scripts and not side_by_side"
+    cmd = [*pytest_cmd(v), "-m", marks, "-k", "not test_million"]
     sh(cmd, logp, env=env)
 
 
@@ -561,8 +577,8 @@ def make_quick_jobs(v: str, python: str) -> list:
 #: the end is short and both cores stay busy
 ESTIMATES = {
     "setup": {FULL: 200, "": 110},
-    "C engine": {"3.10": 600, FULL: 1850, "3.12": 500, "3.13": 500, "3.14": 360, "": 500},
-    "pure engine": {"3.10": 560, "3.14": 340, "": 560},
+    "C engine": {"3.10": 600, FULL: 1850, "3.12": 420, "3.13": 420, "3.14": 360, "": 500},
+    "pure engine": {"3.10": 470, "3.14": 285, "": 470},
     "no fast paths": {"3.10": 165, "3.14": 80, "": 165},
     "sanitizers": {"3.10": 440, "3.14": 240, "": 440},
     "package": {"": 60},

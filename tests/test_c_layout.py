@@ -25,6 +25,10 @@ import pytest
 # alone with every Python's headers (the fast paths' gates differ by version).
 once = pytest.mark.once
 
+# compiles the C engine's files: the same whichever engine the public API uses,
+# so the pure-engine jobs leave it out (scripts/ci.py)
+pytestmark = pytest.mark.side_by_side
+
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "pytree_kit"
 

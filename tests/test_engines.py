@@ -48,7 +48,12 @@ try:
 except ImportError:  # pragma: no cover - exercised where the extension is not built
     _speedups = None
 
-pytestmark = pytest.mark.skipif(_speedups is None, reason="the C engine is not built")
+# runs the engines side by side, not through the public API: the same whichever
+# engine that uses, so the pure-engine jobs leave it out (scripts/ci.py)
+pytestmark = [
+    pytest.mark.side_by_side,
+    pytest.mark.skipif(_speedups is None, reason="the C engine is not built"),
+]
 
 PURE_ONLY = os.environ.get("PYTREE_KIT_PURE", "") not in ("", "0")
 # tests of what the C engine keeps across calls (spec plans, shared nodes)

@@ -18,6 +18,10 @@ import pytest
 from pytree_kit import _interface, _pure
 from pytree_kit._interface import CONSTANTS, OPERATIONS, Engine
 
+# runs the engines side by side, not through the public API: the same whichever
+# engine that uses, so the pure-engine jobs leave it out (scripts/ci.py)
+pytestmark = pytest.mark.side_by_side
+
 P = inspect.Parameter
 POSITIONAL = (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)
 

@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pytest
 
+# runs the engines side by side, not through the public API: the same whichever
+# engine that uses, so the pure-engine jobs leave it out (scripts/ci.py)
+pytestmark = pytest.mark.side_by_side
+
 ROOT = Path(__file__).resolve().parent.parent
 
 try:

@@ -21,6 +21,11 @@ except ImportError:  # the pure engine only
     _speedups = None  # type: ignore[assignment]
 
 
+# runs the engines side by side, not through the public API: the same whichever
+# engine that uses, so the pure-engine jobs leave it out (scripts/ci.py)
+pytestmark = pytest.mark.side_by_side
+
+
 class Target:
     """What the search looks for (a tensor, in pytree_kit.torch)."""
 

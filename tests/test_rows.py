@@ -36,6 +36,10 @@ try:
 except ImportError:  # the pure engine only
     _speedups = None  # type: ignore[assignment]
 
+# runs the engines side by side, not through the public API: the same whichever
+# engine that uses, so the pure-engine jobs leave it out (scripts/ci.py)
+pytestmark = pytest.mark.side_by_side
+
 READERS = [_rows.packed_sample] + ([_speedups.packed_sample] if _speedups else [])
 
 

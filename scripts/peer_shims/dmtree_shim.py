@@ -20,8 +20,9 @@ import sys
 import types
 from typing import Any, Callable
 
-import pytree_kit as pk
 from peer_shims import mapped, missing
+
+import pytree_kit as pk
 
 
 def _none_leaf(x: Any) -> bool:

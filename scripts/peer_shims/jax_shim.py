@@ -32,9 +32,9 @@ import types
 from typing import Any, Callable, Iterable
 
 import pytest
+from peer_shims import SpecWrapper, kept, mapped, missing, not_applicable, registry
 
 import pytree_kit as pk
-from peer_shims import SpecWrapper, kept, mapped, missing, not_applicable, registry
 
 #: classes registered with jax through its public functions, for pk.jax_rules
 REGISTERED: list[type] = []

@@ -25,8 +25,9 @@ import contextlib
 import types
 from typing import Any, Callable, Iterator
 
-import pytree_kit as pk
 from peer_shims import CALLS, kept, mapped, missing, not_applicable
+
+import pytree_kit as pk
 
 _NO_DEFAULT = object()
 _FIELD = {pk.DictKey: "key", pk.SequenceKey: "idx", pk.GetAttrKey: "name"}

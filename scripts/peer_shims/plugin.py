@@ -8,9 +8,8 @@ import importlib
 import json
 from typing import Any
 
-import pytest
-
 import peer_shims
+import pytest
 
 _RESULTS: dict[str, dict[str, Any]] = {}
 

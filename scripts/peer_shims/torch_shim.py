@@ -35,8 +35,9 @@ import sys
 import types
 from typing import Any, Callable, Iterable
 
-import pytree_kit as pk
 from peer_shims import SpecWrapper, mapped, missing, registry
+
+import pytree_kit as pk
 
 # -- torch's leaves (the guide's recipe) ---------------------------------------
 
