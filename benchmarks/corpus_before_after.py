@@ -11,7 +11,10 @@ same seed, this checkout's drawing code) and times the active engine's
 flatten, unflatten, leaves, tree_map and flatten_up_to on each, with
 corpus.py's machinery (warm-up, calibrated loops, interleaved repeats,
 median). A cell is the median over the rounds; the ratio is before ÷ after
-(above 1: faster now).
+(above 1: faster now). One process can run a whole build's calls 40 % slower
+than the next (where its memory lands), so it takes rounds to see past that;
+the report gives the run's own noise beside the ratios: each checkout
+against itself, the median of its even rounds over that of its odd ones.
 
     python benchmarks/corpus_before_after.py --baseline /tmp/base --out /tmp/x
     python benchmarks/corpus_before_after.py --baseline /tmp/base --families records,chain
@@ -42,9 +45,6 @@ import _output
 
 ROOT = Path(__file__).resolve().parent.parent
 OPS = ("flatten", "unflatten", "leaves", "tree_map", "flatten_up_to")
-#: a ratio within this of 1 is "within noise" in the summary (this machine's
-#: spread between two runs of one build on the corpus: about ±5 %)
-NOISE = 0.05
 
 
 def child(families: list[str], seed: int, quick: bool, out: Path) -> None:
@@ -119,7 +119,32 @@ def combine(rounds: list[dict]) -> dict:
     return out
 
 
-def report(before: dict, after: dict, args: argparse.Namespace, base_rev: str) -> tuple:
+def ratios_of(num: dict, den: dict) -> dict:
+    """{(family, op): [num ÷ den of each tree]}."""
+    out: dict = {}
+    for tid, d in den.items():
+        for op in OPS:
+            if op in d["s"] and op in num[tid]["s"]:
+                out.setdefault((d["family"], op), []).append(num[tid]["s"][op] / d["s"][op])
+    return out
+
+
+def _cell(rs: Optional[list]) -> str:
+    return f"{gmean(rs):.2f} ({min(rs):.2f} to {max(rs):.2f})" if rs else "n/a"
+
+
+def report(got: dict, args: argparse.Namespace, base_rev: str) -> tuple:
+    """The report's lines and figures from {"before": [rounds], "after": [rounds]}.
+
+    Beside before ÷ after, the same run gives its own noise: each checkout
+    against itself, the median of its even rounds over that of its odd ones
+    (with half the rounds each, so a wider spread than the full medians')."""
+    before, after = combine(got["before"]), combine(got["after"])
+    ratios = ratios_of(before, after)
+    halves = {
+        name: ratios_of(combine(got[name][0::2]), combine(got[name][1::2]))
+        for name in ("before", "after")
+    }
     lines = [
         "# pytree_kit on the corpus, before and after",
         "",
@@ -130,37 +155,42 @@ def report(before: dict, after: dict, args: argparse.Namespace, base_rev: str) -
         f"(above 1: faster now). Made by `benchmarks/corpus_before_after.py`.",
         "",
     ]
-    ratios: dict[tuple[str, str], list[float]] = {}
-    rows = []
-    for tid, a in after.items():
-        b = before[tid]
-        cells = []
-        for op in OPS:
-            if op in a["s"] and op in b["s"]:
-                r = b["s"][op] / a["s"][op]
-                ratios.setdefault((a["family"], op), []).append(r)
-                cells.append(f"{a['s'][op] * 1e6:.3g} / {r:.2f}")
-            else:
-                cells.append("n/a")
-        rows.append(f"| {a['family']} | {a['label']} | " + " | ".join(cells) + " |")
     everything = [r for rs in ratios.values() for r in rs]
-    within = sum(abs(r - 1) <= NOISE for r in everything)
+    noise = {name: [r for rs in h.values() for r in rs] for name, h in halves.items()}
     lines += [
         "## Summary",
         "",
-        f"{len(everything)} cells: geometric mean ratio {gmean(everything):.3f}, "
-        f"range {min(everything):.2f} to {max(everything):.2f}; {within} within ±{NOISE:.0%}.",
+        f"before ÷ after, {len(everything)} cells: geometric mean "
+        f"**{gmean(everything):.3f}**, range {min(everything):.2f} to "
+        f"{max(everything):.2f}.",
         "",
-        "| family | " + " | ".join(OPS) + " |",
-        "|---|" + "---|" * len(OPS),
+        "The noise of this run: each checkout against itself (its even rounds ÷ its "
+        "odd ones): before "
+        + ", ".join(
+            f"{name} {gmean(rs):.3f} ({min(rs):.2f} to {max(rs):.2f})" for name, rs in noise.items()
+        )
+        + ".",
+        "",
+        "| family | op | before ÷ after | before ÷ before | after ÷ after |",
+        "|---|---|---|---|---|",
     ]
     families = list(dict.fromkeys(a["family"] for a in after.values()))
     for fam in families:
+        for op in OPS:
+            key = (fam, op)
+            lines.append(
+                f"| {fam} | {op} | {_cell(ratios.get(key))} | "
+                f"{_cell(halves['before'].get(key))} | {_cell(halves['after'].get(key))} |"
+            )
+    rows = []
+    for tid, a in after.items():
         cells = []
         for op in OPS:
-            rs = ratios.get((fam, op))
-            cells.append(f"{gmean(rs):.2f} ({min(rs):.2f} to {max(rs):.2f})" if rs else "n/a")
-        lines.append(f"| {fam} | " + " | ".join(cells) + " |")
+            b = before[tid]["s"].get(op)
+            cells.append(
+                f"{a['s'][op] * 1e6:.3g} / {b / a['s'][op]:.2f}" if b and op in a["s"] else "n/a"
+            )
+        rows.append(f"| {a['family']} | {a['label']} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "Each cell: the geometric mean of the family's ratios (their range).",
@@ -183,6 +213,7 @@ def report(before: dict, after: dict, args: argparse.Namespace, base_rev: str) -
         "before_s": before,
         "after_s": after,
         "gmean": gmean(everything),
+        "noise_gmean": {name: gmean(rs) for name, rs in noise.items()},
     }
     return lines, data
 
@@ -203,7 +234,7 @@ def _revision(where: Path) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--baseline", type=Path, help="a checkout built in place to compare with")
-    p.add_argument("--rounds", type=int, default=3, help="processes per checkout (3)")
+    p.add_argument("--rounds", type=int, default=8, help="processes per checkout (8)")
     p.add_argument("--families", default="", help="comma-separated families (default: all)")
     p.add_argument("--seed", type=int, default=21, help="the seed of the draw (corpus.py's)")
     p.add_argument("--quick", action="store_true", help="the smallest sizes, short loops")
@@ -224,9 +255,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             for name, where in order if r % 2 == 0 else order[::-1]:
                 print(f"round {r + 1}: {name} ({where})", file=sys.stderr, flush=True)
                 got[name].append(run_child(where, args, Path(tmp) / f"{name}{r}.json"))
-    lines, data = report(
-        combine(got["before"]), combine(got["after"]), args, _revision(args.baseline)
-    )
+    lines, data = report(got, args, _revision(args.baseline))
     lines.insert(3, f"Took {time.perf_counter() - start:.0f} s.")
     print("\n".join(lines))
     folder = _output.folder(args, _output.PYTHON)

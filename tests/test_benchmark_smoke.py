@@ -640,8 +640,9 @@ def test_corpus_before_after_times_both_checkouts_and_reports_each_cell(tmp_path
         assert all(v > 0 for v in cell["s"].values()) and data["before_s"][tid]["s"]
     text = (tmp_path / "corpus_before_after.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith(("| chain", "| dataclass"))]
-    assert len(rows) == 2 + len(data["after_s"])  # the summary's two families, then every tree
-    assert "geometric mean ratio" in proc.stdout
+    # the summary's row for each family and op, then every tree
+    assert len(rows) == 2 * 5 + len(data["after_s"])
+    assert "before ÷ after" in proc.stdout and set(data["noise_gmean"]) == {"before", "after"}
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     bad = subprocess.run(
