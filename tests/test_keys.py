@@ -16,29 +16,13 @@ import pytest
 import pytree_kit as pk
 from scripts.corpus.trees import RULES, Node, Opaque, Point
 from scripts.corpus.trees import trees as every_kind
-from tests.support.peer_trees import _unique_leaf, trees
+from tests.support.peer_trees import _optree, trees
+from tests.support.shapes import DEPTH, deep_list, fresh_leaves
 
 pytest.importorskip("hypothesis")
 from hypothesis import given, settings
 
-DEPTH = 100_000
 SETTINGS = settings(deadline=None)
-
-
-def _optree() -> Any:
-    return pytest.importorskip("optree")
-
-
-def _fresh(n: int) -> list:
-    counter = [10 * n]
-    return [_unique_leaf(k % 3, counter) for k in range(n)]
-
-
-def _deep_list(depth: int = DEPTH) -> Any:
-    t: Any = 0
-    for _ in range(depth):
-        t = [t]
-    return t
 
 
 # --------------------------------------------------------------------------
@@ -61,13 +45,13 @@ def test_accessors_match_optree(tree: Any) -> None:
         == [p for p, _ in pk.flatten_with_path(tree)[0]]
     )
     assert [str(a) for a in accessors] == [o.codify("") for o in oaccessors]
-    fresh_leaves = _fresh(spec.num_leaves)
-    fresh = spec.unflatten(fresh_leaves)
+    new_leaves = fresh_leaves(spec.num_leaves)
+    fresh = spec.unflatten(new_leaves)
     for k, (acc, oacc) in enumerate(zip(accessors, oaccessors)):
         assert type(acc) is pk.Accessor
         assert acc(tree) is leaves[k] is oacc(tree)
-        assert acc(fresh) is fresh_leaves[k] is oacc(fresh)
-        assert pk.tree_get(fresh, acc) is fresh_leaves[k]
+        assert acc(fresh) is new_leaves[k] is oacc(fresh)
+        assert pk.tree_get(fresh, acc) is new_leaves[k]
 
 
 @SETTINGS
@@ -124,7 +108,7 @@ def test_accessor_object() -> None:
 
 
 def test_accessor_deep_chain() -> None:
-    deep = _deep_list()
+    deep = deep_list()
     (acc,) = pk.structure(deep).accessors()
     assert len(acc) == DEPTH and acc(deep) == 0
     assert pk.flatten_with_accessor(deep)[0][0][0] == acc

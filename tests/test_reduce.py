@@ -16,26 +16,9 @@ import pytree_kit as pk
 from scripts.corpus.trees import RULES, Opaque, assert_same_tree, snapshot, trees
 from tests.support.peer_trees import _same_tree
 from tests.support.peer_trees import trees as peer_trees
+from tests.support.shapes import Tag
 
 SETTINGS = settings(max_examples=150, deadline=None)
-
-
-class Tag:
-    """A leaf that wraps a value (a tuple would be a node)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is Tag and other.value == self.value
-
-    def __hash__(self) -> int:
-        return hash((Tag, self.value))
-
-    def __repr__(self) -> str:
-        return f"Tag({self.value!r})"
 
 
 # -- on every kind of node -----------------------------------------------------------

@@ -18,26 +18,9 @@ import pytree_kit as pk
 from scripts.corpus.trees import RULES, Leaf, assert_same_tree, snapshot, trees
 from tests.support.peer_trees import _as_dicts, _same_tree
 from tests.support.peer_trees import trees as peer_trees
+from tests.support.shapes import DEPTH, Tag, deep_list
 
 SETTINGS = settings(max_examples=150, deadline=None)
-
-
-class Tag:
-    """A leaf that wraps a value (a tuple would be a node)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is Tag and other.value == self.value
-
-    def __hash__(self) -> int:
-        return hash((Tag, self.value))
-
-    def __repr__(self) -> str:
-        return f"Tag({self.value!r})"
 
 
 @SETTINGS
@@ -260,7 +243,6 @@ def test_combine_inverts_a_partition_of_a_named_tuple() -> None:
     assert pk.tree_combine(left, right) == tree
 
 
-DEPTH = 100_000
 TRAVERSE_SETTINGS = settings(deadline=None)
 
 
@@ -269,13 +251,6 @@ def _dmtree() -> Any:
     if not hasattr(mod, "traverse"):
         pytest.skip("the module 'tree' here is not dm-tree")
     return mod
-
-
-def _deep_list(depth: int = DEPTH) -> Any:
-    t: Any = 0
-    for _ in range(depth):
-        t = [t]
-    return t
 
 
 # --------------------------------------------------------------------------
@@ -485,7 +460,7 @@ def test_traverse_errors_name_the_place() -> None:
 
 
 def test_traverse_deep_chain() -> None:
-    deep = _deep_list()
+    deep = deep_list()
     for top_down in (True, False):
         seen: list = []
         out = pk.traverse(_seeing(seen, lambda x: "bottom" if x == 0 else None), deep, top_down)

@@ -17,23 +17,14 @@ import pytest
 import pytree_kit as pk
 from scripts.corpus.trees import RULES, assert_same_tree
 from scripts.corpus.trees import trees as every_kind
-from tests.support.peer_trees import _as_dicts, _nodes_of, _same_tree, _unique_leaf, trees
+from tests.support.peer_trees import _as_dicts, _nodes_of, _optree, _same_tree, trees
+from tests.support.shapes import DEPTH, deep_list, fresh_leaves
 
 pytest.importorskip("hypothesis")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-DEPTH = 100_000
 SETTINGS = settings(deadline=None)
-
-
-def _optree() -> Any:
-    return pytest.importorskip("optree")
-
-
-def _fresh(n: int) -> list:
-    counter = [10 * n]
-    return [_unique_leaf(k % 3, counter) for k in range(n)]
 
 
 def _plain(*trees_: Any) -> bool:
@@ -46,13 +37,6 @@ def _cut(tree: Any, data: Any) -> Any:
     pairs, _ = pk.flatten_with_path(tree)
     nodes = sorted({p[:i] for p, _ in pairs for i in range(len(p))}, key=len)
     return pk.tree_set(tree, data.draw(st.sampled_from(nodes)), 0) if nodes else tree
-
-
-def _deep_list(depth: int = DEPTH) -> Any:
-    t: Any = 0
-    for _ in range(depth):
-        t = [t]
-    return t
 
 
 # --------------------------------------------------------------------------
@@ -150,7 +134,7 @@ def test_transform_matches_optree(tree: Any) -> None:
     ospec.transform(*_recorder(theirs))
     assert mine == theirs
     assert same == spec and spec.transform() is spec
-    leaves = _fresh(spec.num_leaves)
+    leaves = fresh_leaves(spec.num_leaves)
     assert _same_tree(same.unflatten(leaves), ospec.unflatten(leaves), dict_order=True)
     # functions that change nodes and leaves
     ours, peers = _funcs(pk.structure), _funcs(optree.tree_structure)
@@ -158,7 +142,7 @@ def test_transform_matches_optree(tree: Any) -> None:
         out = spec.transform(*ours[name])
         oout = ospec.transform(*peers[name])
         assert (out.num_leaves, out.num_nodes) == (oout.num_leaves, oout.num_nodes), name
-        leaves = _fresh(out.num_leaves)
+        leaves = fresh_leaves(out.num_leaves)
         assert _same_tree(out.unflatten(leaves), oout.unflatten(leaves), dict_order=True), name
 
 
@@ -235,7 +219,7 @@ def test_transform_errors_name_the_place() -> None:
 
 
 def test_transform_deep_chain() -> None:
-    deep = _deep_list()
+    deep = deep_list()
     spec = pk.structure(deep)
     assert spec.transform(lambda n: n, lambda x: x) == spec
     tuples = spec.transform(lambda n: pk.structure((0,)))
