@@ -165,7 +165,7 @@ def report(got: dict, args: argparse.Namespace, base_rev: str) -> tuple:
         f"{max(everything):.2f}.",
         "",
         "The noise of this run: each checkout against itself (its even rounds ÷ its "
-        "odd ones): before "
+        "odd ones): "
         + ", ".join(
             f"{name} {gmean(rs):.3f} ({min(rs):.2f} to {max(rs):.2f})" for name, rs in noise.items()
         )
