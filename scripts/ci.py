@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import fcntl
 import glob
 import os
 import re
@@ -538,6 +539,14 @@ def job_oldest_torch(v: str, python: str, logp: Path) -> None:
     # its interpreter no longer runs as FULL's, and pip install runs on it
     # every time (a no-op when all is there, a repair when not).
     venv = cache_dir() / "venvs" / f"torch{OLDEST_TORCH}-python{v}"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    # one run at a time in the kept venv (two checkouts' CI runs on one machine)
+    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _oldest_torch_in(venv, v, python, logp)
+
+
+def _oldest_torch_in(venv: Path, v: str, python: str, logp: Path) -> None:
     py = venv / "bin" / "python"
     if _runs_as(py, python):
         with open(logp, "a") as f:

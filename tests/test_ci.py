@@ -3,6 +3,7 @@ do, fails under CI=true when one is missing, and totals every pytest run."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -170,8 +171,12 @@ def test_the_oldest_torch_venv_is_kept_and_made_again_when_it_no_longer_runs(
     class Stop(Exception):
         pass
 
+    lockfile = tmp_path / "cache" / "venvs" / f"torch{ci.OLDEST_TORCH}-python3.11.lock"
+
     def sh(cmd: list, log_path: Path, *, env: Any = None, cwd: Path = ci.ROOT) -> None:
         cmds.append([str(c) for c in cmd])
+        with open(lockfile) as other, pytest.raises(BlockingIOError):  # held by the job
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
         if "check" in cmds[-1]:
             raise Stop
 
