@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -42,9 +41,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import _output
+from compare import OPS
 
 ROOT = Path(__file__).resolve().parent.parent
-OPS = ("flatten", "unflatten", "leaves", "tree_map", "flatten_up_to")
 
 
 def child(families: list[str], seed: int, quick: bool, out: Path) -> None:
@@ -102,10 +101,6 @@ def run_child(checkout: Path, args: argparse.Namespace, out: Path) -> dict:
     return got["trees"]
 
 
-def gmean(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
-
-
 def combine(rounds: list[dict]) -> dict:
     """{tree: {op: median seconds over the rounds}}, with the tree's family and label."""
     out: dict = {}
@@ -130,7 +125,7 @@ def ratios_of(num: dict, den: dict) -> dict:
 
 
 def _cell(rs: Optional[list]) -> str:
-    return f"{gmean(rs):.2f} ({min(rs):.2f} to {max(rs):.2f})" if rs else "n/a"
+    return f"{statistics.geometric_mean(rs):.2f} ({min(rs):.2f} to {max(rs):.2f})" if rs else "n/a"
 
 
 def report(got: dict, args: argparse.Namespace, base_rev: str) -> tuple:
@@ -161,13 +156,14 @@ def report(got: dict, args: argparse.Namespace, base_rev: str) -> tuple:
         "## Summary",
         "",
         f"before ÷ after, {len(everything)} cells: geometric mean "
-        f"**{gmean(everything):.3f}**, range {min(everything):.2f} to "
+        f"**{statistics.geometric_mean(everything):.3f}**, range {min(everything):.2f} to "
         f"{max(everything):.2f}.",
         "",
         "The noise of this run: each checkout against itself (its even rounds ÷ its "
         "odd ones): "
         + ", ".join(
-            f"{name} {gmean(rs):.3f} ({min(rs):.2f} to {max(rs):.2f})" for name, rs in noise.items()
+            f"{name} {statistics.geometric_mean(rs):.3f} ({min(rs):.2f} to {max(rs):.2f})"
+            for name, rs in noise.items()
         )
         + ".",
         "",
@@ -212,8 +208,8 @@ def report(got: dict, args: argparse.Namespace, base_rev: str) -> tuple:
         "seed": args.seed,
         "before_s": before,
         "after_s": after,
-        "gmean": gmean(everything),
-        "noise_gmean": {name: gmean(rs) for name, rs in noise.items()},
+        "gmean": statistics.geometric_mean(everything),
+        "noise_gmean": {name: statistics.geometric_mean(rs) for name, rs in noise.items()},
     }
     return lines, data
 
