@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -191,19 +192,85 @@ def test_reading_many_samples_at_once_reads_each_as_alone(
     for g, i in zip(got, at):
         same(g, packed[i])
         same(g, samples[i])
+    each_its_own(got)
+    for g, i in zip(packed.__getitems__(at), at):
+        same(g, samples[i])
+    with pytest.raises(IndexError, match="out of range"):
+        packed.__getitems__([0, n])
+
+
+def each_its_own(got: list) -> None:
+    """Every tensor of the samples ``got`` is its own: no view, and a change
+    to one changes no other, nor what is stored."""
     tensors = [x for sample in got for x in pk.leaves(sample) if isinstance(x, torch.Tensor)]
     assert all(t._base is None for t in tensors)
-    for t in tensors:  # a change to one changes no other, nor what is stored
+    for t in tensors:
         versions = [u._version for u in tensors]
         before = [u.clone() for u in tensors]
         t.zero_()
         for u, v, b in zip(tensors, versions, before):
             if u is not t:
                 assert u._version == v and torch.equal(u, b)
-    for g, i in zip(packed.__getitems__(at), at):
+
+
+def numbered(x: Any, i: int, ragged: bool) -> Any:
+    """Leaf ``x`` of sample ``i``: a tensor or array holding ``i`` (so samples
+    differ), 1-D ones ``i % 3`` longer when ``ragged``; other leaves as they are."""
+    if isinstance(x, torch.Tensor):
+        if ragged and x.dim() == 1:
+            x = torch.arange(len(x) + i % 3).to(x.dtype)
+        return (x.to(torch.int64) * 0 + i).to(x.dtype)
+    if isinstance(x, np.ndarray):
+        return (x * 0 + i).astype(x.dtype)
+    return x
+
+
+#: ways a sample may differ from its neighbours while keeping some columns
+#: alike: its tensors of another dtype, numpy arrays in their place, or a
+#: tensor more (so samples hold different numbers of leaves)
+VARIANTS = {
+    "dtype": lambda t: pk.tree_map(
+        lambda x: (
+            x.to(torch.int32 if x.dtype == torch.float64 else torch.float64)
+            if isinstance(x, torch.Tensor)
+            else x
+        ),
+        t,
+    ),
+    "array": lambda t: pk.tree_map(lambda x: x.numpy() if isinstance(x, torch.Tensor) else x, t),
+    "longer": lambda t: [t, torch.tensor(7)],
+}
+
+
+@settings(max_examples=80)
+@given(
+    trees(gatherable, max_depth=2, max_width=4),
+    st.integers(4, 40),
+    st.booleans(),
+    st.lists(st.sampled_from(sorted(VARIANTS)), max_size=3),
+    st.data(),
+)
+def test_samples_of_one_structure_are_read_column_by_column(
+    kind: Any, copies: int, ragged: bool, variants: list, data: st.DataObject
+) -> None:
+    """Samples that hold as many tensors each are read a column at a time
+    (the j-th tensor of every sample, when they share a dtype and shape):
+    each sample still gets its own values, in its place. Ragged columns,
+    columns of mixed dtypes or of tensors and arrays, and samples holding
+    different numbers of leaves are read as the others are."""
+    kind = {"ids": torch.arange(5), "tree": kind, "label": torch.tensor(1)}  # columns to read
+    ways = [lambda t: t] + [VARIANTS[v] for v in variants]
+    samples = [
+        ways[i % len(ways)](pk.tree_map(functools.partial(numbered, i=i, ragged=ragged), kind))
+        for i in range(copies)
+    ]
+    packed = PackedList(samples)
+    at = data.draw(st.permutations(range(copies)), label="order")  # every way mixed
+    at += data.draw(st.lists(st.integers(0, copies - 1), max_size=24), label="more")
+    got = packed.__getitems__(at)
+    for g, i in zip(got, at, strict=True):
         same(g, samples[i])
-    with pytest.raises(IndexError, match="out of range"):
-        packed.__getitems__([0, n])
+    each_its_own(got)
 
 
 def test_a_batch_with_nothing_to_gather_sends_the_next_ones_sample_by_sample(
@@ -218,7 +285,9 @@ def test_a_batch_with_nothing_to_gather_sends_the_next_ones_sample_by_sample(
     packed = PackedList(ragged)
     looks = []
     real = _packed._Store.made
-    monkeypatch.setattr(_packed._Store, "made", lambda self, w: looks.append(1) or real(self, w))
+    monkeypatch.setattr(
+        _packed._Store, "made", lambda self, w, per=0: looks.append(1) or real(self, w, per)
+    )
     batch = [0, 1, 2, 3]  # four shapes: nothing to gather
     for k in range(_packed.GATHER_RETRY + 2):
         got = packed.__getitems__(batch)
