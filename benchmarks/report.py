@@ -543,6 +543,11 @@ def transfer() -> Tuple[str, List[Chart]]:
     whole = md_table(pipe_path, "## Whole pipelines")
     parts = md_table(pipe_path, "## Parts, in one process")
     pinning = md_table(pipe_path, "## Where PinnedLoader's thread spends its time")
+    (read,) = [r for r in parts if r[0] == "tokenizer" and r[1].startswith("reading")]
+    read_us = number(read[4]) * 1e3 / int(read[1].split()[1])
+    slowest = min(
+        float(r[4].split("-")[0]) for r in whole[1:] if r[1] == "torch"
+    )  # "0.81-1.00": the slowest round against the fastest
     out = [
         "## Moving a batch against accelerate and Lightning",
         "",
@@ -570,13 +575,23 @@ def transfer() -> Tuple[str, List[Chart]]:
         "The input pipeline, whole and part by part, against torch's own"
         " (`benchmarks/pipeline.py`; CPU only: nothing is pinned, and moving to"
         " the CPU is a no-op for both; samples per second over the second"
-        " epoch). With four workers on two cores, the workers' time comes out"
+        " epoch, the best of rounds that each run every pipeline once, in"
+        " turn). With four workers on two cores, the workers' time comes out"
         " of the main process's: `PackedList` reads a batch's samples together"
-        " (11 µs a tokenizer sample) where a list hands them over. Whole-pipeline"
-        " ratios moved by up to 0.3 between runs of the same code (torch's own"
-        " tokenizer pipeline alone: 7,651 and 5,165 samples/s in two runs).",
+        f" ({read_us:.1f} µs a tokenizer sample) where a list hands them over."
+        " The last column is how far one pipeline's rounds moved in the same"
+        f" run (torch's own by as much as {1 - slowest:.2f}), so a ratio that"
+        " close to 1.0 is not told apart from it here.",
         "",
         table(whole),
+        "",
+        "Parts, in one process, best of interleaved rounds, ms a batch. Collate"
+        " is timed in this process and as in a worker, where a DataLoader runs"
+        " it: there `default_collate` and `pkt.collate` stack into shared"
+        " memory, a custom collate's `torch.stack` does not, and each batch's"
+        " storages then go into shared memory, as its pickling puts them. That"
+        " trip costs more than the collate: each storage is a new shared-memory"
+        " segment, whose pages are faulted in as they are written.",
         "",
         table(parts),
         "",

@@ -594,7 +594,7 @@ class PackedList(Sequence):
                 raise ValueError(f"PackedList: buffer {name!r} does not match its checksum")
 
 
-def _gathered(buf: torch.Tensor, firsts: list, shape: tuple, n: int) -> Any:
+def _gathered(buf: torch.Tensor, firsts: Sequence[int], shape: tuple, n: int) -> Any:
     """The tensors of ``shape`` (``n`` elements each) that start at ``firsts``
     in the flat ``buf``: gathered into one new tensor, then cut apart into
     tensors that are not views (each its own version counter)."""
