@@ -543,6 +543,7 @@ def transfer() -> Tuple[str, List[Chart]]:
     whole = md_table(pipe_path, "## Whole pipelines")
     parts = md_table(pipe_path, "## Parts, in one process")
     pinning = md_table(pipe_path, "## Where PinnedLoader's thread spends its time")
+    share = md_line(pipe_path, r"^(What `PackedList` adds to a batch.*)$").group(1)
     (read,) = [r for r in parts if r[0] == "tokenizer" and r[1].startswith("reading")]
     read_us = number(read[4]) * 1e3 / int(read[1].split()[1])
     slowest = min(
@@ -594,6 +595,8 @@ def transfer() -> Tuple[str, List[Chart]]:
         " segment, whose pages are faulted in as they are written.",
         "",
         table(parts),
+        "",
+        share,
         "",
         "Where `PinnedLoader`'s thread spends a batch's time, in the advised"
         " pipeline's second epoch (ms a batch; with no accelerator, pinning is"
