@@ -183,7 +183,11 @@ def test_reading_many_samples_at_once_reads_each_as_alone(
     """``__getitems__`` (the DataLoader's fetch) gathers the tensors of one
     dtype and shape across samples; what it gives is what ``packed[i]`` gives,
     sample by sample, and every tensor is its own."""
-    samples = [copy.deepcopy(kinds[k % len(kinds)]) for k in range(copies * len(kinds))]
+    kinds = [{"ids": torch.arange(4), "tree": kind} for kind in kinds]  # a tensor to gather
+    samples = [  # each sample's tensors hold its number, so a misplaced one shows
+        pk.tree_map(functools.partial(numbered, i=k, ragged=False), kinds[k % len(kinds)])
+        for k in range(copies * len(kinds))
+    ]
     packed = PackedList(samples)
     n = len(samples)
     at = data.draw(st.lists(st.integers(-n, n - 1), max_size=2 * n), label="indices")
