@@ -25,9 +25,12 @@ quarter from one to the next on a loaded 2-core machine):
 - *torch*: a list dataset, ``DataLoader(pin_memory=True)`` with
   ``default_collate`` (or the custom one), and ``tree_map(lambda t:
   t.to(device, non_blocking=True))`` (by hand for the targets);
-- *pytree_kit as the docs advise*: a ``PackedList`` dataset, ``pkt.collate``,
-  ``PinnedLoader`` and ``to_device(..., non_blocking=True)``, all at their
-  defaults;
+- *pytree_kit as the docs advise*: a ``PackedList`` dataset,
+  ``pkt.collate(..., consolidate=True)`` (docs/loading.md advises it with
+  workers: a worker then sends one shared-memory segment a batch, not one a
+  field or a tensor), ``PinnedLoader`` and ``to_device(...,
+  non_blocking=True)``, the others at their defaults; and *the same, collate
+  at its defaults* (``consolidate=False``);
 - each part of ours alone in torch's pipeline: ``PackedList`` (in place of
   the list), ``pkt.collate`` (of ``default_collate``), ``PinnedLoader`` (of
   the DataLoader's pinning), ``to_device`` (of ``tree_map``).
@@ -217,20 +220,23 @@ def cpu_seconds(loader: Any) -> Optional[float]:
     return total
 
 
-def our_collate(workload: str) -> Callable[[list], Any]:
-    """pkt.collate as the docs advise: each sample's target kept whole, in a list."""
+def our_collate(workload: str, consolidate: bool = False) -> Callable[[list], Any]:
+    """pkt.collate for the workload: each sample's target kept whole, in a
+    list; ``consolidate=True`` as the docs advise with workers."""
     if workload == "tokenizer":
-        return pkt.collate
-    return functools.partial(pkt.collate, ragged={"[1]": "list"})
+        return functools.partial(pkt.collate, consolidate=consolidate)
+    return functools.partial(pkt.collate, ragged={"[1]": "list"}, consolidate=consolidate)
 
 
 def pipelines(workload: str, samples: list) -> dict[str, Setup]:
     torch_collate = default_collate if workload == "tokenizer" else detection_collate
     ours = our_collate(workload)
     packed = pkt.PackedList(samples)
+    consolidated = our_collate(workload, consolidate=True)
     return {
         "torch": Setup(samples, torch_collate, True, False, torch_move),
-        "pytree_kit as the docs advise": Setup(packed, ours, False, True, pk_move),
+        "pytree_kit as the docs advise": Setup(packed, consolidated, False, True, pk_move),
+        "the same, collate at its defaults": Setup(packed, ours, False, True, pk_move),
         "torch, with PackedList": Setup(packed, torch_collate, True, False, torch_move),
         "torch, with pkt.collate": Setup(samples, ours, True, False, torch_move),
         "torch, with PinnedLoader": Setup(samples, torch_collate, False, True, torch_move),
@@ -397,7 +403,7 @@ def pinning_profile(
             batch_size=batch_size,
             shuffle=True,
             num_workers=workers,
-            collate_fn=our_collate(workload),
+            collate_fn=our_collate(workload, consolidate=True),
             persistent_workers=workers > 0,
             generator=torch.Generator().manual_seed(0),
         )

@@ -600,9 +600,7 @@ def transfer() -> Tuple[str, List[Chart]]:
         "",
         "Where `PinnedLoader`'s thread spends a batch's time, in the advised"
         " pipeline's second epoch (ms a batch; with no accelerator, pinning is"
-        " a stand-in that packs and copies into memory that is not pinned): it"
-        " waits for the DataLoader's workers nearly all the time, and pins in"
-        " a few percent of it.",
+        " a stand-in that packs and copies into memory that is not pinned).",
         "",
         table(pinning),
         "",
