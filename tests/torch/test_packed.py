@@ -277,6 +277,49 @@ def test_samples_of_one_structure_are_read_column_by_column(
     each_its_own(got)
 
 
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_workers_read_batches_a_column_at_a_time_epoch_after_epoch(context: str) -> None:
+    """Real DataLoader workers (spawn and forkserver, persistent, shuffled)
+    fetch batches through ``__getitems__``, which reads these samples a
+    column at a time: over two epochs every sample arrives once an epoch, as
+    it was packed, though the main process changes each one it gets; the
+    list still holds what was packed afterwards."""
+    n = 96
+    samples = [
+        {
+            "input_ids": torch.arange(16) + i,
+            "attention_mask": torch.ones(16, dtype=torch.int64) * i,
+            "label": torch.tensor(i),
+            "meta": {"a": torch.tensor(float(i)), "b": torch.tensor(i % 2 == 0)},
+        }
+        for i in range(n)
+    ]
+    packed = PackedList(samples)
+    loader = torch.utils.data.DataLoader(
+        packed,
+        batch_size=8,
+        shuffle=True,
+        num_workers=2,
+        collate_fn=list,
+        multiprocessing_context=context,
+        persistent_workers=True,
+        timeout=120,
+        generator=torch.Generator().manual_seed(0),
+    )
+    for _ in range(2):
+        seen = []
+        for batch in loader:
+            for got in batch:
+                i = int(got["label"])
+                same(got, samples[i])
+                seen.append(i)
+                got["input_ids"].add_(1000)  # the caller's own tensors
+                got["meta"]["a"].zero_()
+        assert sorted(seen) == list(range(n))
+    for i in range(n):
+        same(packed[i], samples[i])
+
+
 def test_a_batch_with_nothing_to_gather_sends_the_next_ones_sample_by_sample(
     monkeypatch: Any,
 ) -> None:
