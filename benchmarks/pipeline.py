@@ -183,7 +183,7 @@ def epoch_rate(
         generator=torch.Generator().manual_seed(0),
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    rate, cpu, batches = 0.0, None, 0
+    rate, cpu = 0.0, None
     for _ in range(2):
         source = pkt.PinnedLoader(loader) if setup.pinned_loader else loader
         cpu_start = cpu_seconds(loader)  # (the second epoch's workers are the first's)
@@ -228,8 +228,15 @@ def our_collate(workload: str, consolidate: bool = False) -> Callable[[list], An
     return functools.partial(pkt.collate, ragged={"[1]": "list"}, consolidate=consolidate)
 
 
+def torch_collate_of(workload: str) -> tuple[Callable[[list], Any], str]:
+    """torch's collate for the workload, and its name in the tables."""
+    if workload == "tokenizer":
+        return default_collate, "default_collate"
+    return detection_collate, "custom collate"
+
+
 def pipelines(workload: str, samples: list) -> dict[str, Setup]:
-    torch_collate = default_collate if workload == "tokenizer" else detection_collate
+    torch_collate, _ = torch_collate_of(workload)
     ours = our_collate(workload)
     packed = pkt.PackedList(samples)
     consolidated = our_collate(workload, consolidate=True)
@@ -295,7 +302,7 @@ def parts(
 ) -> tuple[list[str], dict[str, float], float]:
     chunk = samples[:batch_size]
     packed = pkt.PackedList(samples)
-    torch_collate = default_collate if workload == "tokenizer" else detection_collate
+    torch_collate, torch_collate_name = torch_collate_of(workload)
     ours = our_collate(workload)
     collate_t = best_of(
         {"torch": lambda: torch_collate(chunk), "ours": lambda: ours(chunk)}, rounds, 20
@@ -327,7 +334,6 @@ def parts(
         20,
     )
     rows = []
-    torch_collate_name = "default_collate" if workload == "tokenizer" else "custom collate"
     for name, t, torch_name in (
         ("collate, in this process", collate_t, torch_collate_name),
         (WORKER_PART, worker_t, torch_collate_name),
