@@ -13,6 +13,8 @@ import threading
 import warnings
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
+import torch
+
 from .._kinds import Rule
 from . import _pool
 from ._pool import PinnedPool
@@ -78,6 +80,14 @@ class PinnedLoader:
             return False
 
         def work() -> None:
+            # as torch's own pinning thread does: a copy into pinned memory
+            # runs on this thread alone (on many cores, a parallel copy's
+            # threads spin on after it, taking the cores the workers and the
+            # consumer need), and pinned memory is allocated for the
+            # consumer's current device
+            torch.set_num_threads(1)
+            if device_index is not None:
+                _set_device_index(device_index)
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # warned once below, in the consumer
@@ -96,6 +106,7 @@ class PinnedLoader:
                 return
             put((True, done))
 
+        device_index = _current_device_index()
         if not _pool.pinning_available():
             warnings.warn(
                 "pytree_kit.torch.PinnedLoader: no accelerator is available, so no "
@@ -115,3 +126,22 @@ class PinnedLoader:
         finally:
             stop.set()
             thread.join(timeout=5)
+
+
+def _current_device_index() -> Optional[int]:
+    """The consumer's current accelerator index, for the pinning thread to
+    take; None where there is no accelerator."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "current_device_index"):
+        return int(accelerator.current_device_index()) if accelerator.is_available() else None
+    if not torch.cuda.is_available():  # pragma: no cover - older torch
+        return None
+    return int(torch.cuda.current_device())  # pragma: no cover - older torch
+
+
+def _set_device_index(index: int) -> None:
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "set_device_index"):
+        accelerator.set_device_index(index)
+    else:  # pragma: no cover - older torch
+        torch.cuda.set_device(index)

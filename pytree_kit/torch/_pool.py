@@ -187,10 +187,20 @@ class PinnedPool:
 
     def buffer_of(self, t: torch.Tensor) -> Optional[Buffer]:
         """The pool buffer a tensor lies in, if any."""
-        if t.device.type != "cpu":
+        if not t.is_cpu:
             return None
         with self._lock:
             return self._by_ptr.get(t.untyped_storage().data_ptr())
+
+    def buffers_of(self, tensors: list) -> list[Optional[Buffer]]:
+        """The pool buffer each tensor lies in (None for one in none), looked
+        up under one hold of the lock (a tensor's storage is read only while
+        the pool has buffers)."""
+        with self._lock:
+            get = self._by_ptr.get
+            if not self._by_ptr:
+                return [None] * len(tensors)
+            return [get(t.untyped_storage().data_ptr()) if t.is_cpu else None for t in tensors]
 
 
 _default_pool: Optional[PinnedPool] = None

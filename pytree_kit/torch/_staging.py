@@ -57,12 +57,17 @@ import torch
 from . import _pool
 from ._pool import ALIGNMENT, Buffer, PinnedPool
 
-__all__ = ["ALIGNMENT", "STAGE_LIMIT", "stage", "stageable", "tensors_in"]
+__all__ = ["ALIGNMENT", "PINNED_OWN", "STAGE_LIMIT", "stage", "stageable", "tensors_in"]
 
 #: bytes above which ``stage`` does not pack a tensor with the others (that
 #: would hold its copy back until all are packed) but gives it a copy of its
 #: own: through the buffer when non-blocking, as it is otherwise
 STAGE_LIMIT = 1 << 20
+#: bytes above which a tensor that is pinned already is not packed on its way
+#: to a device: a copy of its own reads it where it lies, and packing would
+#: copy it once more on the host (measured by ``benchmarks/transfer_peers.py
+#: --thresholds`` on a GPU)
+PINNED_OWN = 64 << 10
 #: runs of one dtype (or shape) from which plan no longer takes the tensors a
 #: run at a time (a group a run: a few torch calls each) but looks for a
 #: period, or sorts the tensors one by one
@@ -526,8 +531,10 @@ def stage(
     small ones are packed only if there are at least ``min_tensors`` of them
     and (unless ``flat``) no flat group is needed (a tensor in one costs
     about as many torch calls as a copy of its own), or if the buffer is
-    taken anyway, for a large one. A tensor ``cat``
-    refuses (on another device, sparse, nested, requiring grad) is left.
+    taken anyway, for a large one. A tensor over ``PINNED_OWN`` bytes that
+    is pinned already is left (a copy of its own reads it where it lies), as
+    is a tensor ``cat`` refuses (on another device, sparse, nested,
+    requiring grad).
     Every tensor put in ``out`` is its own: it shares the buffer (or its
     copy) with the others, but is not a view, and has its own version counter.
     """
@@ -538,15 +545,21 @@ def stage(
     alignment = pool.alignment
     exact = len(idx) <= EXACT_UP_TO
     flat = flat or device is None
+    own: Any = ()
     try:
         groups, total = plan(leaves, idx, alignment, exact, flat)
         small, big = (idx, []) if device is None else _small(groups, total, idx, limit)
+        if device is not None and total > PINNED_OWN:
+            own = _pinned_large(groups, leaves)
     except NeedsFlat:  # maybe only among the large ones, which are not packed
         big = [i for i in idx if leaves[i].nbytes > limit]
         if not big:
             return idx
         small = [i for i in idx if leaves[i].nbytes <= limit]
-    if big:
+    if own:  # left to the caller: each moves as it lies
+        small = [i for i in small if i not in own]
+        big = [i for i in big if i not in own]
+    if big or own:
         try:
             groups, total = plan(leaves, small, alignment, exact, flat)
         except NeedsFlat:
@@ -605,6 +618,22 @@ def _small(
     if not big:
         return idx, []
     return [i for i in idx if i not in big], [i for i in idx if i in big]
+
+
+def _pinned_large(groups: list[Group], leaves: list) -> set[int]:
+    """The positions of the tensors of ``groups`` over ``PINNED_OWN`` bytes
+    that are pinned already (only those are asked: a look costs about a
+    microsecond)."""
+    own: set[int] = set()
+    for g in groups:
+        row = g.row_bytes()
+        if max(g.sizes) * row > PINNED_OWN:
+            own.update(
+                i
+                for i, n in zip(g.where, g.sizes)
+                if n * row > PINNED_OWN and leaves[i].is_pinned()
+            )
+    return own
 
 
 def _packed(

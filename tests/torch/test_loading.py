@@ -1070,3 +1070,66 @@ def test_gpu_staged_tensors_keep_a_backward_after_an_in_place_change_to_another(
         out["labels"].masked_fill_(out["labels"] == 0, -100)
         loss.backward()
         assert torch.equal(out["input_ids"].cpu(), batch["input_ids"])
+
+
+@needs_cuda
+def test_gpu_a_blocking_move_of_a_few_tensors_has_finished_when_it_returns():
+    """A blocking ``to_device`` of a few tensors queues their copies and waits
+    once, for the last: when it returns, every copy has finished, as with a
+    blocking ``.to`` each. Its control: the same batch moved with
+    ``non_blocking=True`` is still queued behind the held-back stream, so the
+    check can see a call that does not wait."""
+    stream = torch.cuda.current_stream()
+    for k in range(3):  # fresh batches; an empty tensor last and a CUDA one among them
+        batch = {
+            "input_ids": torch.randint(0, 1000, (32, 512)) + k,
+            "mask": torch.ones(32, 512, dtype=torch.int64),
+            "on_gpu": torch.full((3,), float(k), device="cuda"),
+            "label": torch.tensor(k),
+            "none": torch.zeros(0, 4),
+        }
+        kept = {key: t.clone() for key, t in batch.items()}
+        # from pinned memory a queued copy returns at once, from ordinary
+        # memory once the stream has reached it: both ways, blocking
+        pinned = {key: t.pin_memory() if t.is_cpu else t for key, t in batch.items()}
+        torch.cuda._sleep(100_000_000)  # hold the stream back
+        to_device(pinned, "cuda", non_blocking=True)
+        assert not stream.query()  # the control: queued, not finished
+        torch.cuda.synchronize()
+        for source in (pinned, batch):
+            torch.cuda._sleep(100_000_000)
+            out = to_device(source, "cuda")
+            assert stream.query()  # every copy has finished
+            source["input_ids"].add_(1)  # the caller's tensors are the caller's
+            for key, t in out.items():
+                assert t.is_cuda and t._base is None
+                torch.testing.assert_close(t.cpu(), kept[key].cpu())
+            assert out["on_gpu"] is batch["on_gpu"]
+
+
+@needs_cuda
+def test_gpu_a_batch_a_pinned_loader_packed_moves_without_a_second_packing(monkeypatch):
+    staged: list = []
+    real_stage = _staging.stage
+
+    def stage(*args: Any, **kwargs: Any) -> Any:
+        staged.append(len(args[1]))
+        return real_stage(*args, **kwargs)
+
+    monkeypatch.setattr(_staging, "stage", stage)
+    batches = [
+        {"x": [torch.full((64,), float(k * 100 + i)) for i in range(40)], "k": k} for k in range(4)
+    ]
+    for non_blocking in (True, False):
+        # (all pinned first: the pinning thread stages them too)
+        for k, batch in enumerate(list(PinnedLoader(batches))):
+            assert all(t.is_pinned() for t in batch["x"])
+            staged.clear()
+            out = to_device(batch, "cuda", non_blocking=non_blocking)
+            assert staged == []  # moved as it lies: no second packing
+            if non_blocking:
+                torch.cuda.synchronize()
+            for i, t in enumerate(out["x"]):
+                assert t.is_cuda and t._base is None and float(t[0]) == k * 100 + i
+        assert to_device(batches[0], "cuda")["x"][1].is_cuda  # unpinned: staged
+        assert staged == [40]

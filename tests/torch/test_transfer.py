@@ -17,6 +17,7 @@ import pytree_kit as pk  # noqa: E402
 from pytree_kit.torch import (  # noqa: E402
     PinnedLoader,
     PinnedPool,
+    _loader,
     _pool,
     _staging,
     _transfer,
@@ -192,6 +193,130 @@ def test_pinned_loader_uses_the_default_rule(monkeypatch):
     out = list(PinnedLoader(batches, pool=pool))
     assert [pool.buffer_of(b["t0"]) is not None for b in out] == [True, True, True, False]
     assert all(torch.equal(b["t1"], batches[k]["t1"]) for k, b in enumerate(out))
+
+
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_a_batch_packed_in_pinned_memory_already_moves_as_it_lies(monkeypatch, non_blocking):
+    """What a PinnedLoader hands over (a pool buffer, pinned) goes to a DMA
+    device with one copy of the part its batch uses: packing it again would
+    copy every byte once more on the host. A batch of tensors of their own,
+    or one in memory that is not pinned, is staged as before."""
+    monkeypatch.setattr(_pool, "pinning_available", lambda: True)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda x: x.clone())
+    monkeypatch.setattr(_transfer, "DMA_DEVICES", frozenset({"meta"}))
+    pool = plain_pool()
+    pinned_storages: set = set()
+    real_is_pinned = torch.Tensor.is_pinned
+    monkeypatch.setattr(
+        torch.Tensor,
+        "is_pinned",
+        lambda x: x.untyped_storage().data_ptr() in pinned_storages or real_is_pinned(x),
+    )
+    calls = Calls(monkeypatch)
+    counted_to = torch.Tensor.to
+
+    def to(x: Any, *args: Any, **kwargs: Any) -> Any:  # a copy of its own, made on the CPU
+        if args and str(args[0]) == "meta":
+            counted_to(x, "cpu")  # (counted)
+            return x.clone()
+        return counted_to(x, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    for k in range(3):  # fresh batches: each packed, then moved
+        batch = {"x": [torch.arange(4) + k * 100 + i for i in range(COALESCE_MIN)], "n": k}
+        packed = pin_memory(batch, pool=pool)
+        buf = pool.buffer_of(packed["x"][0])
+        assert buf is not None
+        pinned_storages.add(buf.data.data_ptr())
+        calls.staged.clear()
+        calls.own = 0
+        out = to_device(packed, "meta", pool=pool, non_blocking=non_blocking)
+        assert calls.staged == [] and calls.own == 1  # the buffer's used part, one copy
+        assert out["n"] == k
+        for i, t in enumerate(out["x"]):
+            assert torch.equal(t, torch.arange(4) + k * 100 + i) and t._base is None
+            assert t.untyped_storage().data_ptr() != buf.data.data_ptr()
+        # the same batch in memory that is not pinned: staged, as any batch
+        pinned_storages.clear()
+        calls.own = 0
+        out = to_device(packed, "meta", pool=pool, non_blocking=non_blocking)
+        assert len(calls.staged) == 1 and calls.own == 0
+        assert all(torch.equal(t, torch.arange(4) + k * 100 + i) for i, t in enumerate(out["x"]))
+        # forced: coalesce=True stages it still
+        pinned_storages.add(buf.data.data_ptr())
+        calls.staged.clear()
+        to_device(packed, "meta", pool=pool, coalesce=True)
+        assert len(calls.staged) == 1
+        pinned_storages.clear()
+
+
+@pytest.mark.parametrize("coalesce", [None, True])
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_a_large_tensor_pinned_already_moves_as_it_lies(monkeypatch, coalesce, non_blocking):
+    """torch's loader pins a batch's stacked images; packing them again on the
+    way to the device would copy every byte once more on the host. A tensor
+    over PINNED_OWN that is pinned goes with a copy of its own, the small
+    ones packed; the same tensor not pinned is packed with them."""
+    monkeypatch.setattr(_transfer, "DMA_DEVICES", frozenset({"meta"}))
+    calls = Calls(monkeypatch)
+    counted_to = torch.Tensor.to
+
+    def to(x: Any, *args: Any, **kwargs: Any) -> Any:  # a copy of its own, made on the CPU
+        if args and str(args[0]) == "meta":
+            counted_to(x, "cpu")
+            return x.clone()
+        return counted_to(x, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    pinned: set = set()
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda x: x.data_ptr() in pinned)
+    pool = plain_pool()
+    n = _staging.PINNED_OWN // 8 + 1  # int64 elements: just over
+    for k in range(3):
+        images = torch.arange(n) + k
+        just_under = torch.arange(_staging.PINNED_OWN // 8) - k  # pinned too, but small
+        batch = {
+            "images": images,
+            "under": just_under,
+            "targets": [Target(torch.rand(i + 1, 4), torch.arange(i + 1) + k) for i in range(16)],
+        }
+        pinned.update((images.data_ptr(), just_under.data_ptr()))
+        calls.staged.clear()
+        calls.own = 0
+        out = to_device(batch, "meta", pool=pool, non_blocking=non_blocking, coalesce=coalesce)
+        assert calls.own == 1 and len(calls.staged) == 1  # the images, and the rest packed
+        assert just_under.nbytes < calls.staged[0] < images.nbytes + just_under.nbytes
+        assert torch.equal(out["images"], images) and out["images"] is not images
+        assert torch.equal(out["under"], just_under)
+        for t, u in zip(out["targets"], batch["targets"]):
+            assert torch.equal(t.boxes, u.boxes) and torch.equal(t.labels, u.labels)
+        pinned.clear()  # not pinned: packed with the rest
+        calls.staged.clear()
+        calls.own = 0
+        out = to_device(batch, "meta", pool=pool, non_blocking=non_blocking, coalesce=coalesce)
+        assert calls.own == 0 and len(calls.staged) == 1 and calls.staged[0] > images.nbytes
+        assert torch.equal(out["images"], images)
+
+
+def test_pinned_loader_pins_on_one_thread_as_torchs_loader_does(monkeypatch):
+    """A copy into pinned memory runs on the pinning thread alone: a parallel
+    copy's threads spin on after it and take the cores that the workers and
+    the consumer need (torch's own pinning thread sets one thread too)."""
+    monkeypatch.setattr(_pool, "pinning_available", lambda: True)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda x: x.clone())
+    seen = []
+    real = _loader.pin_memory
+
+    def pin(batch: Any, **kw: Any) -> Any:
+        seen.append(torch.get_num_threads())
+        return real(batch, **kw)
+
+    monkeypatch.setattr(_loader, "pin_memory", pin)
+    main_threads = torch.get_num_threads()
+    out = list(PinnedLoader([small(3, seed=s) for s in range(4)], pool=plain_pool()))
+    assert seen == [1, 1, 1, 1]
+    assert torch.get_num_threads() == main_threads  # the consumer's own is left alone
+    assert [int(b["t0"][0]) for b in out] == [0, 1, 2, 3]
 
 
 DTYPES = [torch.float32, torch.float16, torch.int64, torch.int32, torch.bool, torch.uint8]
