@@ -71,6 +71,7 @@ import _output
 
 import pytree_kit as pk
 from pytree_kit.torch import (
+    _staging,
     _transfer,
     to_device,
 )
@@ -385,9 +386,13 @@ def _last_paying(keys: list, ratios: list[float]) -> Any:
     return last
 
 
-def thresholds(device: Any, rounds: int, sync: Callable[[], None]) -> tuple[str, Any, Any]:
+def thresholds(
+    device: Any, rounds: int, sync: Callable[[], None], dma: bool = False
+) -> tuple[str, Any, Any]:
     """coalesce=True against coalesce=False: over the number of tensors of
-    128 bytes (NO_DMA_COALESCE_MIN), then over their size, 64 of them (NO_DMA_STAGE_LIMIT)."""
+    128 bytes (``COALESCE_MIN`` to a DMA device, ``NO_DMA_COALESCE_MIN`` to
+    another), then over their size, 64 of them (up to ``STAGE_LIMIT``, or
+    ``NO_DMA_STAGE_LIMIT``)."""
     counts = [2, 4, 8, 12, 16, 20, 24, 32, 48, 64, 128]
     lines = ["| tensors of 128 B | packed ms | a copy each ms | ratio |", "|---|---|---|---|"]
     ratios = []
@@ -398,6 +403,8 @@ def thresholds(device: Any, rounds: int, sync: Callable[[], None]) -> tuple[str,
         lines.append(f"| {n} | {packed:.4f} | {each:.4f} | {ratio:.2f} |")
     count = _first_paying(counts, ratios)
     sizes = [128, 512, 1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10]
+    if dma:  # staged up to STAGE_LIMIT there: measure that far
+        sizes += [128 << 10, 256 << 10, 512 << 10, _transfer.STAGE_LIMIT]
     lines += ["", "| 64 tensors of | packed ms | a copy each ms | ratio |", "|---|---|---|---|"]
     ratios = []
     for nbytes in sizes:
@@ -406,15 +413,64 @@ def thresholds(device: Any, rounds: int, sync: Callable[[], None]) -> tuple[str,
         ratios.append(ratio)
         lines.append(f"| {nbytes:,} B | {packed:.4f} | {each:.4f} | {ratio:.2f} |")
     size = _last_paying(sizes, ratios)
+    if dma:
+        lines += ["", *_pinned_sweep(device, rounds, sync)]
+    if dma:
+        count_name, count_now = "COALESCE_MIN", _transfer.COALESCE_MIN
+        size_name, size_now = "STAGE_LIMIT", _transfer.STAGE_LIMIT
+        where = "to a device with a DMA engine, such as this run's"
+    else:
+        count_name, count_now = "NO_DMA_COALESCE_MIN", _transfer.NO_DMA_COALESCE_MIN
+        size_name, size_now = "NO_DMA_STAGE_LIMIT", _transfer.NO_DMA_STAGE_LIMIT
+        where = "to a device without a DMA engine, such as this run's"
     lines += [
         "",
         f"Packing pays from {count or 'no count measured'} tensors of 128 B "
-        f"(`NO_DMA_COALESCE_MIN` is {_transfer.NO_DMA_COALESCE_MIN}), and for 64 tensors up to "
+        f"(`{count_name}` is {count_now}), and for 64 tensors up to "
         f"{size if size is None else f'{size:,} B'} each "
-        f"(`NO_DMA_STAGE_LIMIT` is {_transfer.NO_DMA_STAGE_LIMIT:,} B: larger tensors "
-        "get a copy each, to a device without a DMA engine, such as this run's).",
+        f"(`{size_name}` is {size_now:,} B: larger tensors get a copy each, {where}).",
     ]
     return "\n".join(lines), count, size
+
+
+def _pinned_sweep(device: Any, rounds: int, sync: Callable[[], None]) -> list[str]:
+    """One pinned tensor of each size (a batch's images, pinned by torch's
+    loader) among 32 small ones: packed with them, against a copy of its own
+    (``PINNED_OWN``'s measurement)."""
+    lines = [
+        "| a pinned tensor of, with 32 small ones | packed with them ms "
+        "| its own copy ms | ratio |",
+        "|---|---|---|---|",
+    ]
+    sizes = [16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20]
+    ratios = []
+    real = _staging.PINNED_OWN
+    for nbytes in sizes:
+        batch = {
+            "images": torch.arange(nbytes // 8).pin_memory(),
+            "targets": [torch.arange(4) + i for i in range(32)],
+        }
+        best = {}
+        for name, own in (("packed", 1 << 40), ("own", 0)):
+            _staging.PINNED_OWN = own
+            try:
+                best[name] = measure(
+                    {name: lambda b, d: to_device(b, d)}, batch, device, rounds, sync, 0.01
+                )[name]
+            finally:
+                _staging.PINNED_OWN = real
+        ratios.append(best["own"] / best["packed"])
+        lines.append(
+            f"| {nbytes:,} B | {best['packed']:.4f} | {best['own']:.4f} | {ratios[-1]:.2f} |"
+        )
+    paying = _first_paying(sizes, ratios)
+    lines += [
+        "",
+        f"A copy of its own pays for a pinned tensor from {paying or 'no size measured'}"
+        + ("" if paying is None else " B")
+        + f" (`PINNED_OWN` is {real:,} B: a pinned tensor over it is not packed).",
+    ]
+    return lines
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -456,7 +512,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             + ("**met**." if met else "**MISSED**.")
         )
         if args.thresholds:
-            sweep, _, _ = thresholds(device, max(3, rounds // 2), sync)
+            sweep, _, _ = thresholds(device, max(3, rounds // 2), sync, dma=not host)
             text += ["", "## How many tensors packing pays for", "", sweep]
     _output.publish(out / "transfer_peers.md", text, gpu_measured=not host)
     return 0
