@@ -221,11 +221,13 @@ def _horizontal(plt, data):
     if data.get("log"):
         ax.set_xscale("log")
     ax.set_xlabel(data["ylabel"])
-    ax.set_title(data["title"])
-    if len(series) > 1:  # beside the bars, never over them
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.suptitle(data["title"])  # over the figure: the labels take much of the width
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
+    if len(series) > 1:  # below the bars, never over them or beside (long labels need the width)
+        fig.legend(loc="lower center", ncol=len(series), frameon=False)
+        fig.tight_layout(rect=(0, 0.07, 1, 1))
+    else:
+        fig.tight_layout()
     return fig
 
 
@@ -539,6 +541,34 @@ def transfer() -> Tuple[str, List[Chart]]:
         },
     )
     thresholds = md_line(path, r"^(Packing pays from .*)$").group(1)
+    gpu_path, gpu_pipe_path = (
+        RESULTS / "gpu_h200" / "transfer_peers.md",
+        RESULTS / "gpu_h200" / "pipeline.md",
+    )
+    gpu_machine = md_line(gpu_path, r"^(torch .*ms per call\.)$").group(1)
+    gpu_rows = md_table(gpu_path)
+    gpu_ours = gpu_rows[0].index("pkt.to_device (default)")
+    gpu_series = {
+        name: [number(r[k]) / number(r[gpu_ours]) for r in gpu_rows[1:]]
+        for k, name in enumerate(gpu_rows[0][1:4], start=1)
+    }
+    gpu_chart = Chart(
+        "transfer-gpu",
+        "moving a batch to an H200: the default to_device against accelerate, Lightning"
+        " and tree_map",
+        "horizontal",
+        {
+            "title": "to an H200: each way's time / to_device's default"
+            " (above 1: to_device is faster)",
+            "ylabel": f"ratio ({X})",
+            "groups": [r[0] for r in gpu_rows[1:]],
+            "series": gpu_series,
+            "line": 1.0,
+        },
+    )
+    gpu_thresholds = md_line(gpu_path, r"^(Packing pays from .*)$").group(1)
+    gpu_whole = md_table(gpu_pipe_path, "## Whole pipelines")
+    gpu_pipe_machine = md_line(gpu_pipe_path, r"^(torch .*)$").group(1)
     pipe_machine = md_line(pipe_path, r"^(torch .*)$").group(1)
     whole = md_table(pipe_path, "## Whole pipelines")
     parts = md_table(pipe_path, "## Parts, in one process")
@@ -570,8 +600,31 @@ def transfer() -> Tuple[str, List[Chart]]:
         f" host-side: {machine} The target is `meta`, and a stand-in"
         " `Tensor.to` makes the copy on the CPU for every way alike; a GPU's"
         " cost per copy (7 µs from ordinary memory on an H200) is not in these"
-        " figures, so they understate what staging saves there. Not measured"
-        f" on a GPU. {thresholds}",
+        " figures, so they understate what staging saves there (on a GPU:"
+        f" below). {thresholds}",
+        "",
+        "### On a GPU",
+        "",
+        gpu_chart.markdown(),
+        "",
+        table(gpu_rows),
+        "",
+        f"**Method.** `bash scripts/gpu_checks.sh` (`benchmarks/transfer_peers.py"
+        f" --thresholds`), {gpu_machine} Each call is timed to a"
+        " `torch.cuda.synchronize()` after it: Lightning's copies are queued"
+        " (`non_blocking=True`) and waited for there, a blocking call's inside"
+        " it; `benchmarks/results/gpu_h200/transfer_bound.md` measures what a"
+        f" blocking call can reach (README.md beside it). {gpu_thresholds}",
+        "",
+        "The whole input pipeline on the same machine (four workers; samples per"
+        " second over the second epoch, the best of three rounds):",
+        "",
+        table(gpu_whole),
+        "",
+        f"**Method.** `benchmarks/pipeline.py`: {gpu_pipe_machine}"
+        " The parts and the pinning thread's profile:"
+        " `benchmarks/results/gpu_h200/pipeline.md`; the run before this"
+        " session's changes: `pipeline_before.md` beside it.",
         "",
         "The input pipeline, whole and part by part, against torch's own"
         " (`benchmarks/pipeline.py`; CPU only: nothing is pinned, and moving to"
@@ -607,7 +660,7 @@ def transfer() -> Tuple[str, List[Chart]]:
         f"**Method.** {pipe_machine}",
         "",
     ]
-    return "\n".join(out), [chart]
+    return "\n".join(out), [chart, gpu_chart]
 
 
 def packed() -> Tuple[str, List[Chart]]:

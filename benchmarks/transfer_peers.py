@@ -435,42 +435,109 @@ def thresholds(
 
 def _pinned_sweep(device: Any, rounds: int, sync: Callable[[], None]) -> list[str]:
     """One pinned tensor of each size (a batch's images, pinned by torch's
-    loader) among 32 small ones: packed with them, against a copy of its own
-    (``PINNED_OWN``'s measurement)."""
+    loader) among 32 small ones, blocking and not: packed with them, against
+    a copy of its own (``PINNED_OWN``'s measurement). ``PINNED_OWN`` is set
+    just under the pinned tensor's size for its own copy, so that only it is
+    asked whether it is pinned, as the rule asks only tensors over it."""
     lines = [
-        "| a pinned tensor of, with 32 small ones | packed with them ms "
-        "| its own copy ms | ratio |",
-        "|---|---|---|---|",
+        "| a pinned tensor of, with 32 small ones | blocking: packed with them ms "
+        "| blocking: its own copy ms | ratio | non-blocking: packed ms | non-blocking: own ms "
+        "| ratio |",
+        "|---|---|---|---|---|---|---|",
     ]
     sizes = [16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20]
-    ratios = []
+    ratios: dict[bool, list[float]] = {False: [], True: []}
     real = _staging.PINNED_OWN
     for nbytes in sizes:
         batch = {
             "images": torch.arange(nbytes // 8).pin_memory(),
             "targets": [torch.arange(4) + i for i in range(32)],
         }
-        best = {}
-        for name, own in (("packed", 1 << 40), ("own", 0)):
-            _staging.PINNED_OWN = own
-            try:
-                best[name] = measure(
-                    {name: lambda b, d: to_device(b, d)}, batch, device, rounds, sync, 0.01
-                )[name]
-            finally:
-                _staging.PINNED_OWN = real
-        ratios.append(best["own"] / best["packed"])
+        cells = []
+        for non_blocking in (False, True):
+            best = {}
+            for name, own in (("packed", 1 << 40), ("own", nbytes - 1)):
+                _staging.PINNED_OWN = own
+                try:
+                    best[name] = measure(
+                        {name: lambda b, d, nb=non_blocking: to_device(b, d, non_blocking=nb)},
+                        batch,
+                        device,
+                        rounds,
+                        sync,
+                        0.01,
+                    )[name]
+                finally:
+                    _staging.PINNED_OWN = real
+            ratios[non_blocking].append(best["own"] / best["packed"])
+            cells += [
+                f"{best['packed']:.4f}",
+                f"{best['own']:.4f}",
+                f"{ratios[non_blocking][-1]:.2f}",
+            ]
+        lines.append(f"| {nbytes:,} B | " + " | ".join(cells) + " |")
+    lines.append("")
+    for non_blocking, name in ((False, "blocking"), (True, "non-blocking")):
+        paying = _first_paying(sizes, ratios[non_blocking])
         lines.append(
-            f"| {nbytes:,} B | {best['packed']:.4f} | {best['own']:.4f} | {ratios[-1]:.2f} |"
+            f"A copy of its own pays for a pinned tensor, {name}, from "
+            + ("no size measured" if paying is None else f"{paying:,} B")
+            + f" (`PINNED_OWN` is {real:,} B: a pinned tensor over it is not packed)."
         )
-    paying = _first_paying(sizes, ratios)
-    lines += [
-        "",
-        f"A copy of its own pays for a pinned tensor from {paying or 'no size measured'}"
-        + ("" if paying is None else " B")
-        + f" (`PINNED_OWN` is {real:,} B: a pinned tensor over it is not packed).",
-    ]
     return lines
+
+
+def bound(device: Any, rounds: int, sync: Callable[[], None]) -> list[str]:
+    """What a blocking move of a few tensors can reach: the raw torch calls
+    with no tree walk, beside to_device and Lightning (whose copies are
+    queued and waited for by no one in the call: the timing's synchronize
+    waits for them)."""
+    tok = batches()["tokenizer batch: 4 x int64[32, 512] in a dict"]
+    bare = batches()["a bare tensor: float32[256, 1024]"]
+    ts = list(tok.values())
+    stream = torch.cuda.current_stream()
+    move = peers().get("Lightning move_data_to_device")
+
+    def queued_then_stream() -> Any:
+        out = [t.to(device, non_blocking=True) for t in ts]
+        stream.synchronize()
+        return out
+
+    ways: dict[str, Callable[[], Any]] = {
+        "pkt.to_device (default)": lambda: to_device(tok, device),
+        "raw: a blocking .to each": lambda: [t.to(device) for t in ts],
+        "raw: queued, the last blocking": lambda: [
+            t.to(device, non_blocking=i < len(ts) - 1) for i, t in enumerate(ts)
+        ],
+        "raw: queued, then the stream synchronized": queued_then_stream,
+        "raw: queued, no wait in the call (as Lightning)": lambda: [
+            t.to(device, non_blocking=True) for t in ts
+        ],
+        "bare: pkt.to_device": lambda: to_device(bare, device),
+        "bare: raw blocking .to": lambda: bare.to(device),
+        "bare: raw queued .to, no wait in the call": lambda: bare.to(device, non_blocking=True),
+    }
+    if move is not None:
+        ways["Lightning move_data_to_device"] = lambda: move(tok, device)
+        ways["bare: Lightning"] = lambda: move(bare, device)
+    best = {k: float("inf") for k in ways}
+    order = list(ways)
+    for f in ways.values():
+        f()
+        sync()
+    for r in range(rounds):
+        random.Random(r).shuffle(order)
+        for k in order:
+            best[k] = min(best[k], timed(ways[k], 40, sync))
+    return [
+        f"Best of {rounds} interleaved rounds of 40 calls, each call then "
+        "`torch.cuda.synchronize()`; ms per call. The tokenizer batch of the table "
+        "(4 x int64[32, 512]) unless marked bare (float32[256, 1024]).",
+        "",
+        "| way | ms |",
+        "|---|---|",
+        *(f"| {k} | {best[k]:.4f} |" for k in ways),
+    ]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -478,6 +545,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a few rounds: a smoke test")
     parser.add_argument("--host", action="store_true", help="host-side mode even with CUDA")
     parser.add_argument("--thresholds", action="store_true", help="also measure the thresholds")
+    parser.add_argument(
+        "--bound", action="store_true", help="with CUDA: also what a blocking call can reach"
+    )
     _output.add_arguments(parser)
     args = parser.parse_args(argv)
     host = args.host or not torch.cuda.is_available()
@@ -514,6 +584,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.thresholds:
             sweep, _, _ = thresholds(device, max(3, rounds // 2), sync, dma=not host)
             text += ["", "## How many tensors packing pays for", "", sweep]
+    if args.bound and not host:
+        text += ["", "## What a blocking call can reach", "", *bound(device, max(3, rounds), sync)]
     _output.publish(out / "transfer_peers.md", text, gpu_measured=not host)
     return 0
 

@@ -195,7 +195,16 @@ class PinnedPool:
     def buffers_of(self, tensors: list) -> list[Optional[Buffer]]:
         """The pool buffer each tensor lies in (None for one in none), looked
         up under one hold of the lock (a tensor's storage is read only while
-        the pool has buffers)."""
+        the pool has buffers).
+
+        Examples:
+            >>> import torch
+            >>> from pytree_kit.torch import PinnedPool
+            >>> pool = PinnedPool(allocator=lambda n, dtype: torch.empty(n, dtype=dtype))
+            >>> buf = pool.take(64)
+            >>> [b is buf for b in pool.buffers_of([buf.data[:8], torch.ones(2)])]
+            [True, False]
+        """
         with self._lock:
             get = self._by_ptr.get
             if not self._by_ptr:

@@ -50,11 +50,11 @@ __all__ = [
 Rules = Optional[Mapping[type, Rule]]
 
 #: the fewest tensors that ``coalesce=None`` packs into one buffer for a
-#: device with a DMA engine (each of at most ``STAGE_LIMIT`` bytes). A copy
-#: each from pageable memory costs 7 µs a tensor there (an H200:
-#: benchmarks/results/gpu_h200/pinning.md), staged tensors 1.7 µs each past
-#: a fixed cost of about 70 µs (host-side, benchmarks/transfer_peers.py):
-#: staging pays from about 13. Not measured on a GPU since it was set.
+#: device with a DMA engine (each of at most ``STAGE_LIMIT`` bytes). On an
+#: H200 (benchmarks/results/gpu_h200/transfer_peers.md) packing 128-byte
+#: tensors pays from 8 of them, against a copy each as ``_to_each`` makes
+#: it; larger tensors need more (4 x 128 KB: 0.109 ms packed, 0.073 ms a
+#: copy each), and counts between were not measured for them: 16 is kept.
 COALESCE_MIN = 16
 #: the device types a copy to which runs faster from pinned memory than from
 #: pageable memory (a DMA engine reads it): there, packing into a pinned buffer
