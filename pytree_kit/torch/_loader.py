@@ -130,12 +130,22 @@ class PinnedLoader:
 
 def _current_device_index() -> Optional[int]:
     """The consumer's current accelerator index, for the pinning thread to
-    take; None where there is no accelerator."""
+    take; None where there is no accelerator, or where it has not been
+    started in this process yet (then every thread's current device is the
+    default one, and asking would start it here before the loader's workers
+    are forked: torch's DataLoader asks only after starting them)."""
     accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and hasattr(accelerator, "current_device_index"):
-        return int(accelerator.current_device_index()) if accelerator.is_available() else None
-    if not torch.cuda.is_available():  # pragma: no cover - older torch
-        return None
+    if accelerator is not None and hasattr(accelerator, "current_accelerator"):
+        if not accelerator.is_available():
+            return None
+        kind = accelerator.current_accelerator()
+        module = getattr(torch, getattr(kind, "type", ""), None)
+        started = getattr(module, "is_initialized", None)
+        if started is not None and not started():
+            return None
+        return int(accelerator.current_device_index())
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):  # pragma: no cover
+        return None  # (older torch)
     return int(torch.cuda.current_device())  # pragma: no cover - older torch
 
 

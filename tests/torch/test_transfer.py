@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import threading
 from typing import Any, NamedTuple
 
 import pytest
@@ -317,6 +318,36 @@ def test_pinned_loader_pins_on_one_thread_as_torchs_loader_does(monkeypatch):
     assert seen == [1, 1, 1, 1]
     assert torch.get_num_threads() == main_threads  # the consumer's own is left alone
     assert [int(b["t0"][0]) for b in out] == [0, 1, 2, 3]
+
+
+def test_pinned_loader_pins_for_the_consumers_device_and_starts_no_accelerator(monkeypatch):
+    """The thread takes the consumer's current device (cuda:1, say), as
+    torch's pinning thread does; where the accelerator has not been started
+    in this process, it is not asked (asking would start it before the
+    loader forks its workers) and the thread keeps the default device."""
+    monkeypatch.setattr(_pool, "pinning_available", lambda: True)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda x: x.clone())
+    accelerator = torch.accelerator
+    asked: list = []
+    monkeypatch.setattr(accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(accelerator, "current_accelerator", lambda *a: torch.device("cuda"))
+    monkeypatch.setattr(accelerator, "current_device_index", lambda: asked.append(1) or 1)
+    set_in: list = []
+    monkeypatch.setattr(
+        _loader, "_set_device_index", lambda i: set_in.append((i, threading.current_thread()))
+    )
+    batches = [small(3, seed=s) for s in range(3)]
+    for started in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda s=started: s)
+        asked.clear()
+        set_in.clear()
+        out = list(PinnedLoader(batches, pool=plain_pool()))
+        assert [int(b["t1"][0]) for b in out] == [1, 2, 3]
+        if started:
+            assert asked == [1] and [i for i, _ in set_in] == [1]
+            assert set_in[0][1] is not threading.main_thread()
+        else:
+            assert asked == [] and set_in == []
 
 
 DTYPES = [torch.float32, torch.float16, torch.int64, torch.int32, torch.bool, torch.uint8]
