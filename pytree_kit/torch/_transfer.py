@@ -168,13 +168,13 @@ def to_device(
     check_leaves(leaves, batch, rules, "to_device", "tree", strict)
     if (
         coalesce is None
-        and not non_blocking
         and len(leaves) < COALESCE_MIN
+        and not (non_blocking and device.type == "cpu")  # (_moved leaves CPU tensors as they are)
         and not (device.type in DMA_DEVICES and _any_large(leaves, _staging.tensors_in(leaves)[0]))
     ):  # fewer leaves than staging needs, none to stream (a tokenizer batch): a .to each
         at = [i for i, x in enumerate(leaves) if isinstance(x, _Tensor)]
         out = list(leaves)
-        _to_each(leaves, at, device, out)
+        _each(leaves, at, device, non_blocking, pool, out)
         return spec.unflatten(out)
     return spec.unflatten(_moved(leaves, device, non_blocking, coalesce, pool, spec))
 
