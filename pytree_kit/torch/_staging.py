@@ -65,8 +65,9 @@ __all__ = ["ALIGNMENT", "PINNED_OWN", "STAGE_LIMIT", "stage", "stageable", "tens
 STAGE_LIMIT = 1 << 20
 #: bytes above which a tensor that is pinned already is not packed on its way
 #: to a device: a copy of its own reads it where it lies, and packing would
-#: copy it once more on the host (measured by ``benchmarks/transfer_peers.py
-#: --thresholds`` on a GPU)
+#: copy it once more on the host. Not measured yet: ``benchmarks/
+#: transfer_peers.py --thresholds`` sweeps it on a GPU, but its first run there
+#: asked every tensor whether it was pinned (benchmarks/results/gpu_h200/README.md)
 PINNED_OWN = 64 << 10
 #: runs of one dtype (or shape) from which plan no longer takes the tensors a
 #: run at a time (a group a run: a few torch calls each) but looks for a

@@ -291,9 +291,10 @@ def _to_each(leaves: list, at: list[int], device: torch.device, out: list) -> No
     blocking: it waits for that stream (torch's blocking copy synchronizes
     it), and so for every copy queued before it. A copy from ordinary memory
     returns once the driver has taken its bytes, so each starts while the one
-    before is on its way; a blocking copy each waits for each (4 x 128 KB:
-    0.066 ms queued, 0.100 ms a wait each, on an H200). When this returns,
-    every copy has finished, as with a blocking ``.to`` each."""
+    before is on its way; a blocking copy each waits for each (4 x 128 KB
+    on an H200: 0.070 ms queued with the last blocking, 0.091 ms a wait
+    each: benchmarks/results/gpu_h200/transfer_bound.md). When this
+    returns, every copy has finished, as with a blocking ``.to`` each."""
     last = -1
     if device.type == "cuda":
         for i in at:
@@ -338,7 +339,9 @@ def _by_tensor(
             move_buffer(at, pool.buffer_of(x0) if pool is not None else None)
     in_buffers: dict[int, tuple[_pool.Buffer, list[int]]] = {}
     singles_at = [leaves[i] for i in singles]
-    bufs = pool.buffers_of(singles_at) if pool is not None else [None] * len(singles)
+    # (a CPU tensor sent to the CPU stays as it is, in a pool buffer or not)
+    looked = pool is not None and device.type != "cpu"
+    bufs = pool.buffers_of(singles_at) if looked else [None] * len(singles)
     for i, x, buf in zip(singles, singles_at, bufs):
         if buf is None:
             out[i] = x.to(device, non_blocking=non_blocking)
