@@ -340,8 +340,9 @@ def _by_tensor(
     in_buffers: dict[int, tuple[_pool.Buffer, list[int]]] = {}
     singles_at = [leaves[i] for i in singles]
     # (a CPU tensor sent to the CPU stays as it is, in a pool buffer or not)
-    looked = pool is not None and device.type != "cpu"
-    bufs = pool.buffers_of(singles_at) if looked else [None] * len(singles)
+    bufs: list[Optional[_pool.Buffer]] = [None] * len(singles)
+    if pool is not None and device.type != "cpu":
+        bufs = pool.buffers_of(singles_at)
     for i, x, buf in zip(singles, singles_at, bufs):
         if buf is None:
             out[i] = x.to(device, non_blocking=non_blocking)
