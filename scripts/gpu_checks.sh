@@ -10,9 +10,10 @@
 # - pinning: pinning.md (benchmarks/pinning.py, full);
 # - distributed: distributed_nccl.md (benchmarks/distributed.py on NCCL, one
 #   rank, --quick);
-# - transfer: transfer_peers.md (benchmarks/transfer_peers.py --thresholds:
-#   against accelerate, Lightning and tree_map, and COALESCE_MIN's and
-#   STAGE_LIMIT's measurement);
+# - transfer: transfer_peers.md (benchmarks/transfer_peers.py --thresholds
+#   --bound: against accelerate, Lightning and tree_map, COALESCE_MIN's,
+#   STAGE_LIMIT's and PINNED_OWN's measurement, and what a blocking call of a
+#   few tensors can reach);
 # - pipeline: pipeline.md (benchmarks/pipeline.py: the whole input pipeline
 #   against torch's own, four workers);
 # - tests: tests.log (the torch suites, with CUDA, so the GPU tests run and the
@@ -53,7 +54,7 @@ if wants distributed; then
     fi
 fi
 if wants transfer; then
-    timeout 150 "$PY" benchmarks/transfer_peers.py --thresholds --out "$OUT" >"$OUT/transfer.log" 2>&1 || status=1
+    timeout 200 "$PY" benchmarks/transfer_peers.py --thresholds --bound --out "$OUT" >"$OUT/transfer.log" 2>&1 || status=1
     tail -n 45 "$OUT/transfer.log"
 fi
 if wants pipeline; then
@@ -61,9 +62,9 @@ if wants pipeline; then
     tail -n 50 "$OUT/pipeline.log"
 fi
 if wants tests; then
-    timeout 170 "$PY" -m pytest -p no:cacheprovider -q -rs -o addopts="" --timeout 120 \
+    timeout 400 "$PY" -m pytest -p no:cacheprovider -q -rs -o addopts="" --timeout 120 \
         tests/torch/test_transfer.py tests/torch/test_collate.py tests/torch/test_loading.py \
-        "tests/test_benchmark_smoke.py::test_pinning_benchmark_smoke" \
+        tests/torch/test_distributed.py "tests/test_benchmark_smoke.py::test_pinning_benchmark_smoke" \
         >"$OUT/tests.log" 2>&1 || status=1
     tail -n 25 "$OUT/tests.log"
 fi
