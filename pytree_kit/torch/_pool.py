@@ -187,10 +187,7 @@ class PinnedPool:
 
     def buffer_of(self, t: torch.Tensor) -> Optional[Buffer]:
         """The pool buffer a tensor lies in, if any."""
-        if not t.is_cpu:
-            return None
-        with self._lock:
-            return self._by_ptr.get(t.untyped_storage().data_ptr())
+        return self.buffers_of([t])[0]
 
     def buffers_of(self, tensors: list) -> list[Optional[Buffer]]:
         """The pool buffer each tensor lies in (None for one in none), looked

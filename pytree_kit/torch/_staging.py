@@ -611,30 +611,27 @@ def _small(
     ``total`` bytes of the groups are no more than that)."""
     if total <= limit:
         return idx, []
-    big: set[int] = set()
-    for g in groups:
-        row = g.row_bytes()
-        if max(g.sizes) * row > limit:
-            big.update(i for i, n in zip(g.where, g.sizes) if n * row > limit)
+    big = _over(groups, limit)
     if not big:
         return idx, []
     return [i for i in idx if i not in big], [i for i in idx if i in big]
+
+
+def _over(groups: list[Group], nbytes: int) -> set[int]:
+    """The positions of the tensors of ``groups`` over ``nbytes`` bytes."""
+    over: set[int] = set()
+    for g in groups:
+        row = g.row_bytes()
+        if max(g.sizes) * row > nbytes:
+            over.update(i for i, n in zip(g.where, g.sizes) if n * row > nbytes)
+    return over
 
 
 def _pinned_large(groups: list[Group], leaves: list) -> set[int]:
     """The positions of the tensors of ``groups`` over ``PINNED_OWN`` bytes
     that are pinned already (only those are asked: a look costs about a
     microsecond)."""
-    own: set[int] = set()
-    for g in groups:
-        row = g.row_bytes()
-        if max(g.sizes) * row > PINNED_OWN:
-            own.update(
-                i
-                for i, n in zip(g.where, g.sizes)
-                if n * row > PINNED_OWN and leaves[i].is_pinned()
-            )
-    return own
+    return {i for i in _over(groups, PINNED_OWN) if leaves[i].is_pinned()}
 
 
 def _packed(

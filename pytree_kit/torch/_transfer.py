@@ -170,12 +170,12 @@ def to_device(
         coalesce is None
         and len(leaves) < COALESCE_MIN
         and not (non_blocking and device.type == "cpu")  # (_moved leaves CPU tensors as they are)
-        and not (device.type in DMA_DEVICES and _any_large(leaves, _staging.tensors_in(leaves)[0]))
     ):  # fewer leaves than staging needs, none to stream (a tokenizer batch): a .to each
-        at = [i for i, x in enumerate(leaves) if isinstance(x, _Tensor)]
-        out = list(leaves)
-        _each(leaves, at, device, non_blocking, pool, out)
-        return spec.unflatten(out)
+        idx, others = _staging.tensors_in(leaves)
+        if device.type not in DMA_DEVICES or not _any_large(leaves, idx):
+            out = list(leaves)
+            _each(leaves, idx + others, device, non_blocking, pool, out)
+            return spec.unflatten(out)
     return spec.unflatten(_moved(leaves, device, non_blocking, coalesce, pool, spec))
 
 
