@@ -518,28 +518,35 @@ def device() -> Tuple[str, List[Chart]]:
     return "\n".join(out), [chart]
 
 
-def transfer() -> Tuple[str, List[Chart]]:
-    path, pipe_path = RESULTS / "transfer_peers.md", RESULTS / "pipeline.md"
-    machine = md_line(path, r"^(torch .*ms per call\.)$").group(1)
-    rows = md_table(path)
-    header = rows[0]
-    peers = [h for h in header[1:4]]
-    ours = header.index("pkt.to_device (default)")
-    series: Dict[str, List[float]] = {}
-    for k, name in enumerate(peers, start=1):
-        series[name] = [number(r[k]) / number(r[ours]) for r in rows[1:]]
-    chart = Chart(
-        "transfer",
-        "moving a batch: the default to_device against accelerate, Lightning and tree_map",
+def _transfer_chart(name: str, rows: list, where: str) -> Chart:
+    """The peers' time over the default to_device's, a batch a row of a
+    transfer_peers.md table (``where``: "" on the CPU, else the GPU's name)."""
+    ours = rows[0].index("pkt.to_device (default)")
+    series = {
+        peer: [number(r[k]) / number(r[ours]) for r in rows[1:]]
+        for k, peer in enumerate(rows[0][1:4], start=1)
+    }
+    to = f" to an {where}" if where else ""
+    return Chart(
+        name,
+        f"moving a batch{to}: the default to_device against accelerate, Lightning and tree_map",
         "horizontal",
         {
-            "title": "each way's time / to_device's default (above 1: to_device is faster)",
+            "title": (f"to an {where}: " if where else "")
+            + "each way's time / to_device's default (above 1: to_device is faster)",
             "ylabel": f"ratio ({X})",
             "groups": [r[0] for r in rows[1:]],
             "series": series,
             "line": 1.0,
         },
     )
+
+
+def transfer() -> Tuple[str, List[Chart]]:
+    path, pipe_path = RESULTS / "transfer_peers.md", RESULTS / "pipeline.md"
+    machine = md_line(path, r"^(torch .*ms per call\.)$").group(1)
+    rows = md_table(path)
+    chart = _transfer_chart("transfer", rows, "")
     thresholds = md_line(path, r"^(Packing pays from .*)$").group(1)
     gpu_path, gpu_pipe_path = (
         RESULTS / "gpu_h200" / "transfer_peers.md",
@@ -547,25 +554,7 @@ def transfer() -> Tuple[str, List[Chart]]:
     )
     gpu_machine = md_line(gpu_path, r"^(torch .*ms per call\.)$").group(1)
     gpu_rows = md_table(gpu_path)
-    gpu_ours = gpu_rows[0].index("pkt.to_device (default)")
-    gpu_series = {
-        name: [number(r[k]) / number(r[gpu_ours]) for r in gpu_rows[1:]]
-        for k, name in enumerate(gpu_rows[0][1:4], start=1)
-    }
-    gpu_chart = Chart(
-        "transfer-gpu",
-        "moving a batch to an H200: the default to_device against accelerate, Lightning"
-        " and tree_map",
-        "horizontal",
-        {
-            "title": "to an H200: each way's time / to_device's default"
-            " (above 1: to_device is faster)",
-            "ylabel": f"ratio ({X})",
-            "groups": [r[0] for r in gpu_rows[1:]],
-            "series": gpu_series,
-            "line": 1.0,
-        },
-    )
+    gpu_chart = _transfer_chart("transfer-gpu", gpu_rows, "H200")
     gpu_thresholds = md_line(gpu_path, r"^(Packing pays from .*)$").group(1)
     gpu_whole = md_table(gpu_pipe_path, "## Whole pipelines")
     gpu_pipe_machine = md_line(gpu_pipe_path, r"^(torch .*)$").group(1)

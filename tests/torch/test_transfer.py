@@ -63,9 +63,10 @@ def tensors(tree: Any) -> list:
 
 class Calls:
     """Counts the staging buffer's copies (made on the CPU, so values can be
-    read back) and the tensors moved with a ``.to`` of their own."""
+    read back) and the tensors moved with a ``.to`` of their own (with
+    ``own_on_cpu``, those to ``meta`` are made on the CPU too)."""
 
-    def __init__(self, monkeypatch: Any) -> None:
+    def __init__(self, monkeypatch: Any, own_on_cpu: bool = False) -> None:
         self.staged: list[int] = []
         self.own = 0
         real_to = torch.Tensor.to
@@ -76,6 +77,8 @@ class Calls:
 
         def to(x: Any, *args: Any, **kwargs: Any) -> Any:
             self.own += 1
+            if own_on_cpu and args and str(args[0]) == "meta":
+                return x.clone()
             return real_to(x, *args, **kwargs)
 
         monkeypatch.setattr(_staging, "_copy", copy)
@@ -213,16 +216,7 @@ def test_a_batch_packed_in_pinned_memory_already_moves_as_it_lies(monkeypatch, n
         "is_pinned",
         lambda x: x.untyped_storage().data_ptr() in pinned_storages or real_is_pinned(x),
     )
-    calls = Calls(monkeypatch)
-    counted_to = torch.Tensor.to
-
-    def to(x: Any, *args: Any, **kwargs: Any) -> Any:  # a copy of its own, made on the CPU
-        if args and str(args[0]) == "meta":
-            counted_to(x, "cpu")  # (counted)
-            return x.clone()
-        return counted_to(x, *args, **kwargs)
-
-    monkeypatch.setattr(torch.Tensor, "to", to)
+    calls = Calls(monkeypatch, own_on_cpu=True)
     for k in range(3):  # fresh batches: each packed, then moved
         batch = {"x": [torch.arange(4) + k * 100 + i for i in range(COALESCE_MIN)], "n": k}
         packed = pin_memory(batch, pool=pool)
@@ -259,16 +253,7 @@ def test_a_large_tensor_pinned_already_moves_as_it_lies(monkeypatch, coalesce, n
     over PINNED_OWN that is pinned goes with a copy of its own, the small
     ones packed; the same tensor not pinned is packed with them."""
     monkeypatch.setattr(_transfer, "DMA_DEVICES", frozenset({"meta"}))
-    calls = Calls(monkeypatch)
-    counted_to = torch.Tensor.to
-
-    def to(x: Any, *args: Any, **kwargs: Any) -> Any:  # a copy of its own, made on the CPU
-        if args and str(args[0]) == "meta":
-            counted_to(x, "cpu")
-            return x.clone()
-        return counted_to(x, *args, **kwargs)
-
-    monkeypatch.setattr(torch.Tensor, "to", to)
+    calls = Calls(monkeypatch, own_on_cpu=True)
     pinned: set = set()
     monkeypatch.setattr(torch.Tensor, "is_pinned", lambda x: x.data_ptr() in pinned)
     pool = plain_pool()
@@ -314,10 +299,17 @@ def test_pinned_loader_pins_on_one_thread_as_torchs_loader_does(monkeypatch):
 
     monkeypatch.setattr(_loader, "pin_memory", pin)
     main_threads = torch.get_num_threads()
-    out = list(PinnedLoader([small(3, seed=s) for s in range(4)], pool=plain_pool()))
-    assert seen == [1, 1, 1, 1]
-    assert torch.get_num_threads() == main_threads  # the consumer's own is left alone
-    assert [int(b["t0"][0]) for b in out] == [0, 1, 2, 3]
+    batches = [small(3, seed=s) for s in range(4)]
+    loader = PinnedLoader(batches, pool=plain_pool())
+    for _ in range(2):  # two epochs: a new thread each
+        seen.clear()
+        out = list(loader)
+        assert seen == [1, 1, 1, 1]
+        assert torch.get_num_threads() == main_threads  # the consumer's own is left alone
+        assert [int(b["t0"][0]) for b in out] == [0, 1, 2, 3]
+        for b in out:
+            b["t0"].add_(100)  # the caller's copies are the caller's
+    assert all(torch.equal(b["t0"], torch.arange(3) + s) for s, b in enumerate(batches))
 
 
 def test_pinned_loader_pins_for_the_consumers_device_and_starts_no_accelerator(monkeypatch):
