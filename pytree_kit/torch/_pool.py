@@ -206,7 +206,16 @@ class PinnedPool:
             get = self._by_ptr.get
             if not self._by_ptr:
                 return [None] * len(tensors)
-            return [get(t.untyped_storage().data_ptr()) if t.is_cpu else None for t in tensors]
+            return [get(_address(t)) if t.is_cpu else None for t in tensors]
+
+
+def _address(t: torch.Tensor) -> int:
+    """The address of ``t``'s storage; -1 for a tensor with no storage of
+    its own (sparse, jagged), which lies in no pool buffer."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except (NotImplementedError, RuntimeError):
+        return -1
 
 
 _default_pool: Optional[PinnedPool] = None

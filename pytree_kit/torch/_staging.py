@@ -177,6 +177,15 @@ def contiguous_strides(shape: tuple) -> tuple:
     return found
 
 
+def sizes(leaves: list, at: list[int]) -> list[int]:
+    """The bytes of each tensor ``leaves[at]``: 0 for a sparse COO tensor,
+    which has no ``nbytes`` (and is never packed: ``cat`` refuses it)."""
+    try:
+        return [leaves[i].nbytes for i in at]
+    except RuntimeError:
+        return [0 if leaves[i].is_sparse else leaves[i].nbytes for i in at]
+
+
 def tensors_in(leaves: list) -> tuple[list[int], list[int]]:
     """The positions of the plain tensors of ``leaves``, and of the other
     tensors (subclasses: packing would lose their class)."""
@@ -541,7 +550,7 @@ def stage(
     """
     if device is not None and not non_blocking and len(idx) < 4 * min_tensors:
         # few enough to count the small ones first: too few, and no plan is needed
-        if sum(1 for i in idx if leaves[i].nbytes <= limit) < min_tensors:
+        if sum(1 for n in sizes(leaves, idx) if n <= limit) < min_tensors:
             return idx
     alignment = pool.alignment
     exact = len(idx) <= EXACT_UP_TO
@@ -553,10 +562,11 @@ def stage(
         if device is not None and total > PINNED_OWN:
             own = _pinned_large(groups, leaves)
     except NeedsFlat:  # maybe only among the large ones, which are not packed
-        big = [i for i in idx if leaves[i].nbytes > limit]
+        bytes_of = dict(zip(idx, sizes(leaves, idx)))
+        big = [i for i in idx if bytes_of[i] > limit]
         if not big:
             return idx
-        small = [i for i in idx if leaves[i].nbytes <= limit]
+        small = [i for i in idx if bytes_of[i] <= limit]
     if own:  # left to the caller: each moves as it lies
         small = [i for i in small if i not in own]
         big = [i for i in big if i not in own]

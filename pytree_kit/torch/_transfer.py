@@ -81,6 +81,7 @@ _refused: dict = {}
 
 _Tensor = torch.Tensor
 _device = torch.device
+_strided = torch.strided
 
 
 def choose(leaves: list, idx: list[int], dma: bool = True) -> bool:
@@ -98,8 +99,8 @@ def choose(leaves: list, idx: list[int], dma: bool = True) -> bool:
     return dma and _any_large(leaves, idx)
 
 
-def _any_large(leaves: list, idx: Any) -> bool:
-    return any(leaves[i].nbytes > STAGE_LIMIT for i in idx)
+def _any_large(leaves: list, idx: list[int]) -> bool:
+    return any(n > STAGE_LIMIT for n in _staging.sizes(leaves, idx))
 
 
 def to_device(
@@ -166,17 +167,48 @@ def to_device(
         return batch.to(device)  # a batch that is one tensor: its own .to, as the rule says
     leaves, spec = api.flatten(batch, rules=rules)
     check_leaves(leaves, batch, rules, "to_device", "tree", strict)
-    if (
-        coalesce is None
-        and len(leaves) < COALESCE_MIN
-        and not (non_blocking and device.type == "cpu")  # (_moved leaves CPU tensors as they are)
-    ):  # fewer leaves than staging needs, none to stream (a tokenizer batch): a .to each
-        idx, others = _staging.tensors_in(leaves)
-        if device.type not in DMA_DEVICES or not _any_large(leaves, idx):
-            out = list(leaves)
-            _each(leaves, idx + others, device, non_blocking, pool, out)
-            return spec.unflatten(out)
+    if coalesce is None and len(leaves) < COALESCE_MIN:
+        # fewer leaves than staging needs, none to stream (a tokenizer batch): a .to each
+        if not non_blocking:
+            out = _few(leaves, device)
+            if out is not None:
+                return spec.unflatten(out)
+        elif device.type != "cpu":  # (_moved leaves CPU tensors as they are)
+            idx, others = _staging.tensors_in(leaves)
+            if device.type not in DMA_DEVICES or not _any_large(leaves, idx):
+                out = list(leaves)
+                _each(leaves, idx + others, device, non_blocking, pool, out)
+                return spec.unflatten(out)
     return spec.unflatten(_moved(leaves, device, non_blocking, coalesce, pool, spec))
+
+
+def _few(leaves: list, device: torch.device) -> Optional[list]:
+    """The leaves moved as a blocking call of ``coalesce=None`` moves a batch
+    of fewer than ``COALESCE_MIN`` of them, a ``.to`` each as ``_to_each``
+    makes them, found in one pass over the leaves (for a tokenizer batch it
+    costs half what finding the tensors, the large ones and the last copy
+    apart did); None where a tensor over ``STAGE_LIMIT`` is to be streamed
+    to a DMA device (``_moved``)."""
+    out = list(leaves)
+    if device.type not in DMA_DEVICES:  # nothing to stream, and no copy is queued
+        idx, others = _staging.tensors_in(leaves)
+        _queued(leaves, idx + others, -1, device, out)
+        return out
+    cuda = device.type == "cuda"
+    at: list[int] = []
+    last = -1
+    for i, x in enumerate(leaves):
+        if not isinstance(x, _Tensor):
+            continue
+        if type(x) is _Tensor and x.layout is _strided:
+            n = x.nbytes
+            if n > STAGE_LIMIT:
+                return None
+            if cuda and n and x.is_cpu:  # (_waits)
+                last = len(at)
+        at.append(i)
+    _queued(leaves, at, last, device, out)
+    return out
 
 
 def _moved(
@@ -242,7 +274,12 @@ def _packed_already(x: torch.Tensor) -> bool:
     DMA device with one copy (``_by_tensor``): packing it again would copy
     every byte once more on the host (the first tensor stands for the
     batch; ``_by_tensor`` moves any others one by one)."""
-    return x.is_cpu and x.untyped_storage().nbytes() > x.nbytes and x.is_pinned()
+    return (
+        x.is_cpu
+        and x.layout is _strided
+        and x.untyped_storage().nbytes() > x.nbytes
+        and x.is_pinned()
+    )
 
 
 def _skip(key: Optional[tuple]) -> bool:
@@ -287,28 +324,41 @@ def _each(
 def _to_each(leaves: list, at: list[int], device: torch.device, out: list) -> None:
     """A blocking ``.to`` of each tensor ``leaves[at]`` into ``out``, waiting
     once. To a CUDA device, the copies from the CPU are queued without
-    waiting, on the device's current stream, and the last one with bytes is
-    blocking: it waits for that stream (torch's blocking copy synchronizes
-    it), and so for every copy queued before it. A copy from ordinary memory
-    returns once the driver has taken its bytes, so each starts while the one
-    before is on its way; a blocking copy each waits for each (4 x 128 KB
-    on an H200: 0.070 ms queued with the last blocking, 0.091 ms a wait
-    each: benchmarks/results/gpu_h200/transfer_bound.md). When this
-    returns, every copy has finished, as with a blocking ``.to`` each."""
+    waiting, on the device's current stream, up to the last copy with bytes
+    of a plain dense tensor (``_waits``), which is blocking: it waits for
+    that stream (torch's blocking copy synchronizes it), and so for every
+    copy queued before it; any after it are blocking too. A copy from
+    ordinary memory returns once the driver has taken its bytes, so each
+    starts while the one before is on its way; a blocking copy each waits
+    for each (4 x 128 KB on an H200: 0.070 ms queued with the last blocking,
+    0.091 ms a wait each: benchmarks/results/gpu_h200/transfer_bound.md).
+    When this returns, every copy has finished, as with a blocking ``.to``
+    each."""
     last = -1
     if device.type == "cuda":
-        for i in at:
-            x = leaves[i]
-            if x.is_cpu and x.numel():
-                last = i
-    if last < 0:  # to another device type, or no copy from the CPU to make
+        for k, i in enumerate(at):
+            if _waits(leaves[i]):
+                last = k
+    _queued(leaves, at, last, device, out)
+
+
+def _waits(x: Any) -> bool:
+    """Whether a blocking copy of ``x`` to a CUDA device surely synchronizes
+    the stream: a plain dense CPU tensor with bytes (a sparse or jagged
+    tensor may copy nothing, and a subclass may copy its own way)."""
+    return type(x) is _Tensor and x.layout is _strided and x.is_cpu and x.nbytes > 0
+
+
+def _queued(leaves: list, at: list[int], last: int, device: torch.device, out: list) -> None:
+    """``.to`` of each tensor ``leaves[at]`` into ``out``: those from the CPU
+    before ``at[last]`` queued, every other blocking (``last`` -1: all)."""
+    if last < 0:  # (no keyword: a call of .to parses one in about 0.3 µs)
         for i in at:
             out[i] = leaves[i].to(device)
         return
-    for i in at:
+    for k, i in enumerate(at):
         x = leaves[i]
-        # (a tensor on another device: a blocking copy of its own)
-        out[i] = x.to(device, non_blocking=i != last and x.is_cpu)
+        out[i] = x.to(device, non_blocking=k < last and x.is_cpu)
 
 
 def _by_tensor(

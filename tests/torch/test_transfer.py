@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import threading
+import warnings
 from typing import Any, NamedTuple
 
 import pytest
@@ -492,3 +493,123 @@ def test_without_dma_many_shapes_among_the_large_tensors_do_not_stop_the_small_o
     assert len(calls.staged) == 1 and calls.own == 3
     assert [int(t[0]) for t in out["small"]] == list(range(NO_DMA_COALESCE_MIN))
     assert [t.shape for t in out["large"]] == [t.shape for t in batch["large"]]
+
+
+def _layouts(seed: int) -> dict:
+    """A tensor of each layout and kind that staging cannot pack, fresh."""
+    g = torch.Generator().manual_seed(seed)
+    dense = torch.rand(3, 4, generator=g)
+    dense[dense < 0.5] = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "prototype", "beta": torch's own notices
+        return {
+            "sparse_coo": dense.to_sparse(),
+            "sparse_csr": dense.to_sparse_csr(),
+            "jagged": torch.nested.nested_tensor(
+                [torch.rand(2, generator=g), torch.rand(3, generator=g)], layout=torch.jagged
+            ),
+            "nested": torch.nested.nested_tensor(
+                [torch.rand(2, generator=g), torch.rand(3, generator=g)]
+            ),
+            "conj": torch.complex(dense, dense).conj(),
+        }
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a.is_nested:
+        return all(torch.equal(x, y) for x, y in zip(a.unbind(), b.unbind()))
+    if a.layout != torch.strided:
+        return torch.equal(a.to_dense(), b.to_dense())
+    return torch.equal(a.resolve_conj(), b.resolve_conj())
+
+
+@pytest.mark.parametrize("kind", ["sparse_coo", "sparse_csr", "jagged", "nested", "conj"])
+@pytest.mark.parametrize("many", [False, True])
+@pytest.mark.parametrize("dma", [False, True])
+def test_every_layout_moves_every_way_with_a_pool_in_use(monkeypatch, kind, many, dma):
+    """A sparse, nested or conjugate tensor among plain ones: each moves with
+    a ``.to`` of its own, its layout kept, whichever way the batch goes (a
+    few tensors or many; blocking or not; by default or forced), to a
+    device with a DMA engine or not, and with a pool that holds buffers in
+    use (so the tensors' memory is looked up in it). Staging reads sizes and
+    storages that these tensors do not have."""
+    calls = Calls(monkeypatch, own_on_cpu=True)
+    if dma:
+        monkeypatch.setattr(_transfer, "DMA_DEVICES", frozenset({"meta"}))
+    pool = plain_pool()
+    held = pin_memory_into(pool, small(COALESCE_MIN))  # a buffer in use
+    for seed in range(3):
+        for non_blocking in (False, True):
+            for coalesce in (None, True, False):
+                odd = _layouts(seed)[kind]
+                batch = {"odd": odd, "x": ragged(seed) if many else small(2, seed)}
+                before = [t.clone() for t in tensors(batch)]
+                out = to_device(
+                    batch, "meta", pool=pool, non_blocking=non_blocking, coalesce=coalesce
+                )
+                assert out["odd"] is not odd and out["odd"].layout == odd.layout
+                assert type(out["odd"]) is type(odd) and _same(odd, out["odd"])
+                for a, b in zip(tensors(batch["x"]), tensors(out["x"])):
+                    assert b is not a and torch.equal(a, b)
+                assert all(_same(a, b) for a, b in zip(before, tensors(batch)))
+    assert calls.own > 0 and held
+
+
+def ragged(seed: int) -> dict:
+    """Enough small tensors to be staged to any device, in shapes that make
+    a flat group (which staging refuses without a DMA engine)."""
+    return {f"t{i}": torch.full((1, i + 1), seed + i) for i in range(NO_DMA_COALESCE_MIN + 2)}
+
+
+def pin_memory_into(pool: PinnedPool, batch: dict) -> list:
+    """The tensors of ``batch`` packed into a buffer of ``pool``, kept alive."""
+    leaves = pk.leaves(batch)
+    out = list(leaves)
+    _staging.stage(leaves, list(range(len(leaves))), out, pool)
+    assert pool.buffer_of(out[0]) is not None
+    return out
+
+
+def test_a_blocking_move_of_a_few_tensors_to_cuda_queues_up_to_the_last_copy_that_waits(
+    monkeypatch,
+):
+    """Which copies a blocking call of a few tensors to CUDA queues, seen on
+    any machine (``.to`` stood in for, the copy made on the CPU): each CPU
+    tensor before the last plain dense tensor with bytes is queued
+    (``non_blocking=True``); that one blocks, which synchronizes the stream
+    and so waits for those before it; every tensor after it (empty, sparse,
+    jagged: a copy that may not synchronize) blocks too. With no such tensor,
+    all block. (On a GPU: test_gpu_a_blocking_move_of_a_few_tensors_has_finished_when_it_returns.)"""
+    calls: list = []
+    real_to = torch.Tensor.to
+
+    def to(x: Any, *args: Any, **kwargs: Any) -> Any:
+        if not (args and str(args[0]) == "cuda"):  # torch's own calls (making a jagged tensor)
+            return real_to(x, *args, **kwargs)
+        calls.append((x.layout, kwargs.get("non_blocking", False)))
+        return x.clone()
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    for seed in range(3):
+        odd = _layouts(seed)
+        batch = {
+            "a_ids": torch.arange(5) + seed,
+            "b_coo": odd["sparse_coo"],
+            "c_mask": torch.ones(7),
+            "d_empty": torch.zeros(0),
+            "e_jagged": odd["jagged"],
+            "f_label": "text",
+        }
+        calls.clear()
+        out = to_device(batch, "cuda")
+        assert calls == [
+            (torch.strided, True),  # queued
+            (torch.sparse_coo, True),  # queued: the last copy waits for it
+            (torch.strided, False),  # the last with bytes: it waits
+            (torch.strided, False),  # empty, after it: a blocking call of its own
+            (torch.jagged, False),
+        ]
+        assert out["f_label"] == "text" and torch.equal(out["a_ids"], batch["a_ids"])
+        calls.clear()
+        to_device({"coo": odd["sparse_coo"], "empty": torch.zeros(0)}, "cuda")
+        assert calls == [(torch.sparse_coo, False), (torch.strided, False)]  # none waits: all block
