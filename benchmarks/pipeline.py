@@ -268,15 +268,18 @@ def best_of(fns: dict[str, Callable[[], Any]], rounds: int, number: int) -> dict
 @contextlib.contextmanager
 def as_worker() -> Iterator[None]:
     """This process taken for a DataLoader worker (``get_worker_info()`` answers),
-    as collate functions see it there."""
+    as collate functions see it there, on one thread, as torch's worker loop
+    sets it (a stack into fresh shared memory on 16 threads is no worker's)."""
     from torch.utils.data._utils import worker
 
-    before = worker._worker_info
+    before, threads = worker._worker_info, torch.get_num_threads()
     worker._worker_info = worker.WorkerInfo(id=0, num_workers=1, seed=0, dataset=None)  # type: ignore[arg-type]
+    torch.set_num_threads(1)
     try:
         yield
     finally:
         worker._worker_info = before
+        torch.set_num_threads(threads)
 
 
 def sent(batch: Any) -> Any:

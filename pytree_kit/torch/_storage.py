@@ -256,13 +256,16 @@ def move_storage(
     move: Callable[[torch.Tensor], torch.Tensor],
     out: list,
     nbytes: Optional[int] = None,
+    flat: Optional[torch.Tensor] = None,
 ) -> None:
     """Move the storage the tensors ``leaves[idx]`` share with one call of
     ``move`` (on a uint8 tensor over the storage, or over its first ``nbytes``
     bytes when the tensors lie there), and put tensors on the result, with the
     same offsets, sizes and strides, in ``out[idx]``. A tensor that reaches
     past ``nbytes`` fails the bounds check of ``as_strided``, and the whole
-    storage is moved instead.
+    storage is moved instead. ``flat``: a uint8 tensor over the whole
+    storage, from its first byte (a pool buffer's ``data``), to move a slice
+    of (making one over the storage costs more).
 
     Each tensor is its own (``.data`` of a strided view: no base, its own
     version counter), not a view of one base: views share a version counter,
@@ -272,7 +275,10 @@ def move_storage(
     x0 = leaves[idx[0]]
     storage = x0.untyped_storage()
     size = storage.nbytes() if nbytes is None else min(nbytes, storage.nbytes())
-    whole = torch.empty(0, dtype=torch.uint8, device=x0.device).set_(storage, 0, (size,), (1,))
+    if flat is not None and flat.storage_offset() == 0 and flat.numel() >= size:
+        whole = flat[:size]
+    else:
+        whole = torch.empty(0, dtype=torch.uint8, device=x0.device).set_(storage, 0, (size,), (1,))
     moved = move(whole)
     bases: dict[torch.dtype, torch.Tensor] = {}  # the moved bytes as one run of each dtype
     try:
@@ -285,11 +291,14 @@ def move_storage(
     except RuntimeError:
         if size == storage.nbytes():
             raise
-        move_storage(leaves, idx, move, out)  # a tensor reached past nbytes
+        move_storage(leaves, idx, move, out, None, flat)  # a tensor reached past nbytes
 
 
 def _typed(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """All of ``flat``'s storage as one run of ``dtype`` from its first byte."""
+    if flat.storage_offset() == 0:  # (a slice and a view cost less than a tensor set on it;
+        # as_strided checks its bounds against the storage, not against this view)
+        return flat[: flat.numel() // dtype.itemsize * dtype.itemsize].view(dtype)
     storage = flat.untyped_storage()
     n = storage.nbytes() // dtype.itemsize
     return torch.empty(0, dtype=dtype, device=flat.device).set_(storage, 0, (n,), (1,))

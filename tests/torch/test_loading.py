@@ -946,9 +946,16 @@ def test_a_pinned_pool_buffer_is_not_refilled_while_its_copy_may_run(monkeypatch
     assert pool.allocations == 2
 
 
-def test_move_storage_moves_the_whole_storage_when_a_tensor_reaches_past_the_bytes_given():
+@pytest.mark.parametrize("given_flat", [False, True])
+def test_move_storage_moves_the_whole_storage_when_a_tensor_reaches_past_the_bytes_given(
+    given_flat,
+):
+    """Also with the storage's bytes given (``flat``, as a pool buffer's are)
+    and tensors of two dtypes in it: each moved tensor has its own dtype,
+    shape, offset and values, and no base."""
     base = torch.arange(32, dtype=torch.float32)
-    leaves = [base[:4], base[4:8], base.as_strided((6,), (1,), 26)]  # the last ends at 32
+    as_int = base.view(torch.int32)
+    leaves = [base[:4], as_int[4:8], base.as_strided((6,), (1,), 26)]  # the last ends at 32
     out = [None] * 3
     moves = []
 
@@ -956,10 +963,16 @@ def test_move_storage_moves_the_whole_storage_when_a_tensor_reaches_past_the_byt
         moves.append(t.nbytes)
         return t.clone()
 
-    move_storage(leaves, [0, 1, 2], move, out, nbytes=8 * 4)
+    flat = base.view(torch.uint8) if given_flat else None
+    move_storage(leaves, [0, 1, 2], move, out, nbytes=8 * 4, flat=flat)
     assert moves == [32, 128]  # the first try, then the whole storage
     for a, b in zip(leaves, out):
+        assert a.dtype == b.dtype and a.storage_offset() == b.storage_offset()
         assert torch.equal(a, b) and b.untyped_storage().data_ptr() != base.data_ptr()
+        assert b._base is None
+    out = [None] * 2
+    move_storage(leaves, [0, 1], move, out, nbytes=8 * 4, flat=flat)  # all within the bytes
+    assert moves[2:] == [32] and all(torch.equal(a, b) for a, b in zip(leaves, out))
 
 
 # -- PinnedLoader ------------------------------------------------------------------------
