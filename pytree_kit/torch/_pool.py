@@ -206,7 +206,10 @@ class PinnedPool:
             get = self._by_ptr.get
             if not self._by_ptr:
                 return [None] * len(tensors)
-            return [get(_address(t)) if t.is_cpu else None for t in tensors]
+            try:
+                return [get(t.untyped_storage().data_ptr()) if t.is_cpu else None for t in tensors]
+            except RuntimeError:  # a sparse or jagged tensor: no storage of its own
+                return [get(_address(t)) if t.is_cpu else None for t in tensors]
 
 
 def _address(t: torch.Tensor) -> int:

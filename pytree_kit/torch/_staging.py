@@ -562,11 +562,11 @@ def stage(
         if device is not None and total > PINNED_OWN:
             own = _pinned_large(groups, leaves)
     except NeedsFlat:  # maybe only among the large ones, which are not packed
-        bytes_of = dict(zip(idx, sizes(leaves, idx)))
-        big = [i for i in idx if bytes_of[i] > limit]
+        at_sizes = list(zip(idx, sizes(leaves, idx)))
+        big = [i for i, n in at_sizes if n > limit]
         if not big:
             return idx
-        small = [i for i in idx if bytes_of[i] <= limit]
+        small = [i for i, n in at_sizes if n <= limit]
     if own:  # left to the caller: each moves as it lies
         small = [i for i in small if i not in own]
         big = [i for i in big if i not in own]

@@ -379,12 +379,11 @@ def _by_tensor(
         return t.to(device, non_blocking=non_blocking)
 
     def move_buffer(at: list[int], buf: Optional[_pool.Buffer]) -> None:
-        if buf is None:
+        if buf is None or pool is None:
             move_storage(leaves, at, move, out)
-        else:
-            move_storage(leaves, at, move, out, buf.used, buf.data)
-        if buf is not None and pool is not None:
-            pool.copied_from(buf, _pool.fence(device, non_blocking))
+            return
+        move_storage(leaves, at, move, out, buf.used, buf.data)
+        pool.copied_from(buf, _pool.fence(device, non_blocking))
 
     for at in whole:
         x0 = leaves[at[0]]
