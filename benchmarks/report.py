@@ -563,6 +563,7 @@ def transfer() -> Tuple[str, List[Chart]]:
     parts = md_table(pipe_path, "## Parts, in one process")
     pinning = md_table(pipe_path, "## Where PinnedLoader's thread spends its time")
     share = md_line(pipe_path, r"^(What `PackedList` adds to a batch.*)$").group(1)
+    least = md_line(pipe_path, r"^(Collate in this process, at best.*)$").group(1)
     (read,) = [r for r in parts if r[0] == "tokenizer" and r[1].startswith("reading")]
     read_us = number(read[4]) * 1e3 / int(read[1].split()[1])
     slowest = min(
@@ -637,6 +638,8 @@ def transfer() -> Tuple[str, List[Chart]]:
         " segment, whose pages are faulted in as they are written.",
         "",
         table(parts),
+        "",
+        least,
         "",
         share,
         "",
