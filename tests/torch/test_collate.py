@@ -104,6 +104,23 @@ def test_numpy_arrays_are_stacked_as_default_collate_does():
     assert type(batch["s"]) is SampleList and len(batch["s"]) == 3  # string arrays: a list
 
 
+def test_a_listed_field_of_numpy_arrays_lists_tensors():
+    """``ragged="list"`` on numeric arrays lists them as tensors (as a stacked
+    field would hold them, so to_device reaches them); string arrays stay arrays."""
+    for n in (1, 3, 5):  # fresh samples, each call
+        samples = [
+            {"pts": np.arange(i + 1, dtype=np.float32) + n, "s": np.array(["a", str(i)])}
+            for i in range(n)
+        ]
+        batch = collate(samples, ragged="list")
+        assert type(batch["pts"]) is SampleList and len(batch["pts"]) == n
+        for t, sample in zip(batch["pts"], samples):
+            assert type(t) is torch.Tensor and t.dtype == torch.float32
+            assert torch.equal(t, torch.as_tensor(sample["pts"]))
+        assert type(batch["s"]) is SampleList
+        assert all(type(a) is np.ndarray for a in batch["s"])
+
+
 def test_strings_become_a_sample_list_that_equals_a_list():
     batch = collate([{"name": "a"}, {"name": "b"}])
     assert type(batch["name"]) is SampleList and batch["name"] == ["a", "b"]
@@ -632,6 +649,39 @@ def test_a_dataloader_with_workers_sends_consolidated_batches():
 
 def _consolidated_list_collate(samples):
     return collate(samples, ragged={"pts": "list"}, consolidate=True)
+
+
+def _collate_saying_what_is_shared(samples):
+    batch = collate(samples, ragged={"pts": "list"})
+    return batch, {k: batch[k].is_shared() for k in ("x", "y", "meta")}
+
+
+def test_in_a_worker_collate_stacks_each_column_into_shared_memory():
+    """In a DataLoader worker (spawned), each stacked column is written into
+    shared memory, as default_collate writes it, so sending the batch copies
+    nothing more; in this process it is not."""
+    from torch.utils.data import DataLoader
+
+    data = [
+        {"x": torch.rand(3) + i, "pts": torch.rand(i % 3 + 1, 2), "y": i, "meta": torch.tensor(i)}
+        for i in range(12)
+    ]
+    loader = DataLoader(
+        data,
+        batch_size=4,
+        num_workers=2,
+        multiprocessing_context="spawn",
+        collate_fn=_collate_saying_what_is_shared,
+    )
+    for epoch in range(2):
+        got = list(loader)
+        assert len(got) == 3
+        for k, (batch, shared) in enumerate(got):
+            assert shared == {"x": True, "y": False, "meta": True}, (epoch, k)  # y: numbers
+            expected, _ = _collate_saying_what_is_shared(data[4 * k : 4 * k + 4])
+            same(batch, expected)
+    _, here = _collate_saying_what_is_shared(data[:4])
+    assert here == {"x": False, "y": False, "meta": False}
 
 
 def test_views_a_moved_storage_cannot_rebuild_faithfully_move_one_by_one(monkeypatch):
