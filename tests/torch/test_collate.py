@@ -112,6 +112,7 @@ def test_a_listed_field_of_numpy_arrays_lists_tensors():
             {"pts": np.arange(i + 1, dtype=np.float32) + n, "s": np.array(["a", str(i)])}
             for i in range(n)
         ]
+        before = copy.deepcopy(samples)
         batch = collate(samples, ragged="list")
         assert type(batch["pts"]) is SampleList and len(batch["pts"]) == n
         for t, sample in zip(batch["pts"], samples):
@@ -119,6 +120,9 @@ def test_a_listed_field_of_numpy_arrays_lists_tensors():
             assert torch.equal(t, torch.as_tensor(sample["pts"]))
         assert type(batch["s"]) is SampleList
         assert all(type(a) is np.ndarray for a in batch["s"])
+        for sample, kept in zip(samples, before):  # the caller's samples, untouched
+            assert type(sample["pts"]) is np.ndarray
+            assert all(np.array_equal(sample[k], kept[k]) for k in ("pts", "s"))
 
 
 def test_strings_become_a_sample_list_that_equals_a_list():
@@ -673,6 +677,7 @@ def test_in_a_worker_collate_stacks_each_column_into_shared_memory():
         multiprocessing_context="spawn",
         collate_fn=_collate_saying_what_is_shared,
     )
+    before = copy.deepcopy(data)
     for epoch in range(2):
         got = list(loader)
         assert len(got) == 3
@@ -680,8 +685,10 @@ def test_in_a_worker_collate_stacks_each_column_into_shared_memory():
             assert shared == {"x": True, "y": False, "meta": True}, (epoch, k)  # y: numbers
             expected, _ = _collate_saying_what_is_shared(data[4 * k : 4 * k + 4])
             same(batch, expected)
-    _, here = _collate_saying_what_is_shared(data[:4])
+    batch, here = _collate_saying_what_is_shared(data[:4])
     assert here == {"x": False, "y": False, "meta": False}
+    batch["x"].add_(1)  # the batch is its own: the caller's samples do not move
+    same(data, before)
 
 
 def test_views_a_moved_storage_cannot_rebuild_faithfully_move_one_by_one(monkeypatch):
