@@ -70,6 +70,8 @@ class BuildExt(build_ext):
 ENGINE_PARTS = [
     "_core",
     "_layouts",
+    "_memo",
+    "_class_plans",
     "_stack",
     "_classify",
     "_flatten",

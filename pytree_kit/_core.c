@@ -12,22 +12,16 @@ PK_DATA PyObject *kind_obj[K_COUNT];
 PK_DATA PyObject *LEAF_NODE, *NONE_NODE;
 PK_DATA PyTypeObject *TreeSpec_type;
 PK_DATA Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash, off_paths, off_plan;
-PK_DATA PyObject *py_customised; /* _pure._customised: a record class's attribute hook */
+PK_DATA PyObject *py_class_plan; /* _pure.class_plan: how a class's instances are read */
 PK_DATA PyObject *py_refuse_leaves, *py_refuse_trees; /* _pure's: a str, bytes or mapping given */
 PK_DATA PyObject *py_classify, *py_dict_order_differs, *py_custom_result,
     *py_rule_result, *py_cycle_error, *py_match, *py_mismatch, *py_build;
 PK_DATA PyObject *SequenceKey_t, *DictKey_t, *GetAttrKey_t;
-PK_DATA PyObject *FIELD_marker;
 PK_DATA PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
-PK_DATA PyObject *s_tree_flatten, *s_tree_unflatten, *s_fields, *s_n_sequence_fields,
-    *s_n_fields, *s_dataclass_fields, *s_attrs_attrs, *s_field_type, *s_name, *s_metadata,
-    *s_get, *s_static, *s_new, *s_flatten, *s_len, *s_the_spec, *s_the_tree, *s_getattribute;
+PK_DATA PyObject *s_tree_flatten, *s_tree_unflatten, *s_new, *s_flatten, *s_len, *s_the_spec,
+    *s_the_tree;
 PK_DATA PyObject *empty_tuple;
 PK_DATA PyObject *object_new_fn;          /* object.__dict__['__new__'] */
-PK_DATA PyObject *object_getattribute_fn; /* object.__dict__['__getattribute__'] */
-/* dict.__getattribute__, through dict's MRO: dict.__dict__['__getattribute__']
- * up to 3.13, object's from 3.14 (dict inherits it) */
-PK_DATA PyObject *dict_getattribute_fn;
 
 /* ------------------------------------------------------------------------ */
 /* Helpers */

@@ -70,8 +70,11 @@
  * Building with PYTREE_KIT_NO_FAST_PATHS=1 (which defines PK_NO_FAST_PATHS)
  * leaves every one out, so that the suite can show the fallbacks are right.
  * They are listed, on or off, in FAST_PATHS (pytree_kit.engine_info()):
- *   type_version_tags  a class's plan is remembered while its tp_version_tag
- *                      holds (3.10-3.13; VERSION_TAGS, version_tags_check)
+ *   type_version_tags  a class's plan is kept across calls while its
+ *                      tp_version_tag holds, the tag read where CPython has no
+ *                      public way to it (3.10, 3.11; VERSION_TAGS; from 3.12
+ *                      the engine asks PyUnstable_Type_AssignVersionTag:
+ *                      _class_plans.c)
  *   int_digits         a one-digit int's value read from ob_digit (3.10, 3.11;
  *                      3.12 on has PyUnstable_Long_CompactValue; INT_DIGITS,
  *                      int_digits_check)
@@ -112,7 +115,7 @@
 #define KEEP_ACROSS_CALLS 1
 #endif
 #define SPARE_TUPLES (KEEP_ACROSS_CALLS && PY_VERSION_HEX < 0x030E0000)
-#define VERSION_TAGS PK_VALIDATED
+#define VERSION_TAGS (PK_VALIDATED && PY_VERSION_HEX < 0x030C0000)
 #define INT_DIGITS (PK_VALIDATED && PY_VERSION_HEX < 0x030C0000)
 #define ODICT_LINKS PK_VALIDATED
 #define DICT_READS PK_VALIDATED
@@ -184,22 +187,16 @@ PK_SHARED_DATA PyObject *kind_obj[K_COUNT];
 PK_SHARED_DATA PyObject *LEAF_NODE, *NONE_NODE;
 PK_SHARED_DATA PyTypeObject *TreeSpec_type;
 PK_SHARED_DATA Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash, off_paths, off_plan;
-PK_SHARED_DATA PyObject *py_customised; /* _pure._customised: a record class's attribute hook */
+PK_SHARED_DATA PyObject *py_class_plan; /* _pure.class_plan: how a class's instances are read */
 PK_SHARED_DATA PyObject *py_refuse_leaves, *py_refuse_trees; /* _pure's: a str, bytes or mapping given */
 PK_SHARED_DATA PyObject *py_classify, *py_dict_order_differs, *py_custom_result,
     *py_rule_result, *py_cycle_error, *py_match, *py_mismatch, *py_build;
 PK_SHARED_DATA PyObject *SequenceKey_t, *DictKey_t, *GetAttrKey_t;
-PK_SHARED_DATA PyObject *FIELD_marker;
 PK_SHARED_DATA PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
-PK_SHARED_DATA PyObject *s_tree_flatten, *s_tree_unflatten, *s_fields, *s_n_sequence_fields,
-    *s_n_fields, *s_dataclass_fields, *s_attrs_attrs, *s_field_type, *s_name, *s_metadata,
-    *s_get, *s_static, *s_new, *s_flatten, *s_len, *s_the_spec, *s_the_tree, *s_getattribute;
+PK_SHARED_DATA PyObject *s_tree_flatten, *s_tree_unflatten, *s_new, *s_flatten, *s_len,
+    *s_the_spec, *s_the_tree;
 PK_SHARED_DATA PyObject *empty_tuple;
 PK_SHARED_DATA PyObject *object_new_fn;          /* object.__dict__['__new__'] */
-PK_SHARED_DATA PyObject *object_getattribute_fn; /* object.__dict__['__getattribute__'] */
-/* dict.__getattribute__, through dict's MRO: dict.__dict__['__getattribute__']
- * up to 3.13, object's from 3.14 (dict inherits it) */
-PK_SHARED_DATA PyObject *dict_getattribute_fn;
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers */
@@ -256,22 +253,55 @@ typedef struct {
 #define READS_SLOT(r, j) ((r)->code[2 * (r)->n + (j)])
 
 /* ------------------------------------------------------------------------ */
-/* Per-call knowledge of types.
+/* What is kept across calls (_memo.c): tables of sets of a few ways, each way
+ * an entry starting with a MemoHead; one eviction rule for all of them. */
+
+typedef struct {
+    uintptr_t key;     /* 0: an empty way */
+    unsigned int tag;  /* part of the key (a class's version tag) */
+    uint32_t used;     /* the table's clock when last found or written */
+} MemoHead;
+
+typedef struct MemoTable {
+    char *entries; /* (1 << set_bits) * ways entries of size bytes each */
+    size_t size;
+    unsigned int set_bits, ways;
+    uint32_t clock;
+    void (*release)(MemoHead *); /* lets go of an entry's references */
+} MemoTable;
+
+/* no entry is larger (table_clear copies one aside) */
+#define MEMO_ENTRY_MAX 256
+
+/* A class's plan kept across calls (the plans table, _class_plans.c) */
+typedef struct {
+    MemoHead head;         /* key: the class's address; tag: its version tag */
+    unsigned int meta_tag; /* its metaclass's (1 for type) */
+    int plan;
+    PyObject *info;      /* strong or NULL */
+    PyObject *reads_obj; /* strong or NULL */
+} KeptPlan;
+#define PLAN_SET_BITS 7
+#define PLAN_WAYS 4
+
+typedef struct {
+    MemoTable plans;
+} Memo;
+
+/* ------------------------------------------------------------------------ */
+/* Per-call knowledge of types: each class's plan (_class_plans.c), kept for
+ * the whole call, as the pure engine keeps its per-call cache.
  *
- * PLAN_LEAF entries are final for the call, as the pure engine's leaf_types
- * set is. Other plans depend on the class's attributes and are checked
- * against the class's version tag, which CPython changes whenever the class
- * or one of its bases is modified; so they are never stale. */
+ * The plans, in step with _pure.PLAN_* (tests/test_versions.py checks it). */
 
 enum {
-    PLAN_LEAF, PLAN_TUPLE_LEAF, PLAN_NAMEDTUPLE, PLAN_DATACLASS, PLAN_ATTRS, PLAN_CUSTOM,
-    PLAN_PYTHON
+    PLAN_LEAF = 0, PLAN_TUPLE_LEAF = 1, PLAN_NAMEDTUPLE = 2, PLAN_DATACLASS = 3, PLAN_ATTRS = 4,
+    PLAN_CUSTOM = 5, PLAN_PYTHON = 6
 };
 
 typedef struct {
     PyTypeObject *type; /* strong */
     int plan;
-    unsigned int version;
     PyObject *info; /* strong or NULL: namedtuple _fields; a record's aux when every field
                        is set, (names, (), (), None), or NULL if a field is static */
     PyObject *node; /* strong or NULL: this call's node for the info above */
@@ -491,6 +521,7 @@ typedef struct {
     int atom_leaf[6];
     PyTypeObject *last_leaf; /* the type of the last leaf classified by type */
     int dict_misses;          /* small dicts in a row not found in dict_memo */
+    Memo *memo;               /* the tables kept across calls */
 } Ctx;
 
 /* {keys[i]: vals[i * step]} for i in 0 .. n, inserted in key order: a dict
@@ -523,15 +554,14 @@ dict_in_key_order(PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ssize_
 
 /* _layouts.c: every read of CPython's own layouts, and their import-time checks */
 /* set on import by each fast path's check (_speedups.c's init calls them) */
-PK_SHARED_DATA int version_tags_ok, values_reads_ok, dict_reads_ok, dict_layout_ok,
+PK_SHARED_DATA int values_reads_ok, dict_reads_ok, dict_layout_ok,
     split_reads_ok, split_tables_ok, int_digits_ok, odict_links_ok;
-PK_SHARED PyObject *field_reads(PyTypeObject *t, PyObject *names);
+PK_SHARED void layout_field_codes(PyTypeObject *t, PyObject *names, FieldReads *r);
 PK_SHARED int odict_in_dict_order(PyObject *obj);
 PK_SHARED_INLINE const FieldReads *reads_of(PyObject *reads_obj);
 PK_SHARED_INLINE Py_ssize_t small_long(PyObject *o);
-PK_SHARED_INLINE unsigned int type_version(PyTypeObject *t);
 #if VERSION_TAGS
-PK_SHARED void version_tags_check(void);
+PK_SHARED_INLINE unsigned int type_version(PyTypeObject *t);
 #endif
 #if INT_DIGITS
 PK_SHARED void int_digits_check(void);
@@ -578,10 +608,29 @@ PK_SHARED int stack_push(Stack *s, PyObject *obj, PyObject *children, PyObject *
 PK_SHARED PyObject *stack_py(Stack *s);
 PK_SHARED_INLINE int stack_unread(Stack *s, Frame **out);
 
-/* _classify.c: what a value is; plans remembered per class; dict orders */
-/* the ways of each set of the class memo, and how many plans were made (for tests) */
-#define PLAN_WAYS 4
+/* _memo.c: the tables kept across calls */
+PK_SHARED_DATA Memo the_memo;
+PK_SHARED int memo_init(Memo *m);
+PK_SHARED void memo_clear(Memo *m);
+PK_SHARED void memo_free(Memo *m);
+PK_SHARED_INLINE void *memo_find(MemoTable *t, uintptr_t key, unsigned int tag);
+PK_SHARED void *memo_slot(MemoTable *t, uintptr_t key, unsigned int tag);
+PK_SHARED_INLINE MemoHead *memo_set(MemoTable *t, uintptr_t h);
+PK_SHARED_INLINE MemoHead *memo_way(MemoTable *t, MemoHead *set, unsigned int way);
+PK_SHARED_INLINE void memo_touch(MemoTable *t, MemoHead *h);
+PK_SHARED MemoHead *memo_victim(MemoTable *t, MemoHead *set);
+
+/* _class_plans.c: how a class's instances are read, asked of _pure.class_plan */
+/* how many times _pure.class_plan was asked (for tests) */
 PK_SHARED_DATA Py_ssize_t plans_made;
+PK_SHARED TypeEntry *class_entry(Ctx *c, Stack *s, PyTypeObject *t);
+PK_SHARED PyObject *record_reads(PyTypeObject *t, PyObject *names, PyObject *reads, PyObject *other);
+PK_SHARED int plans_kept(void);
+PK_SHARED void tags_check(void);
+PK_SHARED void tc_clear(TypeCache *c);
+PK_SHARED TypeEntry *tc_find(TypeCache *c, PyTypeObject *t);
+
+/* _classify.c: what a value is; dict orders */
 
 /* Large dicts' insertion orders remembered across calls (_unflatten.c builds
  * their templates) */
@@ -601,21 +650,15 @@ PK_SHARED void ctx_clear(Ctx *c);
 PK_SHARED int ctx_init(Ctx *c, PyObject *is_leaf, PyObject *rules, WalkMode mode);
 PK_SHARED PyObject *dict_order(PyObject *node, PyObject *obj, PyObject *names);
 PK_SHARED PyObject *dict_values(PyObject *obj, PyObject **keys, Py_ssize_t n);
-PK_SHARED_INLINE int entry_fresh(TypeEntry *e);
-PK_SHARED int entry_refresh(TypeEntry *e);
 PK_SHARED Py_ssize_t field_named(PyObject *names, Py_ssize_t n, PyObject *k);
 PK_SHARED int key_places(PyObject *const *keys, PyObject *const *order, Py_ssize_t n, Py_ssize_t *at);
 PK_SHARED int keys_sorted(PyObject *keys);
 PK_SHARED_INLINE int known_leaf(Ctx *c, PyTypeObject *t);
 PK_SHARED int odict_items(PyObject *obj, PyObject **keys_out, PyObject **values_out);
-PK_SHARED int plan_for(TypeEntry *e);
 PK_SHARED int record_fields(Ctx *c, Stack *s, PyObject *obj, TypeEntry *e, int kind, Found *f, int want_node);
 PK_SHARED_ALWAYS_INLINE int record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v, Py_ssize_t *absent, Stack *s);
 PK_SHARED void release_direct(Found *f);
 PK_SHARED_INLINE int same_items(PyObject *a, PyObject *b);
-PK_SHARED_INLINE size_t saved_set(PyTypeObject *t);
-PK_SHARED TypeEntry *tc_add(TypeCache *c, PyTypeObject *t);
-PK_SHARED TypeEntry *tc_find(TypeCache *c, PyTypeObject *t);
 PK_SHARED int user_result(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *helper, PyObject **children, PyObject **tail, PyObject **names, int *keymode);
 
 /* _flatten.c: flatten, leaves, flatten_with_path, iter_leaves */

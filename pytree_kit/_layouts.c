@@ -6,9 +6,10 @@
  * _core.h) and checked again on import by its *_check function, which
  * _speedups.c's init calls; a check that fails leaves the path off, and the
  * callers read through the public API instead, with the same results.
- *   type_version       a class's version tag (plans, _classify.c)
- *   field_reads,       how a record's fields are read: a slot's offset, or (3.11)
- *   field_read(_fast)  an index into its inline values (_classify.c, _up_to.c)
+ *   type_version       (3.10, 3.11) a class's version tag (_class_plans.c)
+ *   layout_field_codes (3.11) a record's fields read from its inline values,
+ *   field_read(_fast)  at their index in the class's shared keys
+ *                      (_class_plans.c's record_reads, the checks here)
  *   split_values,      (3.12, 3.13) the same index into its __dict__'s split
  *   split_key_is       values (_classify.c's record_read)
  *   dict_table         (3.10-3.13) an exact dict's entries read in place
@@ -27,29 +28,22 @@
 
 #include "_core.h"
 
-/* set on import by version_tags_check, where compiled */
-PK_DATA int version_tags_ok;
-
-/* A class's version tag, or 0 when it has no valid one (or the tags are not
- * used here: then every plan is decided again when it is needed). Up to 3.12
- * CPython marks a valid tag with Py_TPFLAGS_VALID_VERSION_TAG; 3.13 no longer
- * sets that flag, and a tag is valid when it is not 0 (PyType_Modified sets it
- * to 0 on every version). */
+#if VERSION_TAGS
+/* A class's version tag, or 0 when it has no valid one, on 3.10 and 3.11,
+ * which give no public way to it (from 3.12 _class_plans.c asks
+ * PyUnstable_Type_AssignVersionTag): CPython marks a valid tag with
+ * Py_TPFLAGS_VALID_VERSION_TAG, and a lookup of the class's attributes gives
+ * it one (its method cache). _class_plans.c's tags_check checks, on import,
+ * that tags behave as the class memo relies on. */
 PK_SHARED_INLINE unsigned int
 type_version(PyTypeObject *t)
 {
-#if VERSION_TAGS
-#if PY_VERSION_HEX < 0x030D0000
     if (!PyType_HasFeature(t, Py_TPFLAGS_VALID_VERSION_TAG)) {
         return 0;
     }
-#endif
-    return version_tags_ok ? t->tp_version_tag : 0;
-#else
-    (void)t;
-    return 0;
-#endif
+    return t->tp_version_tag;
 }
+#endif
 
 /* ------------------------------------------------------------------------ */
 /* Reading a record's fields without PyObject_GetAttr
@@ -329,74 +323,50 @@ shared_key_index(DictKeys *k, PyObject *name)
 }
 #endif
 
-/* Whether name (an exact str) is one of names. */
-static int
-name_in(PyObject *names, PyObject *name)
+/* The layout reads of a record class's fields (3.11's inline values, and
+ * split __dict__ values, where those fast paths are on): for each field r
+ * reads from the instance's __dict__ (READS_DICT_OK) with no slot, its index
+ * in t's shared keys, as code -1 - index, when the keys hold its name. r was
+ * made from the class's plan (_class_plans.c's record_reads), so these follow
+ * the class's version tag as the plan does. No code runs. */
+PK_SHARED void
+layout_field_codes(PyTypeObject *t, PyObject *names, FieldReads *r)
 {
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
-        PyObject *x = PyTuple_GET_ITEM(names, i);
-        if (x == name || (PyUnicode_CheckExact(x) && PyUnicode_Compare(x, name) == 0)) {
-            return 1;
+#if LAYOUT_311 || SPLIT_READS
+    /* (on 3.11 the split reads take these codes too, and their check needs
+     * values_reads_ok: split_values also asks for split_reads_ok) */
+    if (!((LAYOUT_311 ? values_reads_ok : split_reads_ok) && shares_keys(t) &&
+          PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE))) {
+        return;
+    }
+    r->keys = SHARED_KEYS(t);
+    for (Py_ssize_t i = 0; i < r->n; i++) {
+        if (r->code[i] == 0 && READS_DICT_OK(r, i)) {
+            Py_ssize_t ix = shared_key_index(r->keys, PyTuple_GET_ITEM(names, i));
+            if (ix >= 0) {
+                r->code[i] = -1 - ix;
+                r->n_values++;
+            }
         }
     }
-    return 0;
+#else
+    (void)t;
+    (void)names;
+    (void)r;
+#endif
 }
 
-/* The slots of t and its bases that are not fields (names): their offsets
- * into out (when not NULL), and how many; -1 when a class has a member of
- * another kind than a slot, which the pure engine reads. As
- * _pure._outside_layout: the member descriptors of each heap class's own
- * dict. Reads dicts of classes only: no code runs. */
-static Py_ssize_t
-extra_slots(PyTypeObject *t, PyObject *names, Py_ssize_t *out)
+#if LAYOUT_311 || SPLIT_READS
+/* The reads of a class made by a check below, whose fields (names, exact
+ * strs) the class binds to nothing: as _class_plans.c's record_reads makes
+ * them for such a class. A bytes object (reads_of), or NULL. */
+static PyObject *
+probe_reads(PyTypeObject *t, PyObject *names)
 {
-    PyObject *mro = t->tp_mro;
-    Py_ssize_t count = 0;
-    if (mro == NULL || !PyTuple_CheckExact(mro)) {
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
-        PyTypeObject *c = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
-        PyObject *key, *d;
-        Py_ssize_t pos = 0;
-        if (!PyType_HasFeature(c, Py_TPFLAGS_HEAPTYPE) || c->tp_dict == NULL) {
-            continue;
-        }
-        while (PyDict_Next(c->tp_dict, &pos, &key, &d)) {
-            if (Py_TYPE(d) != &PyMemberDescr_Type || PyDescr_TYPE(d) != c) {
-                continue;
-            }
-            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-            if (m->type != T_OBJECT_EX || m->offset <= 0 || !PyUnicode_CheckExact(key)) {
-                return -1;
-            }
-            if (!name_in(names, key)) {
-                if (out != NULL) {
-                    out[count] = m->offset;
-                }
-                count++;
-            }
-        }
-    }
-    return count;
-}
-
-/* How a record class's fields are read and its instances' own state
- * counted, worked out with its plan (so following the class's version tag):
- * a bytes object holding a FieldReads, or NULL (no error) when the pure
- * engine reads the class's instances (a lookup that is not CPython's generic
- * one, a member that is not a slot). */
-PK_SHARED PyObject *
-field_reads(PyTypeObject *t, PyObject *names)
-{
-    Py_ssize_t n = PyTuple_GET_SIZE(names), n_slots;
-    if (t->tp_getattro != PyObject_GenericGetAttr || (n_slots = extra_slots(t, names, NULL)) < 0) {
-        return NULL;
-    }
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
     PyObject *b = PyBytes_FromStringAndSize(
-        NULL, offsetof(FieldReads, code) + (2 * n + n_slots + 1) * sizeof(Py_ssize_t));
+        NULL, offsetof(FieldReads, code) + (2 * n + 1) * sizeof(Py_ssize_t));
     if (b == NULL) {
-        PyErr_Clear();
         return NULL;
     }
     FieldReads *r = (FieldReads *)PyBytes_AS_STRING(b);
@@ -404,50 +374,15 @@ field_reads(PyTypeObject *t, PyObject *names)
     r->has_dict = t->tp_dictoffset != 0;
     r->n = n;
     r->n_values = 0;
-    r->n_slots = n_slots;
-    extra_slots(t, names, &READS_SLOT(r, 0));
-#if LAYOUT_311 || SPLIT_READS
-    /* (on 3.11 the split reads take these codes too, and their check needs
-     * values_reads_ok: split_values also asks for split_reads_ok) */
-    if ((LAYOUT_311 ? values_reads_ok : split_reads_ok) && shares_keys(t) &&
-        PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE)) {
-        r->keys = SHARED_KEYS(t);
-    }
-#endif
+    r->n_slots = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *name = PyTuple_GET_ITEM(names, i), *d;
         r->code[i] = 0;
-        READS_DICT_OK(r, i) = 0;
-        if (!PyUnicode_CheckExact(name)) {
-            continue;
-        }
-        d = _PyType_Lookup(t, name); /* borrowed; no user code runs */
-        /* nothing, or a value whose lookup gives way to the instance's own:
-         * a default such as 0 or None, a function (not a data descriptor,
-         * and of a type that cannot become one) */
-        int own_first = d == NULL || (PyType_HasFeature(Py_TYPE(d), Py_TPFLAGS_IMMUTABLETYPE) &&
-                                      !(Py_TYPE(d)->tp_descr_get != NULL &&
-                                        Py_TYPE(d)->tp_descr_set != NULL));
-        READS_DICT_OK(r, i) = own_first;
-        if (d != NULL && Py_TYPE(d) == &PyMemberDescr_Type) {
-            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-            if (m->type == T_OBJECT_EX && !(m->flags & PY_AUDIT_READ) && m->offset > 0 &&
-                PyType_IsSubtype(t, PyDescr_TYPE(d))) {
-                r->code[i] = m->offset;
-            }
-        }
-#if LAYOUT_311 || SPLIT_READS
-        else if (r->keys != NULL && own_first) {
-            Py_ssize_t ix = shared_key_index(r->keys, name);
-            if (ix >= 0) {
-                r->code[i] = -1 - ix;
-                r->n_values++;
-            }
-        }
-#endif
+        READS_DICT_OK(r, i) = 1;
     }
+    layout_field_codes(t, names, r);
     return b;
 }
+#endif
 
 /* getattr(obj, name) for field i of a record whose class's reads are r (or
  * NULL), when its slot or (3.11) inline value holds it: a new reference;
@@ -980,7 +915,7 @@ split_reads_check(void)
         }
     }
     if (PyObject_SetAttr(obj[1], PyTuple_GET_ITEM(names, lone), vals[lone]) < 0 ||
-        (reads = field_reads((PyTypeObject *)cls, names)) == NULL) {
+        (reads = probe_reads((PyTypeObject *)cls, names)) == NULL) {
         goto done;
     }
     const FieldReads *r = reads_of(reads);
@@ -1047,7 +982,7 @@ values_reads_check(void)
             goto done;
         }
     }
-    reads = field_reads((PyTypeObject *)cls, names);
+    reads = probe_reads((PyTypeObject *)cls, names);
     if (reads == NULL) {
         goto done;
     }
@@ -1316,55 +1251,6 @@ split_tables_check(void)
 }
 #endif
 
-#if VERSION_TAGS
-/* Sets version_tags_ok when CPython keeps version tags as plan_saved and
- * entry_fresh rely on: a class that has been looked up has a tag other than 0,
- * its own; setting an attribute on a class changes its tag and its
- * subclasses' tags (to 0, or to a new one once looked up again), and leaves
- * its bases' alone. A failure of any kind leaves it off. */
-PK_SHARED void
-version_tags_check(void)
-{
-    PyObject *base = NULL, *sub = NULL, *bases = NULL, *name = NULL, *one = NULL;
-    int ok = 0;
-    version_tags_ok = 1;
-    base = PyObject_CallFunction((PyObject *)&PyType_Type, "s(){}", "_ProbeBase");
-    bases = base ? PyTuple_Pack(1, base) : NULL;
-    sub = bases ? PyObject_CallFunction((PyObject *)&PyType_Type, "sO{}", "_ProbeSub", bases)
-                : NULL;
-    name = PyUnicode_InternFromString("_probe_attribute");
-    one = PyLong_FromLong(1);
-    if (sub == NULL || name == NULL || one == NULL) {
-        goto done;
-    }
-    PyTypeObject *b = (PyTypeObject *)base, *t = (PyTypeObject *)sub;
-    /* a lookup gives a class a tag (CPython's method cache) */
-    (void)_PyType_Lookup(b, name);
-    (void)_PyType_Lookup(t, name);
-    unsigned int b0 = type_version(b), t0 = type_version(t);
-    if (b0 == 0 || t0 == 0 || b0 == t0 || PyObject_SetAttr(base, name, one) < 0 ||
-        type_version(b) == b0 || type_version(t) == t0) {
-        goto done;
-    }
-    (void)_PyType_Lookup(b, name);
-    (void)_PyType_Lookup(t, name);
-    unsigned int b1 = type_version(b), t1 = type_version(t);
-    if (b1 == 0 || t1 == 0 || b1 == t1 || b1 == b0 || b1 == t0 || t1 == b0 || t1 == t0 ||
-        PyObject_SetAttr(sub, name, one) < 0) {
-        goto done;
-    }
-    (void)_PyType_Lookup(t, name);
-    ok = type_version(b) == b1 && type_version(t) != t1 && type_version(t) != 0;
-done:
-    PyErr_Clear();
-    version_tags_ok = ok;
-    Py_XDECREF(one);
-    Py_XDECREF(name);
-    Py_XDECREF(sub);
-    Py_XDECREF(bases);
-    Py_XDECREF(base);
-}
-#endif
 
 #if INT_DIGITS
 /* Sets int_digits_ok when small_long's reads of ob_size and ob_digit give

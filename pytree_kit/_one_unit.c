@@ -6,6 +6,8 @@
  */
 #include "_core.c"
 #include "_layouts.c"
+#include "_memo.c"
+#include "_class_plans.c"
 #include "_stack.c"
 #include "_classify.c"
 #include "_flatten.c"

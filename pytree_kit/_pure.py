@@ -733,6 +733,154 @@ def class_traits(t: Any) -> tuple:
     return custom, False, False, hasattr(t, "__attrs_attrs__")
 
 
+#: How the C engine reads the instances of a class: the first item of
+#: :func:`class_plan`'s answer (``_class_plans.c``'s ``PLAN_*``, in step:
+#: tests/test_versions.py checks the two agree).
+PLAN_LEAF = 0  # a leaf
+PLAN_TUPLE_LEAF = 1  # a tuple subclass that is no namedtuple: a leaf
+PLAN_NAMEDTUPLE = 2  # (PLAN_NAMEDTUPLE, _fields)
+PLAN_DATACLASS = 3  # (PLAN_DATACLASS, names, reads, other_slots)
+PLAN_ATTRS = 4  # (PLAN_ATTRS, names, reads, other_slots)
+PLAN_CUSTOM = 5  # __tree_flatten__
+PLAN_PYTHON = 6  # each instance is classified by classify, above
+
+#: the class attributes class_plan's answer depends on
+_PLANNED_NAMES = (
+    "__tree_flatten__",
+    "__tree_unflatten__",
+    "_fields",
+    "n_sequence_fields",
+    "n_fields",
+    "__dataclass_fields__",
+    "__attrs_attrs__",
+    "__getattr__",
+    "__getattribute__",
+    "__setattr__",
+)
+_MISSING = object()
+_IMMUTABLETYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: no attribute of the type can be set
+
+
+def _in_mro(t: Any, name: str) -> Any:
+    """What ``t.__mro__``'s class dicts bind ``name`` to, the first; else ``_MISSING``."""
+    for c in t.__mro__:
+        d = c.__dict__
+        if name in d:
+            return d[name]
+    return _MISSING
+
+
+def _fixed_by_dicts(t: Any) -> bool:
+    """Whether ``getattr(t, name)`` for each name :func:`class_plan` reads is
+    decided by the class dicts of ``t.__mro__`` alone, with no code of the
+    caller's run: the metaclass adds no lookup of its own and binds none of
+    these names (the attribute hooks only to what no data descriptor is:
+    ``enum``'s metaclass has a ``__setattr__``, which no lookup of the
+    class's attributes reads), and none of them is bound to a descriptor
+    whose class a class statement wrote. Then the answer holds while neither
+    ``t`` nor its metaclass is modified (CPython gives either a new version
+    tag then)."""
+    meta = type(t)
+    if meta is not type:
+        if _in_mro(meta, "__getattr__") is not _MISSING:
+            return False
+        for name in _PLANNED_NAMES:
+            found = _in_mro(meta, name)
+            if found is _in_mro(type, name):
+                continue
+            if not name.startswith("__get") and name != "__setattr__":
+                return False
+            kind = type(found)
+            if name == "__getattribute__" or hasattr(kind, "__set__") or hasattr(kind, "__delete__"):
+                return False
+    for name in _PLANNED_NAMES:
+        found = _in_mro(t, name)
+        kind = type(found)
+        if found is not _MISSING and kind.__flags__ & _HEAPTYPE and hasattr(kind, "__get__"):
+            return False
+    return True
+
+
+def _field_read(t: Any, name: str) -> Any:
+    """How the C engine reads the field ``name`` of an instance of the record
+    class ``t``: the member descriptor of its slot, ``True`` when the value
+    ``getattr`` gives is the instance ``__dict__``'s (the class binds the name
+    to nothing, or to a value of an immutable type that is no data
+    descriptor: a default such as ``0`` or ``None``, a function), else
+    ``False`` (``getattr`` itself: a property, a value of a class that could
+    become a data descriptor later)."""
+    found = _in_mro(t, name)
+    if found is _MISSING:
+        return True
+    kind = type(found)
+    if kind is types.MemberDescriptorType:
+        return found
+    data = hasattr(kind, "__set__") or hasattr(kind, "__delete__")
+    return bool(kind.__flags__ & _IMMUTABLETYPE) and not data
+
+
+def class_plan(t: Any) -> tuple:
+    """How the C engine reads the instances of the class ``t``, asked once per
+    class and kept while the class and its metaclass are unchanged: a tuple
+    whose first item is one of the ``PLAN_*`` codes above. It is what
+    :func:`classify` decides for the class, less what it decides per
+    instance (a namedtuple's length, a record's unset fields and its state
+    outside its fields, which the C engine checks on each instance):
+
+    - ``(PLAN_LEAF,)``, ``(PLAN_TUPLE_LEAF,)``, ``(PLAN_CUSTOM,)``;
+    - ``(PLAN_NAMEDTUPLE, fields)``;
+    - ``(PLAN_DATACLASS, names, reads, other_slots)`` (or ``PLAN_ATTRS``) for a
+      record class with no static field whose class keeps to the generic
+      attribute access: ``names`` its fields' names, ``reads`` how each is read
+      (:func:`_field_read`), ``other_slots`` the member descriptors of the
+      slots that are no field's (an instance that sets one is left to
+      :func:`classify`, which says why it is refused);
+    - ``(PLAN_PYTHON,)`` for anything :func:`classify` must see per instance:
+      the rare builtin containers, structseqs, a record class with static
+      fields or its own attribute access (classify refuses it, saying why),
+      ``__tree_flatten__`` without ``__tree_unflatten__``, and a class whose
+      attributes a metaclass or a descriptor of the caller's computes
+      (:func:`_fixed_by_dicts`).
+
+    Examples:
+        >>> import dataclasses
+        >>> @dataclasses.dataclass
+        ... class P:
+        ...     x: int
+        ...     y: int = 0
+        >>> class_plan(P) == (PLAN_DATACLASS, ("x", "y"), (True, True), ())
+        True
+        >>> class_plan(int) == (PLAN_LEAF,)
+        True
+    """
+    if t in _BUILTIN_CONTAINERS or not _fixed_by_dicts(t):
+        return (PLAN_PYTHON,)
+    custom, structseq, dataclass, attrs = class_traits(t)
+    if custom:
+        if callable(getattr(t, "__tree_unflatten__", None)):
+            return (PLAN_CUSTOM,)
+        return (PLAN_PYTHON,)  # classify raises, naming the class
+    if issubclass(t, tuple):
+        if structseq:
+            return (PLAN_PYTHON,)
+        fields = getattr(t, "_fields", None)
+        return (PLAN_NAMEDTUPLE, fields) if type(fields) is tuple else (PLAN_TUPLE_LEAF,)
+    if not (dataclass or attrs):
+        return (PLAN_LEAF,)
+    if _customised(t) is not None:
+        return (PLAN_PYTHON,)
+    fields = record_fields(t)
+    if any(is_static for _, is_static in fields):
+        return (PLAN_PYTHON,)
+    names = tuple(name for name, _ in fields)
+    if not all(type(name) is str for name in names):
+        return (PLAN_PYTHON,)
+    reads = tuple(_field_read(t, name) for name in names)
+    mro = t.__mro__
+    other = tuple(mro[i].__dict__[name] for i, name in slot_names(t) if name not in names)
+    return (PLAN_DATACLASS if dataclass else PLAN_ATTRS, names, reads, other)
+
+
 def _key_order(obj: dict) -> tuple:
     """The keys of a dict in insertion order. ``tuple(list(obj))``, not
     ``tuple(obj)``: torch.compile's tracer on torch 2.15 guards no key order

@@ -17,8 +17,8 @@ sp_plans_made(PyObject *self, PyObject *unused)
     return PyLong_FromSsize_t(plans_made);
 }
 
-/* _plan_set(cls): the set of the remembered plans that cls's plan goes in,
- * and how many ways a set has (for tests) */
+/* _plan_set(cls): the set of the class memo that cls's plan goes in, and
+ * how many ways a set has (for tests) */
 static PyObject *
 sp_plan_set(PyObject *self, PyObject *cls)
 {
@@ -26,20 +26,33 @@ sp_plan_set(PyObject *self, PyObject *cls)
         PyErr_SetString(PyExc_TypeError, "_plan_set() takes a class");
         return NULL;
     }
-    return Py_BuildValue("(nn)", (Py_ssize_t)saved_set((PyTypeObject *)cls), (Py_ssize_t)PLAN_WAYS);
+    MemoTable *t = &the_memo.plans;
+    size_t set = (size_t)((char *)memo_set(t, (uintptr_t)cls) - t->entries) / (t->ways * t->size);
+    return Py_BuildValue("(nn)", (Py_ssize_t)set, (Py_ssize_t)t->ways);
 }
 
-/* _field_codes(cls, names): the read codes for names of instances of cls
- * (0: getattr, > 0: a slot's offset, < 0: a shared-keys index), for tests. */
+/* _memo_clear(): empties every table kept across calls (for tests, and for
+ * a program that wants the memory back) */
+static PyObject *
+sp_memo_clear(PyObject *self, PyObject *unused)
+{
+    memo_clear(&the_memo);
+    Py_RETURN_NONE;
+}
+
+/* _field_codes(cls, names, reads): the read codes of those fields of
+ * instances of cls, read as reads says (_pure._field_read's answers: 0,
+ * getattr; > 0, a slot's offset; < 0, a shared-keys index), for tests. */
 static PyObject *
 sp_field_codes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyType_Check(args[0]) || !PyTuple_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "_field_codes(cls, names: tuple)");
+    if (nargs != 3 || !PyType_Check(args[0]) || !PyTuple_Check(args[1]) ||
+        !PyTuple_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "_field_codes(cls, names: tuple, reads: tuple)");
         return NULL;
     }
     Py_ssize_t n = PyTuple_GET_SIZE(args[1]);
-    PyObject *reads = field_reads((PyTypeObject *)args[0], args[1]);
+    PyObject *reads = record_reads((PyTypeObject *)args[0], args[1], args[2], empty_tuple);
     if (reads == NULL && PyErr_Occurred()) {
         return NULL;
     }
@@ -102,11 +115,14 @@ static PyMethodDef methods[] = {
     /* the torch adapters' helpers (_for_torch.h) */
     PK_FOR_TORCH_METHODS,
     {"_field_codes", (PyCFunction)(void (*)(void))sp_field_codes, METH_FASTCALL,
-     "_field_codes($module, cls, names, /)\n--\n\n"
+     "_field_codes($module, cls, names, reads, /)\n--\n\n"
      "-> how each field is read (for tests)"},
     {"_plan_set", sp_plan_set, METH_O,
      "_plan_set($module, cls, /)\n--\n\n"
-     "-> (the set of remembered plans cls's goes in, ways per set) (for tests)"},
+     "-> (the set of the class memo cls's plan goes in, ways per set) (for tests)"},
+    {"_memo_clear", sp_memo_clear, METH_NOARGS,
+     "_memo_clear($module)\n--\n\n"
+     "-> None: empties every table kept across calls"},
     {"_plans_made", sp_plans_made, METH_NOARGS,
      "_plans_made($module)\n--\n\n"
      "-> how many times a class's plan was worked out (for tests)"},
@@ -114,9 +130,17 @@ static PyMethodDef methods[] = {
 };
 
 
+/* the module going (at exit): the tables kept across calls let go */
+static void
+module_free(void *module)
+{
+    memo_free(&the_memo);
+}
+
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT, "pytree_kit._speedups",
     "The C engine of pytree_kit: the same results as pytree_kit._pure, faster.", -1, methods,
+    NULL, NULL, NULL, module_free,
 };
 
 static PyObject *
@@ -169,23 +193,6 @@ builtin_own(PyTypeObject *t, PyObject *name)
     return v;
 }
 
-/* What t.name is, found through t's MRO as an instance's lookup finds it (a
- * new reference): unlike builtin_own, the entry may be a base's. dict's
- * __getattribute__ is its own slot wrapper up to 3.13; from 3.14 dict has no
- * tp_getattro of its own and inherits object's (and its wrapper). */
-static PyObject *
-builtin_found(PyTypeObject *t, PyObject *name)
-{
-    PyObject *v = _PyType_Lookup(t, name); /* borrowed; runs no code */
-    if (v == NULL) {
-        if (!PyErr_Occurred()) {
-            PyErr_Format(PyExc_RuntimeError, "%s has no %U", t->tp_name, name);
-        }
-        return NULL;
-    }
-    return Py_NewRef(v);
-}
-
 #define INTERN(var, text)                                     \
     do {                                                      \
         if ((var = PyUnicode_InternFromString(text)) == NULL) \
@@ -195,7 +202,7 @@ builtin_found(PyTypeObject *t, PyObject *name)
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    PyObject *m = NULL, *pure = NULL, *spec = NULL, *keys = NULL, *kinds = NULL, *dc = NULL;
+    PyObject *m = NULL, *pure = NULL, *spec = NULL, *keys = NULL, *kinds = NULL;
     m = PyModule_Create(&moduledef);
     if (m == NULL) {
         return NULL;
@@ -207,8 +214,7 @@ PyInit__speedups(void)
     spec = PyImport_ImportModule("pytree_kit._spec");
     keys = PyImport_ImportModule("pytree_kit._keys");
     kinds = PyImport_ImportModule("pytree_kit._kinds");
-    dc = PyImport_ImportModule("dataclasses");
-    if (!pure || !spec || !keys || !kinds || !dc) {
+    if (!pure || !spec || !keys || !kinds) {
         goto fail;
     }
     {
@@ -231,7 +237,7 @@ PyInit__speedups(void)
     }
     if (!(LEAF_NODE = get_attr(kinds, "LEAF_NODE")) || !(NONE_NODE = get_attr(kinds, "NONE_NODE")) ||
         !(py_classify = get_attr(pure, "classify")) ||
-        !(py_customised = get_attr(pure, "_customised")) ||
+        !(py_class_plan = get_attr(pure, "class_plan")) ||
         !(py_refuse_leaves = get_attr(pure, "refuse_leaves")) ||
         !(py_refuse_trees = get_attr(pure, "refuse_trees")) ||
         !(py_dict_order_differs = get_attr(pure, "dict_order_differs")) ||
@@ -240,7 +246,7 @@ PyInit__speedups(void)
         !(py_cycle_error = get_attr(pure, "_cycle_error")) || !(py_match = get_attr(pure, "_match")) ||
         !(py_mismatch = get_attr(pure, "_mismatch")) || !(py_build = get_attr(pure, "build")) ||
         !(SequenceKey_t = get_attr(keys, "SequenceKey")) || !(DictKey_t = get_attr(keys, "DictKey")) ||
-        !(GetAttrKey_t = get_attr(keys, "GetAttrKey")) || !(FIELD_marker = get_attr(dc, "_FIELD"))) {
+        !(GetAttrKey_t = get_attr(keys, "GetAttrKey"))) {
         goto fail;
     }
     if (key_init() < 0 || pk_specops_init(spec) < 0 || pk_rows_init() < 0) {
@@ -278,30 +284,18 @@ PyInit__speedups(void)
     }
     INTERN(s_tree_flatten, "__tree_flatten__");
     INTERN(s_tree_unflatten, "__tree_unflatten__");
-    INTERN(s_fields, "_fields");
-    INTERN(s_n_sequence_fields, "n_sequence_fields");
-    INTERN(s_n_fields, "n_fields");
-    INTERN(s_dataclass_fields, "__dataclass_fields__");
-    INTERN(s_attrs_attrs, "__attrs_attrs__");
-    INTERN(s_field_type, "_field_type");
-    INTERN(s_name, "name");
-    INTERN(s_metadata, "metadata");
-    INTERN(s_get, "get");
-    INTERN(s_static, "static");
     INTERN(s_new, "__new__");
-    INTERN(s_getattribute, "__getattribute__");
-    if ((object_new_fn = builtin_own(&PyBaseObject_Type, s_new)) == NULL ||
-        (object_getattribute_fn = builtin_own(&PyBaseObject_Type, s_getattribute)) == NULL ||
-        (dict_getattribute_fn = builtin_found(&PyDict_Type, s_getattribute)) == NULL) {
+    if ((object_new_fn = builtin_own(&PyBaseObject_Type, s_new)) == NULL) {
         goto fail;
     }
     INTERN(s_len, "__len__");
     INTERN(s_flatten, "flatten");
     INTERN(s_the_spec, "the spec");
     INTERN(s_the_tree, "the tree");
-#if VERSION_TAGS
-    version_tags_check();
-#endif
+    if (memo_init(&the_memo) < 0) {
+        goto fail;
+    }
+    tags_check();
 #if INT_DIGITS
     int_digits_check();
 #endif
@@ -324,7 +318,7 @@ PyInit__speedups(void)
     odict_links_check();
 #endif
     PyObject *fast = Py_BuildValue(
-        "{sNsNsNsNsNsNsNsN}", "type_version_tags", PyBool_FromLong(VERSION_TAGS && version_tags_ok),
+        "{sNsNsNsNsNsNsNsN}", "type_version_tags", PyBool_FromLong(VERSION_TAGS && plans_kept()),
         "int_digits", PyBool_FromLong(INT_DIGITS && int_digits_ok), "instance_values",
         PyBool_FromLong(LAYOUT_311 && values_reads_ok), "dict_reads",
         PyBool_FromLong(DICT_READS && dict_reads_ok), "dict_tables",
@@ -351,14 +345,12 @@ PyInit__speedups(void)
     Py_DECREF(spec);
     Py_DECREF(keys);
     Py_DECREF(kinds);
-    Py_DECREF(dc);
     return m;
 fail:
     Py_XDECREF(pure);
     Py_XDECREF(spec);
     Py_XDECREF(keys);
     Py_XDECREF(kinds);
-    Py_XDECREF(dc);
     Py_DECREF(m);
     return NULL;
 }

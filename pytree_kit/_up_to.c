@@ -125,7 +125,7 @@ mismatch(Up *u, PyObject *node, PyObject *obj)
     return raise_returned(exc);
 }
 
-static TypeEntry *up_plan(Ctx *c, PyTypeObject *ot);
+static TypeEntry *up_plan(Up *u, Ctx *c, PyTypeObject *ot);
 
 /* Past this many keys, dict_same_keys only takes a dict in the spec's order
  * (an entry's key not at its place is not looked for). */
@@ -336,7 +336,7 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
     case K_DATACLASS:
     case K_ATTRS:
         if ((PyObject *)ot == t) {
-            TypeEntry *e = up_plan(c, ot);
+            TypeEntry *e = up_plan(u, c, ot);
             if (e == NULL) {
                 return -1;
             }
@@ -519,18 +519,13 @@ dict_children_match(PyObject *res, Py_ssize_t arity, PyObject *aux, int kind,
     return 1;
 }
 
-/* The plan for an exact type in flatten_up_to (made when first met). */
+/* The plan for an exact type in flatten_up_to (made when first met in the
+ * call, after the lists being read are copied: it may run code). */
 static TypeEntry *
-up_plan(Ctx *c, PyTypeObject *ot)
+up_plan(Up *u, Ctx *c, PyTypeObject *ot)
 {
     TypeEntry *e = tc_find(&c->types, ot);
-    if (e != NULL && entry_refresh(e) < 0) {
-        return NULL;
-    }
-    if (e == NULL && ((e = tc_add(&c->types, ot)) == NULL || plan_for(e) < 0)) {
-        return NULL;
-    }
-    return e;
+    return e != NULL ? e : class_entry(c, u->s, ot);
 }
 
 /* A dataclass or attrs instance whose spec node has only leaves below it and
@@ -542,11 +537,9 @@ record_leaves(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObjec
 {
     /* the lists being read are copied (stack_freeze) only before what may
      * run code: making a plan, comparing aux, a getattr in record_read */
-    TypeEntry *e = tc_find(&c->types, Py_TYPE(obj));
-    if (e == NULL || !entry_fresh(e)) {
-        if (stack_freeze(u->s) < 0 || (e = up_plan(c, Py_TYPE(obj))) == NULL) {
-            return -1;
-        }
+    TypeEntry *e = up_plan(u, c, Py_TYPE(obj));
+    if (e == NULL) {
+        return -1;
     }
     if (e->plan != (kind == K_DATACLASS ? PLAN_DATACLASS : PLAN_ATTRS) || e->info == NULL) {
         return 0;

@@ -1,0 +1,181 @@
+/* _memo.c: what the engine keeps from one call to the next.
+ *
+ * One of the engine's parts: compiles on its own against _core.h, which
+ * declares what it shares (see _core.h's map).
+ *
+ * Every table kept across calls is a MemoTable: sets of a few ways, each
+ * way an entry that starts with a MemoHead (a key, a tag, and when it was
+ * last used), the rest of it the table's own. One rule evicts: a new entry
+ * takes an empty way of its set, else the way used least recently. Each
+ * table says how to let go of an entry's references (release), which
+ * memo_clear calls on every entry: _speedups._memo_clear() empties them all,
+ * and the module's state frees them when the module goes.
+ *
+ * The tables (each described where it is read):
+ *   plans       class plans under the class's version tags (_class_plans.c)
+ *   dict_orders small dicts' key orders and nodes (_classify.c)
+ *   big_orders  large dicts' insertion orders (_classify.c, _unflatten.c)
+ *   pairs       the (position, order) pairs of specs (_flatten.c)
+ *   templates   dicts to copy for keys met again (_unflatten.c)
+ * An entry is written after the last allocation of the call that writes it
+ * (an allocation may collect garbage, whose finalizers may flatten and
+ * write any entry), and what it held is let go of last.
+ * Calls: only the C API.
+ */
+
+#include "_core.h"
+
+/* The module's one set of tables (module state once the module has one). */
+PK_DATA Memo the_memo;
+
+static int
+table_init(MemoTable *t, unsigned int set_bits, unsigned int ways, size_t size,
+           void (*release)(MemoHead *))
+{
+    size_t n = ((size_t)1 << set_bits) * ways;
+    t->entries = PyMem_Calloc(n, size);
+    if (t->entries == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    t->size = size;
+    t->set_bits = set_bits;
+    t->ways = ways;
+    t->clock = 0;
+    t->release = release;
+    return 0;
+}
+
+/* Let go of every entry of t, leaving them empty. */
+static void
+table_clear(MemoTable *t)
+{
+    if (t->entries == NULL) {
+        return;
+    }
+    size_t n = ((size_t)1 << t->set_bits) * t->ways;
+    for (size_t i = 0; i < n; i++) {
+        MemoHead *h = (MemoHead *)(t->entries + i * t->size);
+        if (h->key != 0) {
+            /* emptied before its references go: a finalizer they run may
+             * look the table up */
+            char copy[MEMO_ENTRY_MAX];
+            memcpy(copy, h, t->size);
+            memset(h, 0, t->size);
+            t->release((MemoHead *)copy);
+        }
+    }
+}
+
+/* The first way of the set of hash h (the top bits of a multiplicative
+ * hash: the low bits of addresses are aligned away). */
+PK_SHARED_INLINE MemoHead *
+memo_set(MemoTable *t, uintptr_t h)
+{
+    uint64_t x = (uint64_t)h * 0x9E3779B97F4A7C15ULL;
+    size_t set = t->set_bits ? (size_t)(x >> (64 - t->set_bits)) : 0;
+    return (MemoHead *)(t->entries + set * t->ways * t->size);
+}
+
+PK_SHARED_INLINE MemoHead *
+memo_way(MemoTable *t, MemoHead *set, unsigned int way)
+{
+    return (MemoHead *)((char *)set + way * t->size);
+}
+
+/* Mark an entry as just used. */
+PK_SHARED_INLINE void
+memo_touch(MemoTable *t, MemoHead *h)
+{
+    h->used = ++t->clock;
+}
+
+/* The entry of (key, tag) in t, marked used, or NULL. */
+PK_SHARED_INLINE void *
+memo_find(MemoTable *t, uintptr_t key, unsigned int tag)
+{
+    MemoHead *set = memo_set(t, key);
+    for (unsigned int w = 0; w < t->ways; w++) {
+        MemoHead *h = memo_way(t, set, w);
+        if (h->key == key && h->tag == tag) {
+            memo_touch(t, h);
+            return h;
+        }
+    }
+    return NULL;
+}
+
+/* The way of set that a new entry takes: an empty one, else the one used
+ * least recently (a clock that wraps only makes one choice a poor one). */
+PK_SHARED MemoHead *
+memo_victim(MemoTable *t, MemoHead *set)
+{
+    MemoHead *v = set;
+    for (unsigned int w = 0; w < t->ways; w++) {
+        MemoHead *h = memo_way(t, set, w);
+        if (h->key == 0) {
+            return h;
+        }
+        if ((int32_t)(h->used - v->used) < 0) {
+            v = h;
+        }
+    }
+    return v;
+}
+
+/* The entry to write (key, tag) into: the one key holds already (its tag
+ * stale: the class changed, or was freed and its address reused), else
+ * memo_victim's. Its head is set; what the rest of it holds, the caller
+ * replaces and then lets go of (memo_release). */
+PK_SHARED void *
+memo_slot(MemoTable *t, uintptr_t key, unsigned int tag)
+{
+    MemoHead *set = memo_set(t, key), *h = NULL;
+    for (unsigned int w = 0; w < t->ways && h == NULL; w++) {
+        MemoHead *x = memo_way(t, set, w);
+        if (x->key == key) {
+            h = x;
+        }
+    }
+    if (h == NULL) {
+        h = memo_victim(t, set);
+    }
+    h->key = key;
+    h->tag = tag;
+    memo_touch(t, h);
+    return h;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The tables' entries and how each lets go of its references */
+
+static void
+plan_release(MemoHead *h)
+{
+    KeptPlan *k = (KeptPlan *)h;
+    Py_XDECREF(k->info);
+    Py_XDECREF(k->reads_obj);
+}
+
+PK_SHARED int
+memo_init(Memo *m)
+{
+    memset(m, 0, sizeof(*m));
+    return table_init(&m->plans, PLAN_SET_BITS, PLAN_WAYS, sizeof(KeptPlan), plan_release);
+}
+
+/* Empties every table (what _speedups._memo_clear() does). */
+PK_SHARED void
+memo_clear(Memo *m)
+{
+    table_clear(&m->plans);
+}
+
+/* Frees the tables (the module's state going). */
+PK_SHARED void
+memo_free(Memo *m)
+{
+    memo_clear(m);
+    PyMem_Free(m->plans.entries);
+    m->plans.entries = NULL;
+}
