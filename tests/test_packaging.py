@@ -1,5 +1,7 @@
 """The package as users install it: the declared Pythons are the tested ones,
-the license, and an install that cannot compile the C engine.
+the license, an install that cannot compile the C engine, and the test
+dependencies on each declared Python (one pin each, every peer that has a
+wheel).
 
 scripts/ci.py's package job builds the sdist and wheel with ``python -m build``
 on every supported Python and imports the wheel from a fresh virtual
@@ -168,3 +170,60 @@ def test_require_c_makes_a_failed_build_an_error(ci: Any, tmp_path: Path) -> Non
     assert proc.returncode != 0
     assert "no-such-cc" in proc.stdout + proc.stderr
     assert not list((tmp_path / "dist").glob("*.whl"))
+
+
+# -- the test dependencies on each declared Python --------------------------------
+
+
+def _applies(requirement: Any, version: str) -> bool:
+    """Whether a requirement (or pin) applies on CPython version '3.X' on Linux."""
+    env = {"python_version": version, "python_full_version": f"{version}.0",
+           "implementation_name": "cpython", "platform_python_implementation": "CPython",
+           "sys_platform": "linux", "platform_system": "Linux", "extra": ""}  # fmt: skip
+    return requirement.marker is None or requirement.marker.evaluate(env)
+
+
+def test_every_pin_applies_once_on_each_declared_python(ci: Any) -> None:
+    """constraints.txt pins each package once on each declared Python (a
+    second pin for 3.10 or 3.15 has a marker that the main one excludes): no
+    Python with two pins of a package, and none without one (but where a
+    package is a backport for 3.10 alone, as tomli is)."""
+    requirements = pytest.importorskip("packaging.requirements")
+    utils = pytest.importorskip("packaging.utils")
+    pins: dict = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            pin = requirements.Requirement(line)
+            specs = list(pin.specifier)
+            assert len(specs) == 1 and specs[0].operator == "==", line
+            pins.setdefault(utils.canonicalize_name(pin.name), []).append(pin)
+    assert {"numpy", "jax", "jaxlib", "optree", "hypothesis", "attrs"} <= set(pins)
+    wrong = []
+    for name, those in sorted(pins.items()):
+        count = {v: sum(_applies(p, v) for p in those) for v in ci.VERSIONS}
+        backport = [v for v, n in count.items() if n] == [ci.VERSIONS[0]]
+        wrong += [(name, v, n) for v, n in count.items() if n > 1 or (n == 0 and not backport)]
+    assert not wrong, f"(package, Python, pins that apply there): {wrong}"
+
+
+#: the test extra's peers (the tests that need one skip without it): every
+#: declared Python gets each, but dm-tree, which has no wheel for 3.15 (its
+#: sdist fetches abseil and pybind11 from the network at build time)
+PEERS_NOT_ON = {"attrs": (), "numpy": (), "jax": (), "jaxlib": (), "optree": (),
+                "dm-tree": ("3.15",)}  # fmt: skip
+
+
+@pytest.mark.parametrize("extra", ["test", "bench"])
+def test_the_test_extras_install_every_peer_that_has_a_wheel(ci: Any, extra: str) -> None:
+    """The test extra (and the benchmarks') installs each peer on every declared
+    Python but where it has no wheel: a peer left out by a marker by mistake
+    would only make its tests skip."""
+    requirements = pytest.importorskip("packaging.requirements")
+    deps = _pyproject()["project"]["optional-dependencies"][extra]
+    listed = {r.name: r for r in map(requirements.Requirement, deps)}
+    peers = [name for name in PEERS_NOT_ON if name in listed]
+    assert set(peers) >= ({*PEERS_NOT_ON} if extra == "test" else {"jax", "optree", "dm-tree"})
+    for name in peers:
+        not_on = [v for v in ci.VERSIONS if not _applies(listed[name], v)]
+        assert not_on == list(PEERS_NOT_ON[name]), (extra, name, not_on)
