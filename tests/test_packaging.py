@@ -1,7 +1,7 @@
 """The package as users install it: the declared Pythons are the tested ones,
 the license, an install that cannot compile the C engine, and the test
 dependencies on each declared Python (one pin each, every peer that has a
-wheel).
+wheel; a docstring example of a peer that is missing skips).
 
 scripts/ci.py's package job builds the sdist and wheel with ``python -m build``
 on every supported Python and imports the wheel from a fresh virtual
@@ -10,6 +10,7 @@ environment; these tests cover what that job does not.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -227,3 +228,56 @@ def test_the_test_extras_install_every_peer_that_has_a_wheel(ci: Any, extra: str
     for name in peers:
         not_on = [v for v in ci.VERSIONS if not _applies(listed[name], v)]
         assert not_on == list(PEERS_NOT_ON[name]), (extra, name, not_on)
+
+
+def _root_conftest() -> Any:
+    spec = importlib.util.spec_from_file_location("_root_conftest", ROOT / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_docstring_example_names_the_missing_peers_it_imports(monkeypatch: Any) -> None:
+    """The root conftest.py skips a docstring example that imports a peer that
+    is not installed (jax_rules' imports jax); it reads the example's imports."""
+    import doctest
+
+    conftest = _root_conftest()
+    text = (
+        ">>> import jax, pytree_kit as pk\n>>> from numpy.linalg import norm\n"
+        ">>> import os.path\n>>> from . import sibling\n>>> import optree as ot\n"
+    )
+    examples = doctest.DocTestParser().get_examples(text)
+    absent = {"jax", "numpy", "os", "optree"}
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in absent else real(name, *a)
+    )
+    # os is no peer: an example importing a missing module that is not a peer fails
+    assert conftest.missing_peers(examples) == ["jax", "numpy", "optree"]
+    absent.clear()
+    assert conftest.missing_peers(examples) == []
+
+
+def test_a_docstring_example_of_a_missing_peer_skips_and_of_another_module_fails(
+    tmp_path: Path,
+) -> None:
+    """The hook end to end, in a pytest run of its own: an example importing a
+    missing peer is skipped with the reason; one importing a missing module
+    that is no peer fails."""
+    (tmp_path / "conftest.py").write_text(
+        (ROOT / "conftest.py").read_text() + "\nPEERS = (*PEERS, 'pk_absent_peer')\n"
+    )
+    (tmp_path / "with_peer.py").write_text('"""\n>>> import pk_absent_peer\n"""\n')
+    (tmp_path / "with_typo.py").write_text('"""\n>>> import pk_absent_module\n"""\n')
+    (tmp_path / "fine.py").write_text('"""\n>>> import json\n>>> json.dumps(1)\n\'1\'\n"""\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs",
+         "--doctest-modules", "-o", "addopts=", str(tmp_path)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    out = proc.stdout
+    assert "its examples import pk_absent_peer: not installed" in out, out
+    assert "1 failed, 1 passed, 1 skipped" in out, out
+    assert "with_typo.py" in out.split("short test summary info", 1)[0], out
