@@ -79,6 +79,9 @@ QEMU_TESTS = ("tests/test_engines.py", "tests/test_errors.py", "tests/test_kinds
 #: that needs a peer the wheel's venv lacks, optree or jax, skips by itself)
 NEEDS_CHECKOUT = {
     "tests/test_versions.py::test_the_c_kinds_are_those_of_kinds_py": "reads the C source",
+    "tests/test_versions.py::test_the_docs_table_of_fast_paths_says_what_this_python_has": (
+        "reads docs/reliability.md"
+    ),
 }
 #: the compile flags: setuptools takes CFLAGS from the environment in place of
 #: the interpreter's own once CC is set, so CPython's release flags are named

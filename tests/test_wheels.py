@@ -136,3 +136,16 @@ def test_a_wheel_that_is_not_a_release_build_is_named(wheels: Any, tmp_path: Pat
         "pytree_kit/_speedups.cpython-311-x86_64-linux-gnu.so has __assert_fail",
         "pytree_kit/_speedups.cpython-311-x86_64-linux-gnu.so has __ubsan_handle",
     ]
+
+
+def test_each_test_the_wheel_run_leaves_out_is_a_test_of_the_core_suite(wheels: Any) -> None:
+    """NEEDS_CHECKOUT names tests that exist, in the files the wheel's run
+    takes (ENGINE_TESTS): a renamed one would run there, and fail."""
+    import ast
+
+    for test in wheels.NEEDS_CHECKOUT:
+        path, name = test.split("::")
+        assert path in wheels.ENGINE_TESTS, test
+        tree = ast.parse((ROOT / path).read_text())
+        names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert name in names, test
