@@ -281,3 +281,29 @@ def test_a_docstring_example_of_a_missing_peer_skips_and_of_another_module_fails
     assert "its examples import pk_absent_peer: not installed" in out, out
     assert "1 failed, 1 passed, 1 skipped" in out, out
     assert "with_typo.py" in out.split("short test summary info", 1)[0], out
+
+
+#: where the docs state the supported Pythons as a range: page, the words before it
+RANGES = {
+    "README.md": "once a release is uploaded (CPython",
+    "docs/index.md": "glibc 2.17 or newer) for CPython",
+    "docs/compatibility.md": "core needs nothing but Python (",
+    "docs/development.md": "one per Python (",
+    "docs/reliability.md": "every supported Python,",
+}
+#: and as a list
+LISTS = ("docs/development.md", "docs/reliability.md")
+
+
+def test_the_docs_name_every_declared_python(ci: Any) -> None:
+    """The pages that say which Pythons are supported say the declared ones:
+    the range from the first to the last, and the lists of all of them."""
+    first, last = ci.VERSIONS[0], ci.VERSIONS[-1]
+    listed = "CPython " + ", ".join(ci.VERSIONS[:-1]) + " and " + last
+    for page, before in RANGES.items():
+        text = " ".join((ROOT / page).read_text(encoding="utf-8").split())
+        found = re.findall(re.escape(before) + r" ?(3\.\d+) to (3\.\d+)", text)
+        assert found and set(found) == {(first, last)}, (page, found)
+    for page in LISTS:
+        text = " ".join((ROOT / page).read_text(encoding="utf-8").split())
+        assert listed in text, (page, listed)
