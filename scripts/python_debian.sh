@@ -23,9 +23,10 @@
 #     virtual environment with pip (which installs from the registry
 #     configured for pip).
 #
-# Then the interpreter is checked: its version, the standard library's
-# compiled modules (ssl, sqlite3, ctypes, the compressors), its headers and
-# pip's wheel in the prefix, and `-m venv` making an environment with pip.
+# Then the interpreter is checked: its version, a build with the GIL, the
+# standard library's compiled modules (ssl, sqlite3, ctypes, the
+# compressors), its headers (pyconfig.h's include rewritten) and pip's wheel
+# in the prefix, and `-m venv` making an environment with pip.
 # A second run checks the interpreter and exits quickly, changing nothing.
 # Needs: bash, apt-get, dpkg, and (once) root for apt-get install patchelf.
 set -euo pipefail
@@ -65,7 +66,9 @@ for path in sysconfig.get_path("include"), sysconfig.get_config_var("WHEEL_PKG_D
     assert path.startswith(sys.argv[1]), (path, sys.argv[1])
 assert (Path(sysconfig.get_path("include")) / "Python.h").is_file()
 assert list(Path(sysconfig.get_config_var("WHEEL_PKG_DIR")).glob("pip-*.whl"))' "$ROOT" "$V" \
-        >/dev/null 2>&1
+        >/dev/null 2>&1 &&
+        # pyconfig.h includes the prefix's own header, not the machine's
+        ! grep -q "include <$ARCH_TRIPLET/python$V/pyconfig.h>" "$ROOT/usr/include/python$V/pyconfig.h"
 }
 
 # -m venv makes an environment whose pip runs (ensurepip from the prefix's wheel)
