@@ -604,7 +604,12 @@ def make_quick_jobs(v: str, python: str) -> list:
 
 #: seconds each job took in a CI run on 2 cores (two jobs at a time), for the
 #: order the jobs start in: the longest chains first, so that what is left at
-#: the end is short and both cores stay busy
+#: the end is short and both cores stay busy. 3.15's are 3.14's from the last
+#: whole run, when it was the newest (the same jobs on the same C engine); 3.14's
+#: C engine is that less the benchmark scripts' ~60 s. (`--python 3.14 --python
+#: 3.15` on a machine shared with other work took 530 s for 3.14's C engine,
+#: 505, 327, 109 and 366 s for 3.15's C engine, pure engine, no fast paths and
+#: sanitizers: the same order.)
 ESTIMATES = {
     "setup": {FULL: 200, "": 110},
     "C engine": {"3.10": 600, FULL: 1850, "3.14": 300, "3.15": 360, "": 420},  # 3.12, 3.13: 420
