@@ -52,12 +52,14 @@ without it, and fails under ``CI=true`` without it):
   no compiler (the pure engine, saying why).
 
 Interpreters are found as people find them: ``python3.X`` on PATH, then pyenv's
-``versions/3.X.*`` (``pyenv root``, ``$PYENV_ROOT`` or ``~/.pyenv``); for 3.14,
-last, the one ``scripts/python314.sh`` makes from Debian's packages
-(``$PYTREE_KIT_PY314_PREFIX/bin/python3.14``, by default under
-``~/.cache/pytree_kit``). With ``CI=true`` or ``--make-python314`` a missing
-3.14 is made with that script. With ``CI=true`` a missing one fails the run;
-otherwise its jobs are skipped, with a line saying so.
+``versions/3.X.*`` (``pyenv root``, ``$PYENV_ROOT`` or ``~/.pyenv``); for 3.14
+and 3.15 (``DEBIAN_PYTHONS``), last, the one ``scripts/python_debian.sh 3.X``
+makes from Debian's packages (``$PYTREE_KIT_PY3X_PREFIX/bin/python3.X``, that
+is ``PYTREE_KIT_PY314_PREFIX`` or ``PYTREE_KIT_PY315_PREFIX``, by default
+under ``~/.cache/pytree_kit``). With ``CI=true`` or ``--make-debian-pythons``
+(``--make-python314``, its older name) a missing 3.14 or 3.15 is made with
+that script. With ``CI=true`` a missing one fails the run; otherwise its jobs
+are skipped, with a line saying so.
 
 ``--quick`` runs one Python (FULL, or the one ``--python`` names): its venv
 (kept if there), then the engine tests, the tree operations, paths and the
@@ -95,13 +97,19 @@ from pathlib import Path
 from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
-VERSIONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
+VERSIONS = ("3.10", "3.11", "3.12", "3.13", "3.14", "3.15")
 FULL = "3.11"
 # The pure-engine, no-fast-paths and sanitizer jobs run on the oldest and the
 # newest Python only (every Python runs the C engine's whole suite, with the
 # differential tests of both engines): CI's 60 minutes on 2 cores. A change
 # to the C engine's version-specific layouts (_layouts.c) is run through
 # scripts/sanitize.sh on every Python by hand (docs/development.md).
+# 3.14, no longer the newest, runs the C engine's whole suite and the package
+# job: its C engine is the one 3.15 compiles (no layout-reading fast path, those
+# being validated for 3.10 to 3.13 only, _engine.VALIDATED_PYTHONS; the C
+# files' other version gates are all "from 3.14"), so 3.15's no-fast-paths and
+# sanitizer jobs run the C code 3.14 runs, and its pure-engine job the same
+# Python code.
 EDGES = (VERSIONS[0], VERSIONS[-1])
 SANITIZED = EDGES
 LOGS = ROOT / "build" / "ci-logs"
@@ -164,34 +172,47 @@ def _pyenv_root() -> Optional[Path]:
     return Path(root) if os.path.isdir(root) else None
 
 
-def py314_prefix() -> Path:
-    """Where scripts/python314.sh makes its 3.14 interpreter."""
-    prefix = os.environ.get("PYTREE_KIT_PY314_PREFIX")
-    return Path(prefix) if prefix else Path.home() / ".cache" / "pytree_kit" / "python3.14"
+#: the versions scripts/python_debian.sh makes from Debian sid's packages,
+#: for a machine with none installed (Debian 12 ships 3.11)
+DEBIAN_PYTHONS = ("3.14", "3.15")
 
 
-def make_python314() -> Optional[str]:
-    """Runs scripts/python314.sh (Debian's 3.14, unpacked under py314_prefix());
-    its last line is the interpreter. None, with the reason logged, if it fails."""
+def debian_prefix(version: str) -> Path:
+    """Where scripts/python_debian.sh makes its interpreter of version '3.X':
+    ``$PYTREE_KIT_PY3X_PREFIX`` (``PYTREE_KIT_PY315_PREFIX`` for 3.15), by
+    default ``~/.cache/pytree_kit/python3.X``."""
+    prefix = os.environ.get(f"PYTREE_KIT_PY{version.replace('.', '')}_PREFIX")
+    return Path(prefix) if prefix else Path.home() / ".cache" / "pytree_kit" / f"python{version}"
+
+
+def make_debian_python(version: str) -> Optional[str]:
+    """Runs ``scripts/python_debian.sh version`` (Debian's interpreter, unpacked
+    under debian_prefix(version)); its last line is the interpreter, which must
+    be that version. None, with the reason logged, if it fails."""
     bash = shutil.which("bash")
     if bash is None:
-        log("cannot make Python 3.14: no bash")
+        log(f"cannot make Python {version}: no bash")
         return None
-    log("Python 3.14 not found: making it with scripts/python314.sh")
-    proc = subprocess.run(
-        [bash, str(ROOT / "scripts" / "python314.sh")], capture_output=True, text=True
-    )
+    log(f"Python {version} not found: making it with scripts/python_debian.sh {version}")
+    script = ROOT / "scripts" / "python_debian.sh"
+    proc = subprocess.run([bash, str(script), version], capture_output=True, text=True)
     lines = proc.stdout.split()
     if proc.returncode != 0 or not lines:
-        log(f"scripts/python314.sh failed ({proc.returncode}): {proc.stderr.strip()[-1000:]}")
+        log(
+            f"scripts/python_debian.sh {version} failed ({proc.returncode}): "
+            f"{proc.stderr.strip()[-1000:]}"
+        )
         return None
-    return lines[-1] if _version_of(lines[-1]) == "3.14" else None
+    if _version_of(lines[-1]) != version:
+        log(f"scripts/python_debian.sh {version} gave {lines[-1]}, not a Python {version}")
+        return None
+    return lines[-1]
 
 
 def find_python(version: str) -> Optional[str]:
     """An interpreter for version '3.X': python3.X on PATH (a pyenv shim for a
     version that is not selected fails its check), else pyenv's newest 3.X.*,
-    else, for 3.14, the one scripts/python314.sh made."""
+    else, for DEBIAN_PYTHONS, the one scripts/python_debian.sh made."""
     candidates = []
     on_path = shutil.which(f"python{version}")
     if on_path:
@@ -205,8 +226,8 @@ def find_python(version: str) -> Optional[str]:
             return int(m.group(1)) if m else -1
 
         candidates += sorted(found, key=patch, reverse=True)
-    if version == "3.14":
-        candidates.append(str(py314_prefix() / "bin" / "python3.14"))
+    if version in DEBIAN_PYTHONS:
+        candidates.append(str(debian_prefix(version) / "bin" / f"python{version}"))
     for python in candidates:
         if _version_of(python) == version:
             return python
@@ -514,7 +535,7 @@ def minor_key(minor: str) -> tuple:
 def cache_dir() -> Path:
     """What CI keeps between runs on one machine, as pip keeps its downloads:
     ``$PYTREE_KIT_CACHE``, by default ``~/.cache/pytree_kit`` (where
-    scripts/python314.sh makes its 3.14 too)."""
+    scripts/python_debian.sh makes its 3.14 and 3.15 too)."""
     return Path(os.environ.get("PYTREE_KIT_CACHE") or Path.home() / ".cache" / "pytree_kit")
 
 
@@ -583,13 +604,18 @@ def make_quick_jobs(v: str, python: str) -> list:
 
 #: seconds each job took in a CI run on 2 cores (two jobs at a time), for the
 #: order the jobs start in: the longest chains first, so that what is left at
-#: the end is short and both cores stay busy
+#: the end is short and both cores stay busy. 3.15's are 3.14's from the last
+#: whole run, when it was the newest (the same jobs on the same C engine); 3.14's
+#: C engine is that less the benchmark scripts' ~60 s. (`--python 3.14 --python
+#: 3.15` on a machine shared with other work took 530 s for 3.14's C engine,
+#: 505, 327, 109 and 366 s for 3.15's C engine, pure engine, no fast paths and
+#: sanitizers: the same order.)
 ESTIMATES = {
     "setup": {FULL: 200, "": 110},
-    "C engine": {"3.10": 600, FULL: 1850, "3.12": 420, "3.13": 420, "3.14": 360, "": 500},
-    "pure engine": {"3.10": 470, "3.14": 285, "": 470},
-    "no fast paths": {"3.10": 165, "3.14": 80, "": 165},
-    "sanitizers": {"3.10": 440, "3.14": 240, "": 440},
+    "C engine": {"3.10": 600, FULL: 1850, "3.14": 300, "3.15": 360, "": 420},  # 3.12, 3.13: 420
+    "pure engine": {"3.10": 470, "3.15": 285, "": 470},
+    "no fast paths": {"3.10": 165, "3.15": 80, "": 165},
+    "sanitizers": {"3.10": 440, "3.15": 240, "": 440},
     "package": {"": 60},
     "wheel": {"": 170},
     "extras alone": {"": 140},
@@ -777,9 +803,12 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="jobs at a time (default 2)")
     parser.add_argument("--list", action="store_true", help="list the jobs and exit")
     parser.add_argument(
+        "--make-debian-pythons",
         "--make-python314",
+        dest="make_debian_pythons",
         action="store_true",
-        help="make Python 3.14 with scripts/python314.sh if it is not found (as CI=true does)",
+        help=f"make Python {' and '.join(DEBIAN_PYTHONS)} from Debian's packages "
+        "(scripts/python_debian.sh) if they are not found (as CI=true does)",
     )
     parser.add_argument(
         "--quick",
@@ -803,8 +832,8 @@ def main() -> int:
     pythons, missing = {}, []
     for v in wanted:
         python = find_python(v)
-        if python is None and v == "3.14" and (strict or args.make_python314):
-            python = make_python314()
+        if python is None and v in DEBIAN_PYTHONS and (strict or args.make_debian_pythons):
+            python = make_debian_python(v)
         if python is None:
             missing.append(v)
             log(f"Python {v} not found (python{v} on PATH, pyenv): its jobs are skipped")

@@ -45,37 +45,100 @@ def test_a_failing_shim_on_path_falls_back_to_pyenv(
     assert ci.find_python("3.99") is None
 
 
-def test_python_314_is_found_where_its_script_makes_it(
-    tmp_path: Path, monkeypatch: Any, ci: Any
+@pytest.mark.parametrize("version", ["3.14", "3.15"])
+def test_a_debian_python_is_found_where_its_script_makes_it(
+    tmp_path: Path, monkeypatch: Any, ci: Any, version: str
 ) -> None:
-    """Last of 3.14's candidates: scripts/python314.sh's prefix
-    (PYTREE_KIT_PY314_PREFIX), whose bin/python3.14 is the interpreter."""
+    """Last of 3.14's and 3.15's candidates: scripts/python_debian.sh's prefix
+    for that version (PYTREE_KIT_PY314_PREFIX, PYTREE_KIT_PY315_PREFIX), whose
+    bin/python3.X is the interpreter."""
+    assert version in ci.DEBIAN_PYTHONS
+    tag = version.replace(".", "")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "none"))
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("PYTREE_KIT_PY314_PREFIX", str(tmp_path / "prefix"))
-    made = tmp_path / "prefix" / "bin" / "python3.14"
-    # (this interpreter stands for a 3.14 one)
-    monkeypatch.setattr(ci, "_version_of", lambda p: "3.14" if Path(p).exists() else None)
-    assert ci.find_python("3.14") is None
+    monkeypatch.setenv(f"PYTREE_KIT_PY{tag}_PREFIX", str(tmp_path / "prefix"))
+    made = tmp_path / "prefix" / "bin" / f"python{version}"
+    # (this interpreter stands for a 3.14 or 3.15 one)
+    monkeypatch.setattr(ci, "_version_of", lambda p: version if Path(p).exists() else None)
+    assert ci.find_python(version) is None
     made.parent.mkdir(parents=True)
     made.symlink_to(sys.executable)
-    assert ci.find_python("3.14") == str(made)
-    monkeypatch.delenv("PYTREE_KIT_PY314_PREFIX")
-    assert ci.py314_prefix() == tmp_path / ".cache" / "pytree_kit" / "python3.14"
+    assert ci.find_python(version) == str(made)
+    # the other version's variable does not move this one's prefix
+    other = "3.15" if version == "3.14" else "3.14"
+    assert ci.debian_prefix(other) == tmp_path / ".cache" / "pytree_kit" / f"python{other}"
+    monkeypatch.delenv(f"PYTREE_KIT_PY{tag}_PREFIX")
+    assert ci.debian_prefix(version) == tmp_path / ".cache" / "pytree_kit" / f"python{version}"
+    assert ci.find_python(version) is None
+    # a version that is not made from Debian's packages has no such candidate
+    assert "3.13" not in ci.DEBIAN_PYTHONS
+    monkeypatch.setenv("PYTREE_KIT_PY313_PREFIX", str(tmp_path / "prefix"))
+    (tmp_path / "prefix" / "bin" / "python3.13").symlink_to(sys.executable)
+    monkeypatch.setattr(ci, "_version_of", lambda p: "3.13" if Path(p).exists() else None)
+    assert ci.find_python("3.13") is None
 
 
-def test_python_314_is_made_with_its_script(tmp_path: Path, monkeypatch: Any, ci: Any) -> None:
-    """make_python314 runs scripts/python314.sh and takes its last line; a
-    script that fails gives None."""
-    script = tmp_path / "scripts" / "python314.sh"
+def test_a_debian_python_is_made_with_its_script(tmp_path: Path, monkeypatch: Any, ci: Any) -> None:
+    """make_debian_python runs scripts/python_debian.sh with the version and
+    takes its last line; a script that fails, or gives another version's
+    interpreter, gives None."""
+    script = tmp_path / "scripts" / "python_debian.sh"
     script.parent.mkdir()
-    script.write_text(f"echo making >&2\necho something\necho {sys.executable}\n")
+    script.write_text(
+        f'echo "making $1" >&2\necho "$1" > {tmp_path / "asked"}\n'
+        f"echo something\necho {sys.executable}\n"
+    )
     monkeypatch.setattr(ci, "ROOT", tmp_path)
-    monkeypatch.setattr(ci, "_version_of", lambda p: "3.14" if p == sys.executable else None)
-    assert ci.make_python314() == sys.executable
+    monkeypatch.setattr(ci, "_version_of", lambda p: "3.15" if p == sys.executable else None)
+    assert ci.make_debian_python("3.15") == sys.executable
+    assert (tmp_path / "asked").read_text().strip() == "3.15"
+    # the interpreter it printed is 3.15's, not 3.14's
+    assert ci.make_debian_python("3.14") is None
+    assert (tmp_path / "asked").read_text().strip() == "3.14"
     script.write_text("echo 'no mirror' >&2\nexit 3\n")
-    assert ci.make_python314() is None
+    assert ci.make_debian_python("3.15") is None
+
+
+def _script_of_versions() -> tuple:
+    """The versions scripts/python_debian.sh knows (its SUPPORTED=(...) line)."""
+    text = (ROOT / "scripts" / "python_debian.sh").read_text()
+    (line,) = [x for x in text.splitlines() if x.startswith("SUPPORTED=(")]
+    return tuple(line[len("SUPPORTED=(") : line.index(")")].split())
+
+
+def test_the_debian_script_serves_the_versions_ci_makes_with_it(ci: Any, tmp_path: Path) -> None:
+    """python_debian.sh knows the versions ci.py asks it for, and refuses any
+    other (or none) with its usage, before it touches anything."""
+    assert _script_of_versions() == ci.DEBIAN_PYTHONS
+    # the newest declared Python is one no Debian 12 machine has
+    assert ci.VERSIONS[-1] in ci.DEBIAN_PYTHONS
+    env = dict(os.environ, HOME=str(tmp_path))
+    for args in ([], ["3.13"], ["3.15", "3.14"], ["315"]):
+        proc = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "python_debian.sh"), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "usage: bash scripts/python_debian.sh VERSION" in proc.stderr
+        assert proc.stdout == ""
+    assert not (tmp_path / ".cache").exists()
+
+
+def test_python314_sh_is_the_debian_script_for_3_14(tmp_path: Path) -> None:
+    """scripts/python314.sh, which older commands and pages name, runs
+    python_debian.sh 3.14 beside it and passes on its output and status."""
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "python314.sh").write_text((ROOT / "scripts" / "python314.sh").read_text())
+    (scripts / "python_debian.sh").write_text('echo "asked for $*"\nexit 7\n')
+    proc = subprocess.run(
+        ["bash", str(scripts / "python314.sh")], capture_output=True, text=True, timeout=60
+    )
+    assert (proc.returncode, proc.stdout) == (7, "asked for 3.14\n")
 
 
 def test_a_missing_python_fails_under_ci_and_is_named_otherwise(tmp_path: Path) -> None:
@@ -89,9 +152,13 @@ def test_a_missing_python_fails_under_ci_and_is_named_otherwise(tmp_path: Path) 
         strict.stdout
     )
     assert (
-        "ci: FAILED: CI=true and no interpreter for Python 3.10, 3.11, 3.12, 3.13, 3.14"
+        "ci: FAILED: CI=true and no interpreter for Python 3.10, 3.11, 3.12, 3.13, 3.14, 3.15"
         in strict.stdout
     )
+    # under CI=true, a missing 3.14 and 3.15 are made (here there is no bash to run it)
+    for v in ("3.14", "3.15"):
+        assert f"ci: cannot make Python {v}: no bash" in strict.stdout
+    assert "cannot make Python 3.13" not in strict.stdout
     # a person without the interpreters is told, and nothing is tested
     relaxed = subprocess.run(cmd, env=dict(env, CI=""), capture_output=True, text=True)
     assert relaxed.returncode == 0 and "not found" in relaxed.stdout
@@ -129,11 +196,34 @@ def test_jobs_cover_every_version_and_what_the_issue_asks(ci: Any) -> None:
     edges = (ci.VERSIONS[0], ci.VERSIONS[-1])
     for kind in ("pure engine", "no fast paths", "sanitizers"):
         assert {n for n in names if n.endswith(f" {kind}")} == {f"{v} {kind}" for v in edges}
+    assert ci.EDGES == ("3.10", "3.15")
+    # 3.14, between them, runs the C engine's suite and the package job, no more
+    assert sorted(n for n in names if n.startswith("3.14 ")) == [
+        "3.14 C engine",
+        "3.14 package",
+        "3.14 setup",
+    ]
     assert f"torch {ci.OLDEST_TORCH}" in names
     assert ci.OLDEST_TORCH.startswith(min(ci.torch_matrix_minors(), key=ci.minor_key) + ".")
     # the setups come first: everything else waits for its version's
     prio = ci.priorities(jobs)
     assert max(prio, key=prio.get) == f"{ci.FULL} setup"
+
+
+def test_the_c_engine_job_of_each_python_runs_its_whole_suite(ci: Any, monkeypatch: Any) -> None:
+    """Every version's C-engine job runs the whole suite (less the once tests,
+    which FULL runs); the benchmark scripts' smoke runs on FULL and EDGES."""
+    ran: dict = {}
+    monkeypatch.setattr(ci, "sh", lambda cmd, log_path, **kw: ran.setdefault(cmd[0], cmd))
+    for v in ci.VERSIONS:
+        ran.clear()
+        ci.job_c_engine(v, sys.executable, Path("log"))
+        (cmd,) = ran.values()
+        assert cmd[0] == ci.venv_python(v) and cmd[1:3] == ["-m", "pytest"]
+        marks = cmd[cmd.index("-m", 3) + 1] if "-m" in cmd[3:] else ""
+        assert not [a for a in cmd[3:] if a.startswith("tests/")]  # no file chosen: all
+        expected = {ci.FULL: "", "3.10": "not once", "3.15": "not once"}
+        assert marks == expected.get(v, "not once and not scripts"), (v, cmd)
 
 
 def test_package_jobs_build_from_their_own_copy(ci: Any, monkeypatch: Any, tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
 """The package as users install it: the declared Pythons are the tested ones,
-the license, and an install that cannot compile the C engine.
+the license, an install that cannot compile the C engine, and the test
+dependencies on each declared Python (one pin each, every peer that has a
+wheel; a docstring example of a peer that is missing skips).
 
 scripts/ci.py's package job builds the sdist and wheel with ``python -m build``
 on every supported Python and imports the wheel from a fresh virtual
@@ -8,6 +10,7 @@ environment; these tests cover what that job does not.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -168,3 +171,139 @@ def test_require_c_makes_a_failed_build_an_error(ci: Any, tmp_path: Path) -> Non
     assert proc.returncode != 0
     assert "no-such-cc" in proc.stdout + proc.stderr
     assert not list((tmp_path / "dist").glob("*.whl"))
+
+
+# -- the test dependencies on each declared Python --------------------------------
+
+
+def _applies(requirement: Any, version: str) -> bool:
+    """Whether a requirement (or pin) applies on CPython version '3.X' on Linux."""
+    env = {"python_version": version, "python_full_version": f"{version}.0",
+           "implementation_name": "cpython", "platform_python_implementation": "CPython",
+           "sys_platform": "linux", "platform_system": "Linux", "extra": ""}  # fmt: skip
+    return requirement.marker is None or requirement.marker.evaluate(env)
+
+
+def test_every_pin_applies_once_on_each_declared_python(ci: Any) -> None:
+    """constraints.txt pins each package once on each declared Python (a
+    second pin for 3.10 or 3.15 has a marker that the main one excludes): no
+    Python with two pins of a package, and none without one (but where a
+    package is a backport for 3.10 alone, as tomli is)."""
+    requirements = pytest.importorskip("packaging.requirements")
+    utils = pytest.importorskip("packaging.utils")
+    pins: dict = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            pin = requirements.Requirement(line)
+            specs = list(pin.specifier)
+            assert len(specs) == 1 and specs[0].operator == "==", line
+            pins.setdefault(utils.canonicalize_name(pin.name), []).append(pin)
+    assert {"numpy", "jax", "jaxlib", "optree", "hypothesis", "attrs"} <= set(pins)
+    wrong = []
+    for name, those in sorted(pins.items()):
+        count = {v: sum(_applies(p, v) for p in those) for v in ci.VERSIONS}
+        backport = [v for v, n in count.items() if n] == [ci.VERSIONS[0]]
+        wrong += [(name, v, n) for v, n in count.items() if n > 1 or (n == 0 and not backport)]
+    assert not wrong, f"(package, Python, pins that apply there): {wrong}"
+
+
+#: the test extra's peers (the tests that need one skip without it): every
+#: declared Python gets each, but dm-tree, which has no wheel for 3.15 (its
+#: sdist fetches abseil and pybind11 from the network at build time)
+PEERS_NOT_ON = {"attrs": (), "numpy": (), "jax": (), "jaxlib": (), "optree": (),
+                "dm-tree": ("3.15",)}  # fmt: skip
+
+
+@pytest.mark.parametrize("extra", ["test", "bench"])
+def test_the_test_extras_install_every_peer_that_has_a_wheel(ci: Any, extra: str) -> None:
+    """The test extra (and the benchmarks') installs each peer on every declared
+    Python but where it has no wheel: a peer left out by a marker by mistake
+    would only make its tests skip."""
+    requirements = pytest.importorskip("packaging.requirements")
+    deps = _pyproject()["project"]["optional-dependencies"][extra]
+    listed = {r.name: r for r in map(requirements.Requirement, deps)}
+    peers = [name for name in PEERS_NOT_ON if name in listed]
+    assert set(peers) >= ({*PEERS_NOT_ON} if extra == "test" else {"jax", "optree", "dm-tree"})
+    for name in peers:
+        not_on = [v for v in ci.VERSIONS if not _applies(listed[name], v)]
+        assert not_on == list(PEERS_NOT_ON[name]), (extra, name, not_on)
+
+
+def _root_conftest() -> Any:
+    spec = importlib.util.spec_from_file_location("_root_conftest", ROOT / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_docstring_example_names_the_missing_peers_it_imports(monkeypatch: Any) -> None:
+    """The root conftest.py skips a docstring example that imports a peer that
+    is not installed (jax_rules' imports jax); it reads the example's imports."""
+    import doctest
+
+    conftest = _root_conftest()
+    text = (
+        ">>> import jax, pytree_kit as pk\n>>> from numpy.linalg import norm\n"
+        ">>> import os.path\n>>> from . import sibling\n>>> import optree as ot\n"
+    )
+    examples = doctest.DocTestParser().get_examples(text)
+    absent = {"jax", "numpy", "os", "optree"}
+    # (a stand-in for a module spec: whatever is installed here)
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in absent else object()
+    )
+    # os is no peer: an example importing a missing module that is not a peer fails
+    assert conftest.missing_peers(examples) == ["jax", "numpy", "optree"]
+    absent.clear()
+    assert conftest.missing_peers(examples) == []
+
+
+def test_a_docstring_example_of_a_missing_peer_skips_and_of_another_module_fails(
+    tmp_path: Path,
+) -> None:
+    """The hook end to end, in a pytest run of its own: an example importing a
+    missing peer is skipped with the reason; one importing a missing module
+    that is no peer fails."""
+    (tmp_path / "conftest.py").write_text(
+        (ROOT / "conftest.py").read_text() + "\nPEERS = (*PEERS, 'pk_absent_peer')\n"
+    )
+    (tmp_path / "with_peer.py").write_text('"""\n>>> import pk_absent_peer\n"""\n')
+    (tmp_path / "with_typo.py").write_text('"""\n>>> import pk_absent_module\n"""\n')
+    (tmp_path / "fine.py").write_text('"""\n>>> import json\n>>> json.dumps(1)\n\'1\'\n"""\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs",
+         "--doctest-modules", "-o", "addopts=", str(tmp_path)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    out = proc.stdout
+    assert "its examples import pk_absent_peer: not installed" in out, out
+    assert "1 failed, 1 passed, 1 skipped" in out, out
+    assert "with_typo.py" in out.split("short test summary info", 1)[0], out
+
+
+#: where the docs state the supported Pythons as a range: page, the words before it
+RANGES = {
+    "README.md": "once a release is uploaded (CPython",
+    "docs/index.md": "glibc 2.17 or newer) for CPython",
+    "docs/compatibility.md": "core needs nothing but Python (",
+    "docs/development.md": "one per Python (",
+    "docs/reliability.md": "every supported Python,",
+}
+#: and as a list
+LISTS = ("docs/development.md", "docs/reliability.md")
+
+
+def test_the_docs_name_every_declared_python(ci: Any) -> None:
+    """The pages that say which Pythons are supported say the declared ones:
+    the range from the first to the last, and the lists of all of them."""
+    first, last = ci.VERSIONS[0], ci.VERSIONS[-1]
+    listed = "CPython " + ", ".join(ci.VERSIONS[:-1]) + " and " + last
+    for page, before in RANGES.items():
+        text = " ".join((ROOT / page).read_text(encoding="utf-8").split())
+        found = re.findall(re.escape(before) + r" ?(3\.\d+) to (3\.\d+)", text)
+        assert found and set(found) == {(first, last)}, (page, found)
+    for page in LISTS:
+        text = " ".join((ROOT / page).read_text(encoding="utf-8").split())
+        assert listed in text, (page, listed)

@@ -18,12 +18,14 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import pytree_kit as pk
 from pytree_kit import _engine
 
+ROOT = Path(__file__).resolve().parent.parent
 C = pk.ENGINE == "c"
 needs_c = pytest.mark.skipif(not C, reason="the C engine is not active")
 
@@ -54,6 +56,45 @@ def test_fast_paths_are_on_where_they_were_validated() -> None:
     assert pk.engine_info()["fast_paths"] == expected_fast_paths()
     assert bool(_speedups.DICT_TABLES) == expected_fast_paths()["dict_tables"]
     assert bool(_speedups.VALUES_READS) == expected_fast_paths()["instance_values"]
+
+
+def _docs_fast_path_table() -> tuple[list[str], dict[str, set[str]]]:
+    """docs/reliability.md's table of fast paths: its versions, and for each
+    version the paths marked on (✓)."""
+    lines = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8").splitlines()
+    (head,) = [
+        i for i, line in enumerate(lines) if line.startswith("| fast path | what it reads |")
+    ]
+    versions = [c.strip() for c in lines[head].strip("|").split("|")][2:]
+    versions = versions[: next(i for i, c in enumerate(versions) if not c.startswith("3."))]
+    on: dict[str, set[str]] = {v: set() for v in versions}
+    rows = []
+    for line in lines[head + 2 :]:
+        if not line.startswith("| `"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows.append(cells[0].strip("`"))
+        for v, cell in zip(versions, cells[2 : 2 + len(versions)]):
+            assert cell in ("", "✓"), (rows[-1], v, cell)
+            if cell:
+                on[v].add(rows[-1])
+    on["rows"] = set(rows)
+    return versions, on
+
+
+@needs_c
+def test_the_docs_table_of_fast_paths_says_what_this_python_has(ci: Any) -> None:
+    """docs/reliability.md has a column per supported Python, a row per fast
+    path, and this Python's column marks those on here (none from 3.14)."""
+    from pytree_kit import _speedups
+
+    versions, on = _docs_fast_path_table()
+    assert tuple(versions) == ci.VERSIONS
+    assert on["rows"] == set(expected_fast_paths())
+    if _speedups.NO_FAST_PATHS:
+        pytest.skip("a build without the fast paths: the table is of the release build")
+    here = "{}.{}".format(*sys.version_info[:2])
+    assert on[here] == {name for name, yes in expected_fast_paths().items() if yes}
 
 
 @needs_c

@@ -28,7 +28,8 @@ def wheels() -> Any:
     return module
 
 
-# the lines configure finds differently on arm64, and lines it does not
+# the lines configure finds differently on arm64 (SOABI_PLATFORM from 3.15), and
+# lines it does not
 X86 = """\
 #define HAVE_GCC_ASM_FOR_X64 1
 #define HAVE_GCC_ASM_FOR_X87 1
@@ -36,6 +37,7 @@ X86 = """\
 /* #undef HAVE_USABLE_WCHAR_T */
 #define PY_SUPPORT_TIER 1
 #define SIZEOF_LONG 8
+#define SOABI_PLATFORM "x86_64-linux-gnu"
 #define _Py_HACL_CAN_COMPILE_VEC128 1
 #define _Py_HACL_CAN_COMPILE_VEC256 1
 """
@@ -46,6 +48,7 @@ ARM64 = """\
 #define HAVE_USABLE_WCHAR_T 1
 #define PY_SUPPORT_TIER 2
 #define SIZEOF_LONG 8
+#define SOABI_PLATFORM "aarch64-linux-gnu"
 /* #undef _Py_HACL_CAN_COMPILE_VEC128 */
 /* #undef _Py_HACL_CAN_COMPILE_VEC256 */
 """
@@ -133,3 +136,16 @@ def test_a_wheel_that_is_not_a_release_build_is_named(wheels: Any, tmp_path: Pat
         "pytree_kit/_speedups.cpython-311-x86_64-linux-gnu.so has __assert_fail",
         "pytree_kit/_speedups.cpython-311-x86_64-linux-gnu.so has __ubsan_handle",
     ]
+
+
+def test_each_test_the_wheel_run_leaves_out_is_a_test_of_the_core_suite(wheels: Any) -> None:
+    """NEEDS_CHECKOUT names tests that exist, in the files the wheel's run
+    takes (ENGINE_TESTS): a renamed one would run there, and fail."""
+    import ast
+
+    for test in wheels.NEEDS_CHECKOUT:
+        path, name = test.split("::")
+        assert path in wheels.ENGINE_TESTS, test
+        tree = ast.parse((ROOT / path).read_text())
+        names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert name in names, test

@@ -11,6 +11,7 @@ iterator once worked on one engine only).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import pickle
 import weakref
@@ -37,9 +38,14 @@ def tree() -> Any:
     }
 
 
+def _has(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
 def calls() -> dict[str, Callable[[], Any]]:
     """Each public function (and TreeSpec method) called on a fresh tree; not
-    ``engine_info`` (it names the engine) nor ``jax_rules`` (it needs jax)."""
+    ``engine_info`` (it names the engine) nor ``jax_rules`` (it needs jax),
+    and ``optree_rules`` only where optree is installed (it imports it)."""
     spec = pk.structure(tree())
     path = pk.flatten_with_path(tree())[0][1][0]
     inc = lambda x: x + 1 if isinstance(x, int) else x  # noqa: E731
@@ -85,7 +91,7 @@ def calls() -> dict[str, Callable[[], Any]]:
             lambda x: pk.MAP_TO_NONE if x == 1 else None, tree(), top_down=False
         ),
         "assert_same_structure": lambda: pk.assert_same_structure(tree(), tree()),
-        "optree_rules": lambda: pk.optree_rules(),
+        **({"optree_rules": lambda: pk.optree_rules()} if _has("optree") else {}),
         "keystr": lambda: pk.keystr(path),
         "parse_keystr": lambda: pk.parse_keystr(pk.keystr(path)),
         "TreeSpec.children": lambda: pk.structure(tree()).children(),
