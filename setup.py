@@ -89,6 +89,16 @@ parts = ["_one_unit"] if units == "one" else ENGINE_PARTS
 macros = [("PK_NO_FAST_PATHS", "1")] if _flag("PYTREE_KIT_NO_FAST_PATHS") else []
 if units == "one":
     macros.append(("PK_ONE_UNIT", "1"))
+#: PYTREE_KIT_WITHOUT=dict_tables,split_values,...: those fast paths left out,
+#: one at a time, to measure what each buys (benchmarks/fast_paths.py)
+FAST_PATH_NAMES = (
+    "type_version_tags", "int_digits", "instance_values", "dict_reads", "dict_tables",
+    "split_tables", "split_values", "odict_links", "spare_tuples", "defer_tracking",
+)  # fmt: skip
+for name in filter(None, os.environ.get("PYTREE_KIT_WITHOUT", "").split(",")):
+    if name not in FAST_PATH_NAMES:
+        raise SystemExit(f"PYTREE_KIT_WITHOUT: {name!r} is none of {', '.join(FAST_PATH_NAMES)}")
+    macros.append((f"PK_WITHOUT_{name.upper()}", "1"))
 lto = ["-flto"] if units == "lto" else []
 
 ext_modules = []

@@ -360,7 +360,7 @@ PK_SHARED TypeEntry *
 class_entry(Ctx *c, Stack *s, PyTypeObject *t)
 {
     TypeEntry *e = tc_add(&c->types, t);
-    if (e == NULL || plan_kept(c->memo, e)) {
+    if (e == NULL || plan_kept(&c->st->memo, e)) {
         return e;
     }
     if (s != NULL && stack_freeze(s) < 0) {
@@ -372,7 +372,7 @@ class_entry(Ctx *c, Stack *s, PyTypeObject *t)
     }
     /* kept only if nothing changed t while class_plan ran */
     if (tag != 0 && mtag != 0 && class_tag(t, 0) == tag && meta_tag(t, 0) == mtag) {
-        plan_keep(c->memo, e, tag, mtag);
+        plan_keep(&c->st->memo, e, tag, mtag);
     }
     return e;
 }

@@ -40,18 +40,16 @@ release_direct(Found *f)
     }
 }
 
-/* The nodes of tuples and lists of fewer than 16 children, by arity: made
- * once and kept (they hold only ints and None), shared by every spec. */
-static PyObject *seq_nodes[2][16];
-
-/* The node of a tuple or list. New reference. */
+/* The node of a tuple or list; those of fewer than 16 children are made once
+ * and kept in the module's state (they hold only ints and None), shared by
+ * every spec. New reference. */
 static PyObject *
-seq_node(int kind, Py_ssize_t n)
+seq_node(PkState *st, int kind, Py_ssize_t n)
 {
     if (n >= 16 || !KEEP_ACROSS_CALLS) {
         return make_node(kind, Py_None, n, Py_None);
     }
-    PyObject **slot = &seq_nodes[kind == K_LIST][n];
+    PyObject **slot = &st->seq_nodes[kind == K_LIST][n];
     if (*slot == NULL) {
         /* (the allocation may collect garbage, whose finalizers may flatten
          * and fill the slot meanwhile) */
@@ -74,7 +72,7 @@ static PyTypeObject *const atom_types[6] = {
 };
 
 PK_SHARED int
-ctx_init(Ctx *c, PyObject *is_leaf, PyObject *rules, WalkMode mode)
+ctx_init(Ctx *c, PkState *st, PyObject *is_leaf, PyObject *rules, WalkMode mode)
 {
     /* no memset: the type cache's and the nodes' storage is set when used */
     c->types.v = NULL;
@@ -83,7 +81,7 @@ ctx_init(Ctx *c, PyObject *is_leaf, PyObject *rules, WalkMode mode)
     c->pycache = NULL;
     c->last_leaf = NULL;
     c->dict_misses = 0;
-    c->memo = &the_memo;
+    c->st = st;
     c->is_leaf = is_leaf == Py_None ? NULL : is_leaf;
     c->mode = mode;
     c->path_keys = NULL;
@@ -677,7 +675,7 @@ record_fields(Ctx *c, Stack *s, PyObject *obj, TypeEntry *e, int kind, Found *f,
     /* the values: in f->direct when they fit, else in a tuple */
     PyObject *children = NULL, **v = f->direct;
     if (s == NULL || n > (Py_ssize_t)(sizeof(f->direct) / sizeof(f->direct[0]))) {
-        if ((children = spare_tuple(n)) == NULL) {
+        if ((children = spare_tuple(c->st, n)) == NULL) {
             return -1;
         }
         v = ((PyTupleObject *)children)->ob_item;
@@ -736,7 +734,7 @@ record_fields(Ctx *c, Stack *s, PyObject *obj, TypeEntry *e, int kind, Found *f,
         }
     }
     if (children == NULL) {
-        if ((children = spare_tuple(n)) == NULL) {
+        if ((children = spare_tuple(c->st, n)) == NULL) {
             goto fail;
         }
         if (n) {
@@ -824,7 +822,6 @@ dict_values(PyObject *obj, PyObject **keys, Py_ssize_t n)
     return values;
 }
 
-#define SMALL_DICT 32
 
 
 /* a < b for two exact str or two exact int keys: never runs user code */
@@ -848,57 +845,41 @@ key_lt(PyObject *a, PyObject *b, int str)
  *
  * A dict with the same key objects in the same insertion order (exact str or
  * int, so their order never changes) as one met before takes its key order,
- * its keys tuple, its node and its insertion-order tuple from here instead of
- * sorting and allocating again: a config, a chain or a batch of records is
- * the same key objects call after call. Entries are kept in DICT_MEMO_SETS
- * sets of DICT_MEMO_WAYS, a set chosen by the first and last key inserted
- * and the count; a new key order takes the entry of its set used least
- * recently (8 entries, one per slot, kept few of a config's hundreds of
- * key sets). perm[i] is the sorted position of the i-th key in insertion
- * order. Only classify_small_dict reads or writes an entry: after its last
- * allocation (an allocation may collect garbage, whose finalizers may
- * flatten and rewrite any entry), from references of its own, letting go of
- * the old ones last (strs, ints and tuples of them: no user code runs). The
- * entries hold their keys, nodes and orders alive: at most DICT_MEMO_SETS *
- * DICT_MEMO_WAYS of each, of at most SMALL_DICT keys. */
-#define DICT_MEMO_SET_BITS 8
-#define DICT_MEMO_SETS (1 << DICT_MEMO_SET_BITS)
-#define DICT_MEMO_WAYS 4
+ * its keys tuple, its node and its insertion-order tuple from the memo's
+ * dict_orders table (_memo.c) instead of sorting and allocating again: a
+ * config, a chain or a batch of records is the same key objects call after
+ * call. An entry (DictOrder) is found by a hash of its first and last keys
+ * inserted and their count (its set), then by its keys; perm[i] is the
+ * sorted position of the i-th key in insertion order. Only
+ * classify_small_dict reads or writes an entry: after its last allocation
+ * (an allocation may collect garbage, whose finalizers may flatten and
+ * rewrite any entry), from references of its own, letting go of the old ones
+ * last (strs, ints and tuples of them: no user code runs). The entries hold
+ * their keys, nodes and orders alive, of at most SMALL_DICT keys each. */
 /* misses in a row in one call after which it stops writing entries: a tree of
  * dicts made with fresh key objects never hits, and would only push out the
  * entries that serve */
-#define DICT_MEMO_MISSES 64
-typedef struct {
-    PyObject *keys;  /* strong or NULL (unused): the keys in key order, a tuple */
-    PyObject *node;  /* strong or NULL: (K_DICT, None, n, keys) once made */
-    PyObject *order; /* strong or NULL: the keys in insertion order, once made
-                      * (only where it differs from key order) */
-    uint32_t used;   /* dict_memo_clock when last written or used */
-    int permuted;    /* the insertion order is not key order */
-    uint8_t perm[SMALL_DICT];
-} DictMemo;
-static DictMemo dict_memo[DICT_MEMO_SETS * DICT_MEMO_WAYS];
-static uint32_t dict_memo_clock;
+#define DICT_ORDER_MISSES 64
 
-/* The first entry of the set of a dict whose keys in insertion order are ins */
-static inline DictMemo *
-dict_memo_set(PyObject *const *ins, Py_ssize_t n)
+/* The key of a dict whose keys in insertion order are ins, in the table (not 0) */
+static inline uintptr_t
+dict_order_key(PyObject *const *ins, Py_ssize_t n)
 {
     size_t h = (size_t)n << 3;
     if (n > 0) {
         h ^= ptr_hash(ins[0]) ^ (ptr_hash(ins[n - 1]) >> 7);
     }
-    h = (h * (size_t)0x9E3779B97F4A7C15ULL) >> (8 * sizeof(size_t) - DICT_MEMO_SET_BITS);
-    return &dict_memo[h * DICT_MEMO_WAYS];
+    return (uintptr_t)h | 1;
 }
 
-/* The entry of set whose keys are ins, in that insertion order, or NULL */
-static inline DictMemo *
-dict_memo_find(DictMemo *set, PyObject *const *ins, Py_ssize_t n)
+/* The entry of key whose keys are ins, in that insertion order, or NULL */
+static inline DictOrder *
+dict_order_find(MemoTable *t, uintptr_t key, PyObject *const *ins, Py_ssize_t n)
 {
-    for (int w = 0; w < DICT_MEMO_WAYS; w++) {
-        DictMemo *m = &set[w];
-        if (m->keys == NULL || PyTuple_GET_SIZE(m->keys) != n) {
+    MemoHead *set = memo_set(t, key);
+    for (unsigned int w = 0; w < t->ways; w++) {
+        DictOrder *m = (DictOrder *)memo_way(t, set, w);
+        if (m->head.key != key || PyTuple_GET_SIZE(m->keys) != n) {
             continue;
         }
         PyObject *const *k = ((PyTupleObject *)m->keys)->ob_item;
@@ -913,49 +894,40 @@ dict_memo_find(DictMemo *set, PyObject *const *ins, Py_ssize_t n)
     return NULL;
 }
 
-/* The entry of set a new key order takes: an empty one, else the one used
- * least recently */
-static DictMemo *
-dict_memo_victim(DictMemo *set)
+/* Write keys (sorted), perm, node and order (either NULL) into the entry of
+ * key (ins[0 .. n) found, else a new one), in place of what it held, which
+ * is let go of last. */
+static DictOrder *
+dict_order_write(MemoTable *t, uintptr_t key, PyObject *const *ins, PyObject *keys,
+                 const uint8_t *perm, int permuted, PyObject *node, PyObject *order)
 {
-    DictMemo *v = &set[0];
-    for (int w = 0; w < DICT_MEMO_WAYS; w++) {
-        if (set[w].keys == NULL) {
-            return &set[w];
-        }
-        if ((int32_t)(set[w].used - v->used) < 0) {
-            v = &set[w];
-        }
-    }
-    return v;
-}
-
-/* Write keys (sorted), perm, node and order (either NULL) into m, in place
- * of what it held, which is let go of last. */
-static void
-dict_memo_write(DictMemo *m, PyObject *keys, const uint8_t *perm, int permuted, PyObject *node,
-                PyObject *order)
-{
-    DictMemo old = *m;
     Py_ssize_t n = PyTuple_GET_SIZE(keys);
+    DictOrder *m = dict_order_find(t, key, ins, n);
+    if (m == NULL) {
+        m = (DictOrder *)memo_victim(t, memo_set(t, key));
+    }
+    DictOrder old = *m;
+    m->head.key = key;
+    memo_touch(t, &m->head);
     m->keys = Py_NewRef(keys);
     m->node = Py_XNewRef(node);
     m->order = Py_XNewRef(order);
     m->permuted = permuted;
-    m->used = ++dict_memo_clock;
     memcpy(m->perm, perm, (size_t)n);
     Py_XDECREF(old.keys);
     Py_XDECREF(old.node);
     Py_XDECREF(old.order);
+    return m;
 }
 
 /* Large dicts' key orders, remembered across calls
  *
  * Flattening a dict of more than BIG_DICT keys sorts them, and reads each
  * value by its key; unflattening it in its insertion order inserts each key
- * again, growing the table on the way. The last BIG_ORDERS key orders met
- * (all exact str or all exact int keys: their order, hash and equality never
- * run user code or change) are remembered here, by the identity of the keys:
+ * again, growing the table on the way. The last key orders met (all exact
+ * str or all exact int keys: their order, hash and equality never run user
+ * code or change) are remembered in the memo's big_orders table (_memo.c),
+ * by the identity of the keys:
  * the keys in insertion order, the node's keys in sorted order, where each
  * one sits in the other, and (made the second time an order is built, by
  * _unflatten.c's big_dict) a template dict in insertion order. A dict of the
@@ -964,8 +936,6 @@ dict_memo_write(DictMemo *m, PyObject *keys, const uint8_t *perm, int permuted, 
  * rebuilt by copying the template. An entry is written whole, from this
  * call's own references, and lets go of the old ones last. The entries hold
  * their keys alive. */
-PK_DATA BigOrder big_orders[BIG_ORDERS];
-static unsigned int big_next; /* the entry a new order replaces */
 
 /* a and b are tuples of the same objects in the same places */
 PK_SHARED_INLINE int
@@ -1052,21 +1022,6 @@ key_places(PyObject *const *keys, PyObject *const *order, Py_ssize_t n, Py_ssize
     return 0;
 }
 
-/* Put (order, keys, at, dict) in entry i, letting go of what it held last. */
-static void
-big_order_write(int i, PyObject *order, PyObject *keys, PyObject *at, PyObject *dict)
-{
-    BigOrder old = big_orders[i];
-    big_orders[i].order = Py_NewRef(order);
-    big_orders[i].keys = Py_NewRef(keys);
-    big_orders[i].at = Py_NewRef(at);
-    big_orders[i].dict = Py_XNewRef(dict);
-    Py_XDECREF(old.order);
-    Py_XDECREF(old.keys);
-    Py_XDECREF(old.at);
-    Py_XDECREF(old.dict);
-}
-
 /* Whether keys (a tuple) are all exact str or all exact int, in increasing
  * order: as flatten makes a large dict node's keys, the only ones big_orders
  * may hold (flatten must never give other keys back). 1, 0, or -1 on error
@@ -1094,25 +1049,39 @@ keys_sorted(PyObject *keys)
 }
 
 /* Remember this insertion order of these keys (tuples of the same keys, each
- * order[i] being keys[at[i]]; keys as keys_sorted requires). 0, or -1 on
- * error. */
+ * order[i] being keys[at[i]]; keys as keys_sorted requires): the table's way
+ * used least recently takes it, and what it held is let go of last. 0, or
+ * -1 on error. */
 PK_SHARED int
-big_order_note(PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t n)
+big_order_note(PkState *st, PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t n)
 {
     PyObject *b = PyBytes_FromStringAndSize((const char *)at, n * (Py_ssize_t)sizeof(Py_ssize_t));
     if (b == NULL) {
         return -1;
     }
-    big_order_write((int)(big_next++ % BIG_ORDERS), order, keys, b, NULL);
-    Py_DECREF(b);
+    MemoTable *t = &st->memo.big_orders;
+    PyObject *first = PyTuple_GET_ITEM(order, 0);
+    BigOrder *e = (BigOrder *)memo_victim(t, memo_set(t, (uintptr_t)first));
+    BigOrder old = *e;
+    e->head.key = (uintptr_t)first;
+    memo_touch(t, &e->head);
+    e->order = Py_NewRef(order);
+    e->keys = Py_NewRef(keys);
+    e->at = b;
+    e->dict = NULL;
+    Py_XDECREF(old.order);
+    Py_XDECREF(old.keys);
+    Py_XDECREF(old.at);
+    Py_XDECREF(old.dict);
     return 0;
 }
 
-/* The entry of big_orders that may hold the insertion order of obj (an exact
- * dict of more than BIG_DICT keys): of its size, starting with its first key,
- * and, when keys is given, of those sorted keys. NULL when none is. */
+/* The entry of the big_orders table that may hold the insertion order of obj
+ * (an exact dict of more than BIG_DICT keys): of its size, starting with its
+ * first key, and, when keys is given, of those sorted keys. NULL when none
+ * is. */
 PK_SHARED BigOrder *
-big_order_for(PyObject *obj, PyObject *keys)
+big_order_for(PkState *st, PyObject *obj, PyObject *keys)
 {
     Py_ssize_t n = PyDict_GET_SIZE(obj), pos = 0;
     PyObject *k, *v;
@@ -1120,10 +1089,13 @@ big_order_for(PyObject *obj, PyObject *keys)
         !PyDict_Next(obj, &pos, &k, &v)) {
         return NULL;
     }
-    for (int j = 0; j < BIG_ORDERS; j++) {
-        BigOrder *e = &big_orders[j];
-        if (e->order != NULL && PyTuple_GET_SIZE(e->order) == n &&
-            PyTuple_GET_ITEM(e->order, 0) == k && (keys == NULL || same_items(e->keys, keys))) {
+    MemoTable *t = &st->memo.big_orders;
+    MemoHead *set = memo_set(t, (uintptr_t)k);
+    for (unsigned int j = 0; j < t->ways; j++) {
+        BigOrder *e = (BigOrder *)memo_way(t, set, j);
+        if (e->head.key == (uintptr_t)k && PyTuple_GET_SIZE(e->order) == n &&
+            (keys == NULL || same_items(e->keys, keys))) {
+            memo_touch(t, &e->head);
             return e;
         }
     }
@@ -1170,9 +1142,9 @@ big_order_read(PyObject *obj, PyObject *order, PyObject *at_obj, PyObject **vals
  * same keys: borrowed into vals, and 1; else 0 (vals partly written). Makes
  * nothing and runs no code, so the entry cannot change while it is read. */
 PK_SHARED int
-big_dict_values(PyObject *obj, PyObject *keys, PyObject **vals)
+big_dict_values(PkState *st, PyObject *obj, PyObject *keys, PyObject **vals)
 {
-    BigOrder *e = big_order_for(obj, keys);
+    BigOrder *e = big_order_for(st, obj, keys);
     return e != NULL && big_order_read(obj, e->order, e->at, vals);
 }
 
@@ -1183,7 +1155,7 @@ big_dict_values(PyObject *obj, PyObject *keys, PyObject **vals)
 static int
 classify_big_dict(Ctx *c, PyObject *obj, Found *f)
 {
-    BigOrder *e = big_order_for(obj, NULL);
+    BigOrder *e = big_order_for(c->st, obj, NULL);
     if (e == NULL) {
         return 0;
     }
@@ -1254,7 +1226,7 @@ found_mapping(Found *f, int kind, PyObject *keys, PyObject *values, int want_nod
 
 /* A dict whose keys are all exact str or all exact int, with at most
  * SMALL_DICT entries: one pass over it and an insertion sort (or, for keys
- * that dict_memo has, its order). The result is what the general path gives,
+ * that the dict_orders table has, its order). The result is what the general path gives,
  * since nothing here can run user code.
  * Returns 1 done, 0 not such a dict, -1 error. */
 static int
@@ -1295,7 +1267,9 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
     PyObject *tkeys = NULL, *values = NULL, *order = NULL;
     int permuted = 0, remember = 0;
     uint8_t perm[SMALL_DICT];
-    DictMemo *set = dict_memo_set(ins, n), *m = dict_memo_find(set, ins, n);
+    MemoTable *table = &c->st->memo.dict_orders;
+    uintptr_t key = dict_order_key(ins, n);
+    DictOrder *m = dict_order_find(table, key, ins, n);
     f->node = NULL;
     if (m != NULL) {
         /* the memo's keys, in the memo's insertion order: its order serves
@@ -1307,7 +1281,7 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
                 vs[m->perm[i]] = vi[i];
             }
         }
-        m->used = ++dict_memo_clock;
+        memo_touch(table, &m->head);
         tkeys = Py_NewRef(m->keys);
         if (c->mode != WALK_LEAVES) {
             f->node = Py_XNewRef(m->node);
@@ -1319,8 +1293,8 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
         /* insertion sort; at[j] is where the j-th key in key order was
          * inserted, kept while this call may still write the memo */
         uint8_t at[SMALL_DICT];
-        remember = c->dict_misses < DICT_MEMO_MISSES;
-        c->dict_misses += remember; /* stops at DICT_MEMO_MISSES */
+        remember = c->dict_misses < DICT_ORDER_MISSES;
+        c->dict_misses += remember; /* stops at DICT_ORDER_MISSES */
         for (i = 0; i < n; i++) {
             at[i] = (uint8_t)i;
         }
@@ -1373,7 +1347,7 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
         Py_INCREF(empty_tuple);
         values = empty_tuple;
     }
-    else if ((values = children_tuple(vs, n)) == NULL) {
+    else if ((values = children_tuple(c->st, vs, n)) == NULL) {
         goto fail;
     }
     int made_order = 0, made_node = 0;
@@ -1393,12 +1367,9 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
     }
     /* after the last allocation: the set as it is now (see above) */
     if (remember) {
-        if ((m = dict_memo_find(set, ins, n)) == NULL) {
-            m = dict_memo_victim(set);
-        }
-        dict_memo_write(m, tkeys, perm, permuted, f->node, order);
+        m = dict_order_write(table, key, ins, tkeys, perm, permuted, f->node, order);
     }
-    else if ((made_order || made_node) && (m = dict_memo_find(set, ins, n)) != NULL) {
+    else if ((made_order || made_node) && (m = dict_order_find(table, key, ins, n)) != NULL) {
         if (made_node && m->node == NULL) {
             m->node = Py_NewRef(f->node);
         }
@@ -1503,7 +1474,7 @@ classify_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
             if (at == NULL ||
                 key_places(((PyTupleObject *)tkeys)->ob_item, ((PyTupleObject *)order)->ob_item,
                            n, at) < 0 ||
-                big_order_note(tkeys, order, at, n) < 0) {
+                big_order_note(c->st, tkeys, order, at, n) < 0) {
                 PyMem_Free(at);
                 Py_XDECREF(order);
                 Py_DECREF(tkeys);
@@ -1606,7 +1577,7 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
         }
     }
     if (t == &PyTuple_Type) {
-        f->node = want_node ? seq_node(K_TUPLE, PyTuple_GET_SIZE(obj)) : NULL;
+        f->node = want_node ? seq_node(c->st, K_TUPLE, PyTuple_GET_SIZE(obj)) : NULL;
         if (want_node && f->node == NULL) {
             return -1;
         }
@@ -1619,7 +1590,7 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
         return 1;
     }
     if (t == &PyList_Type) {
-        f->node = want_node ? seq_node(K_LIST, PyList_GET_SIZE(obj)) : NULL;
+        f->node = want_node ? seq_node(c->st, K_LIST, PyList_GET_SIZE(obj)) : NULL;
         if (want_node && f->node == NULL) {
             return -1;
         }

@@ -15,13 +15,13 @@
  *    engine's format so that paths in messages come out the same.
  *  - Every error message is made by the pure engine's functions.
  * Traversals use explicit stacks on the heap: no C recursion on user data.
- * Between calls it keeps constants; what it learnt about classes (SavedPlan,
- * _classify.c), checked against CPython's type version tags so that it is
- * never stale; and, in bounded tables that hold no user object, what trees
- * met again reuse: small dicts' key orders and nodes (dict_memo), tuple and
- * list nodes (seq_nodes) and order pairs (_flatten.c's kept_pair), large
- * dicts' orders (big_orders), dict templates (_unflatten.c's kept), and
- * emptied tuples for frames' children (_stack.c's spares).
+ * Between calls it keeps constants, and, in the module's state (PkState,
+ * multi-phase init), the tables of _memo.c: the class plans (_class_plans.c),
+ * checked against CPython's type version tags so that they are never stale;
+ * and, in bounded tables that hold no user object, what trees met again
+ * reuse: small dicts' key orders and nodes, large dicts' orders, the spec's
+ * order pairs and dict templates; with tuple and list nodes and emptied
+ * tuples for frames' children (_stack.c's spares).
  *
  * The engine's parts each compile on their own against this header, which
  * declares everything one part uses of another (the section "What the parts
@@ -39,10 +39,13 @@
  *   _layouts.c    every read of CPython's own layouts: version tags, record
  *                 fields read in place, 3.11's dict tables and dict templates,
  *                 small ints; each gated by version and checked on import
+ *   _memo.c       the tables kept across calls: one eviction rule, a clear
+ *   _class_plans.c how a class's instances are read, asked of
+ *                 _pure.class_plan once per class; the per-call type cache
  *   _stack.c      the traversal stack, its view for the pure engine's error
  *                 messages, and path keys
  *   _classify.c   what a value is, a leaf or a node with children, as
- *                 _pure.classify says; the plans remembered per class
+ *                 _pure.classify says
  *   _flatten.c    flatten, leaves, flatten_with_path, and iter_leaves's iterator
  *   _specread.c   reading a TreeSpec: its slots, a node's kind and arity
  *   _unflatten.c  unflatten
@@ -114,20 +117,52 @@
 #else
 #define KEEP_ACROSS_CALLS 1
 #endif
+/* PYTREE_KIT_WITHOUT=name,... (setup.py) leaves the fast paths named out, one
+ * at a time, to measure what each buys (PK_WITHOUT_<NAME>); dict_tables is
+ * left out by not running its check (dict_layout_check), the rest here. */
+#if defined(PK_WITHOUT_SPARE_TUPLES)
+#define SPARE_TUPLES 0
+#else
 #define SPARE_TUPLES (KEEP_ACROSS_CALLS && PY_VERSION_HEX < 0x030E0000)
+#endif
+#if defined(PK_WITHOUT_TYPE_VERSION_TAGS)
+#define VERSION_TAGS 0
+#else
 #define VERSION_TAGS (PK_VALIDATED && PY_VERSION_HEX < 0x030C0000)
+#endif
+#if defined(PK_WITHOUT_INT_DIGITS)
+#define INT_DIGITS 0
+#else
 #define INT_DIGITS (PK_VALIDATED && PY_VERSION_HEX < 0x030C0000)
+#endif
+#if defined(PK_WITHOUT_ODICT_LINKS)
+#define ODICT_LINKS 0
+#else
 #define ODICT_LINKS PK_VALIDATED
+#endif
+#if defined(PK_WITHOUT_DICT_READS)
+#define DICT_READS 0
+#else
 #define DICT_READS PK_VALIDATED
-#if PK_VALIDATED && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#endif
+#if PK_VALIDATED && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && \
+    !defined(PK_WITHOUT_INSTANCE_VALUES)
 #define LAYOUT_311 1
 #else
 #define LAYOUT_311 0
 #endif
+#if defined(PK_WITHOUT_SPLIT_VALUES)
+#define SPLIT_READS 0
+#else
 #define SPLIT_READS PK_VALIDATED
+#endif
 /* (made only for plans, which are kept across calls; 3.13 lays split values
  * out anew) */
+#if defined(PK_WITHOUT_SPLIT_TABLES)
+#define SPLIT_TABLES 0
+#else
 #define SPLIT_TABLES (DICT_READS && KEEP_ACROSS_CALLS && PY_VERSION_HEX < 0x030D0000)
+#endif
 
 /* A dict of more than BIG_DICT keys has its insertion order remembered
  * across calls (_classify.c's big_orders); up to BIG_DICT keys, an insertion
@@ -147,7 +182,11 @@ typedef struct {
     PyObject **items;
     Py_ssize_t n;
 } Untracked;
+#if defined(PK_WITHOUT_DEFER_TRACKING)
+#define DEFER_TRACKING 0
+#else
 #define DEFER_TRACKING (PY_VERSION_HEX < 0x030C0000)
+#endif
 
 static inline void
 untracked_add(Untracked *u, PyObject *o)
@@ -273,7 +312,9 @@ typedef struct MemoTable {
 /* no entry is larger (table_clear copies one aside) */
 #define MEMO_ENTRY_MAX 256
 
-/* A class's plan kept across calls (the plans table, _class_plans.c) */
+/* The tables' entries. Each is described where it is read. */
+
+/* a class's plan (the plans table, _class_plans.c) */
 typedef struct {
     MemoHead head;         /* key: the class's address; tag: its version tag */
     unsigned int meta_tag; /* its metaclass's (1 for type) */
@@ -284,9 +325,70 @@ typedef struct {
 #define PLAN_SET_BITS 7
 #define PLAN_WAYS 4
 
+/* a small dict's key order (the dict_orders table, _classify.c) */
+#define SMALL_DICT 32
 typedef struct {
-    MemoTable plans;
+    MemoHead head;   /* key: a hash of the first and last keys' addresses and the count */
+    PyObject *keys;  /* strong: the keys in key order, a tuple */
+    PyObject *node;  /* strong or NULL: (K_DICT, None, n, keys) once made */
+    PyObject *order; /* strong or NULL: the keys in insertion order, once made
+                      * (only where it differs from key order) */
+    int permuted;    /* the insertion order is not key order */
+    uint8_t perm[SMALL_DICT];
+} DictOrder;
+#define DICT_ORDER_SET_BITS 8
+#define DICT_ORDER_WAYS 4
+
+/* a large dict's insertion order (the big_orders table, _classify.c) */
+typedef struct {
+    MemoHead head;   /* key: the first key's address */
+    PyObject *order; /* strong: the keys in insertion order, a tuple */
+    PyObject *keys;  /* strong: the same keys in sorted order (the node's), a tuple */
+    PyObject *at;    /* strong: bytes, Py_ssize_t at[i]: order[i]'s place in keys */
+    PyObject *dict;  /* strong or NULL: the template, {k: None} in insertion order */
+} BigOrder;
+#define BIG_ORDER_WAYS 4
+
+/* a spec's (position, order) pair (the pairs table, _flatten.c) */
+typedef struct {
+    MemoHead head; /* key: a hash of the order's address and the position */
+    PyObject *pair;
+} KeptPair;
+#define PAIR_SET_BITS 8
+
+/* a dict template (the templates table, _unflatten.c; dict_tables only) */
+typedef struct {
+    MemoHead head;   /* key: a hash of the key objects and the order's first */
+    PyObject *keys;  /* strong: the node's keys, a tuple */
+    PyObject *order; /* strong or NULL: the insertion order, a tuple; NULL: key order */
+    PyObject *dict;  /* strong or NULL: the template, made the second time */
+    size_t size;     /* of the template's table, in bytes */
+    uint16_t unusable; /* keys that no template serves */
+    uint16_t tuples;   /* a key is a tuple (template_make) */
+    uint8_t at[BIG_DICT]; /* with an order: the place of its i-th key among keys */
+} Kept;
+#define KEPT_SET_BITS 9
+#define KEPT_WAYS 4
+
+typedef struct {
+    MemoTable plans, dict_orders, big_orders, pairs, templates;
 } Memo;
+
+/* Emptied tuples kept for the next frame of their size (_stack.c's spares,
+ * where SPARE_TUPLES): a pool, not keyed */
+#define SPARE_MAX 16
+#define SPARE_PER_SIZE 16
+
+/* The module's state (multi-phase init): everything kept from one call to
+ * the next. */
+struct PkState {
+    Memo memo;
+    /* the nodes of tuples and lists of fewer than 16 children, by arity:
+     * made once and kept (they hold only ints and None), shared by every spec */
+    PyObject *seq_nodes[2][16];
+    PyObject *spare[SPARE_MAX + 1][SPARE_PER_SIZE];
+    int spare_n[SPARE_MAX + 1];
+};
 
 /* ------------------------------------------------------------------------ */
 /* Per-call knowledge of types: each class's plan (_class_plans.c), kept for
@@ -351,6 +453,7 @@ typedef struct {
     size_t counts_mask;
     Py_ssize_t nlive; /* frames whose children are the caller's list itself */
     PyObject *view; /* strong or NULL: a StackView of this stack */
+    PkState *st;    /* the module's state (its spare tuples) */
     Frame inline_v[STACK_INLINE];
 } Stack;
 
@@ -421,7 +524,7 @@ vec_extend(Vec *a, PyObject *const *src, Py_ssize_t k)
  * object alive: an exact str, int or float, True, False or None, or an exact
  * tuple of those (a label pair, a grid point). Dicts of such keys are made
  * from templates (_layouts.c) and in their insertion order at once
- * (_unflatten.c's ordered_dict). */
+ * (_unflatten.c's dict_in_order). */
 static inline int
 key_atom(PyObject *k)
 {
@@ -521,7 +624,7 @@ typedef struct {
     int atom_leaf[6];
     PyTypeObject *last_leaf; /* the type of the last leaf classified by type */
     int dict_misses;          /* small dicts in a row not found in dict_memo */
-    Memo *memo;               /* the tables kept across calls */
+    PkState *st;              /* the module's state: what is kept across calls */
 } Ctx;
 
 /* {keys[i]: vals[i * step]} for i in 0 .. n, inserted in key order: a dict
@@ -594,22 +697,21 @@ PK_SHARED void split_tables_check(void);
 
 /* _stack.c: the traversal stack, its view for error messages, path keys */
 PK_SHARED_DATA PyTypeObject StackView_Type;
-PK_SHARED PyObject *children_tuple(PyObject *const *ch, Py_ssize_t n);
+PK_SHARED PyObject *children_tuple(PkState *st, PyObject *const *ch, Py_ssize_t n);
 PK_SHARED_INLINE PyObject *frame_item(Frame *f, Py_ssize_t i);
 PK_SHARED PyObject *frame_key(Frame *f, Py_ssize_t i);
 PK_SHARED_INLINE PyObject *frame_next(Frame *fr, Py_ssize_t *at);
 PK_SHARED int key_init(void);
-PK_SHARED PyObject *spare_tuple(Py_ssize_t n);
+PK_SHARED PyObject *spare_tuple(PkState *st, Py_ssize_t n);
 PK_SHARED void stack_clear(Stack *s);
 PK_SHARED int stack_freeze(Stack *s);
 PK_SHARED int stack_holds(Stack *s, PyObject *obj);
-PK_SHARED void stack_init(Stack *s);
+PK_SHARED void stack_init(Stack *s, PkState *st);
 PK_SHARED int stack_push(Stack *s, PyObject *obj, PyObject *children, PyObject *names, int keymode, int live, int track);
 PK_SHARED PyObject *stack_py(Stack *s);
 PK_SHARED_INLINE int stack_unread(Stack *s, Frame **out);
 
 /* _memo.c: the tables kept across calls */
-PK_SHARED_DATA Memo the_memo;
 PK_SHARED int memo_init(Memo *m);
 PK_SHARED void memo_clear(Memo *m);
 PK_SHARED void memo_free(Memo *m);
@@ -632,22 +734,12 @@ PK_SHARED TypeEntry *tc_find(TypeCache *c, PyTypeObject *t);
 
 /* _classify.c: what a value is; dict orders */
 
-/* Large dicts' insertion orders remembered across calls (_unflatten.c builds
- * their templates) */
-#define BIG_ORDERS 4
-typedef struct {
-    PyObject *order; /* strong or NULL: the keys in insertion order, a tuple */
-    PyObject *keys;  /* strong: the same keys in sorted order (the node's), a tuple */
-    PyObject *at;    /* strong: bytes, Py_ssize_t at[i]: order[i]'s place in keys */
-    PyObject *dict;  /* strong or NULL: the template, {k: None} in insertion order */
-} BigOrder;
-PK_SHARED_DATA BigOrder big_orders[BIG_ORDERS];
-PK_SHARED int big_dict_values(PyObject *obj, PyObject *keys, PyObject **vals);
-PK_SHARED BigOrder *big_order_for(PyObject *obj, PyObject *keys);
-PK_SHARED int big_order_note(PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t n);
+PK_SHARED int big_dict_values(PkState *st, PyObject *obj, PyObject *keys, PyObject **vals);
+PK_SHARED BigOrder *big_order_for(PkState *st, PyObject *obj, PyObject *keys);
+PK_SHARED int big_order_note(PkState *st, PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t n);
 PK_SHARED int classify(Ctx *c, Stack *s, PyObject *obj, Found *f);
 PK_SHARED void ctx_clear(Ctx *c);
-PK_SHARED int ctx_init(Ctx *c, PyObject *is_leaf, PyObject *rules, WalkMode mode);
+PK_SHARED int ctx_init(Ctx *c, PkState *st, PyObject *is_leaf, PyObject *rules, WalkMode mode);
 PK_SHARED PyObject *dict_order(PyObject *node, PyObject *obj, PyObject *names);
 PK_SHARED PyObject *dict_values(PyObject *obj, PyObject **keys, Py_ssize_t n);
 PK_SHARED Py_ssize_t field_named(PyObject *names, Py_ssize_t n, PyObject *k);

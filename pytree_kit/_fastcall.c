@@ -63,10 +63,15 @@ typedef struct {
     PyObject *spec_type; /* TreeSpec */
     PyObject *dict;      /* __dict__ */
     PyObject *weakrefs;
+    PyObject *module;    /* strong: the engine's module, whose state the calls read */
+    PkState *st;         /* its state */
     Shape shape;
 } FastCall;
 
 static PyObject *s_is_leaf, *s_rules;
+/* the module FastCalls made now take (borrowed: the module's init sets it,
+ * its going clears it) */
+static PyObject *current_module;
 
 static int
 name_is(PyObject *name, PyObject *want)
@@ -76,9 +81,9 @@ name_is(PyObject *name, PyObject *want)
 
 /* fn applied to each leaf of tree, as [fn(x) for x in leaves], and unflattened */
 static PyObject *
-tree_map1(PyObject *fn, PyObject *tree, PyObject *is_leaf)
+tree_map1(PkState *st, PyObject *fn, PyObject *tree, PyObject *is_leaf)
 {
-    PyObject *flat = pk_walk(tree, is_leaf, Py_None, WALK_SPEC);
+    PyObject *flat = pk_walk(st, tree, is_leaf, Py_None, WALK_SPEC);
     if (flat == NULL) {
         return NULL;
     }
@@ -99,7 +104,7 @@ tree_map1(PyObject *fn, PyObject *tree, PyObject *is_leaf)
         PyList_SET_ITEM(mapped, i, v);
     }
     PyObject_GC_Track(mapped);
-    result = pk_unflatten(spec, mapped);
+    result = pk_unflatten(st, spec, mapped);
 done:
     Py_XDECREF(mapped);
     Py_DECREF(flat);
@@ -134,13 +139,13 @@ fastcall_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObje
     }
     switch (sh->op) {
     case OP_FLATTEN:
-        return pk_walk(args[0], is_leaf, Py_None, WALK_SPEC);
+        return pk_walk(fc->st, args[0], is_leaf, Py_None, WALK_SPEC);
     case OP_LEAVES:
-        return pk_walk(args[0], is_leaf, Py_None, WALK_LEAVES);
+        return pk_walk(fc->st, args[0], is_leaf, Py_None, WALK_LEAVES);
     case OP_WITH_PATH:
-        return pk_walk(args[0], is_leaf, Py_None, WALK_PATHS);
+        return pk_walk(fc->st, args[0], is_leaf, Py_None, WALK_PATHS);
     case OP_STRUCTURE: {
-        PyObject *flat = pk_walk(args[0], is_leaf, Py_None, WALK_SPEC);
+        PyObject *flat = pk_walk(fc->st, args[0], is_leaf, Py_None, WALK_SPEC);
         if (flat == NULL) {
             return NULL;
         }
@@ -152,9 +157,9 @@ fastcall_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObje
         if ((PyObject *)Py_TYPE(args[0]) != fc->spec_type) {
             goto slow;
         }
-        return pk_unflatten(args[0], args[1]);
+        return pk_unflatten(fc->st, args[0], args[1]);
     case OP_TREE_MAP:
-        return tree_map1(args[0], args[1], is_leaf);
+        return tree_map1(fc->st, args[0], args[1], is_leaf);
     }
 slow:
     if (fc->func == NULL) { /* cleared by the GC, breaking a cycle */
@@ -202,10 +207,16 @@ fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     sh.op = ops[k].op;
+    if (current_module == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "FastCall: the engine's module is gone");
+        return NULL;
+    }
     FastCall *fc = (FastCall *)type->tp_alloc(type, 0);
     if (fc == NULL) {
         return NULL;
     }
+    fc->module = Py_NewRef(current_module);
+    fc->st = pk_state(current_module);
     fc->vectorcall = fastcall_vectorcall;
     fc->func = Py_NewRef(func);
     fc->spec_type = Py_NewRef(spec_type);
@@ -221,6 +232,7 @@ fastcall_traverse(FastCall *fc, visitproc visit, void *arg)
     Py_VISIT(fc->func);
     Py_VISIT(fc->spec_type);
     Py_VISIT(fc->dict);
+    Py_VISIT(fc->module);
     return 0;
 }
 
@@ -241,6 +253,10 @@ fastcall_dealloc(FastCall *fc)
         PyObject_ClearWeakRefs((PyObject *)fc);
     }
     fastcall_clear(fc);
+    /* the module last, not in tp_clear: a call may still come while the GC
+     * breaks a cycle, and its state must be there (the def is gone then, and
+     * the call says so) */
+    Py_CLEAR(fc->module);
     Py_TYPE(fc)->tp_free((PyObject *)fc);
 }
 
@@ -341,9 +357,19 @@ static PyTypeObject FastCall_Type = {
     .tp_weaklistoffset = offsetof(FastCall, weakrefs),
 };
 
+/* The module going: FastCalls made from now on have none to take. */
+void
+pk_fastcall_module_gone(PyObject *module)
+{
+    if (current_module == module) {
+        current_module = NULL;
+    }
+}
+
 int
 pk_fastcall_add(PyObject *module)
 {
+    current_module = module;
     if ((s_is_leaf = PyUnicode_InternFromString("is_leaf")) == NULL ||
         (s_rules = PyUnicode_InternFromString("rules")) == NULL) {
         return -1;

@@ -104,15 +104,16 @@ typedef struct {
 } Walk;
 
 static int
-walk_init(Walk *w, PyObject *tree, PyObject *is_leaf, PyObject *rules, WalkMode mode)
+walk_init(Walk *w, PkState *st, PyObject *tree, PyObject *is_leaf, PyObject *rules,
+          WalkMode mode)
 {
-    stack_init(&w->s);
+    stack_init(&w->s, st);
     vec_init(&w->nodes);
     vec_init(&w->keys);
     vec_init(&w->leaves);
     w->orders = w->paths = w->obj = NULL;
     w->mode = mode;
-    if (ctx_init(&w->c, is_leaf, rules, mode) < 0) {
+    if (ctx_init(&w->c, st, is_leaf, rules, mode) < 0) {
         return -1;
     }
     if (mode == WALK_PATHS && (w->paths = PyList_New(0)) == NULL) {
@@ -142,37 +143,43 @@ walk_clear(Walk *w)
  * A dict whose insertion order is not its key order puts a (position,
  * order) pair in the spec: the same pair, call after call, for the same tree,
  * since flatten gives the same order tuple to dicts of the same keys
- * (_classify.c's dict_memo). The pairs of the orders the memo holds are kept
- * in PAIR_SLOTS slots chosen by order and position, and given again: a
- * spec's orders share them. The memo holds only orders of exact str or int
- * keys, so no user object is kept alive here, and nothing dropped from a
- * slot runs user code; a slot holds its pair, and so its order, alive. Only
- * pairs of the first PAIR_POSITIONS nodes are kept: the dicts of a list of
- * 10,000 records, each at its own position, would take the slots from one
- * another on every dict, for nothing. */
-#define PAIR_SLOTS 256
+ * (_classify.c's dict_orders table). The pairs of the orders that table
+ * holds are kept in the memo's pairs table (_memo.c), one way per set, a set
+ * chosen by order and position, and given again: a spec's orders share them.
+ * That table holds only orders of exact str or int keys, so no user object
+ * is kept alive here, and nothing dropped from an entry runs user code; an
+ * entry holds its pair, and so its order, alive. Only pairs of the first
+ * PAIR_POSITIONS nodes are kept: the dicts of a list of 10,000 records, each
+ * at its own position, would take the entries from one another on every
+ * dict, for nothing. */
 #define PAIR_POSITIONS 1024
 
-static PyObject *pair_slots[PAIR_SLOTS];
-
 /* The (position, order) pair; steals order, even on error. keep: order is
- * the memo's (Found's order_kept). */
+ * the table's (Found's order_kept). */
 static PyObject *
-kept_pair(Py_ssize_t position, PyObject *order, int keep)
+kept_pair(PkState *st, Py_ssize_t position, PyObject *order, int keep)
 {
     if (!keep || !KEEP_ACROSS_CALLS || position >= PAIR_POSITIONS) {
         return order_pair(position, order);
     }
-    size_t h = (ptr_hash(order) ^ ((size_t)position * 0x9E3779B97F4A7C15ULL)) % PAIR_SLOTS;
-    PyObject *p = pair_slots[h];
-    if (p != NULL && PyTuple_GET_ITEM(p, 1) == order &&
+    MemoTable *t = &st->memo.pairs;
+    uintptr_t key = (ptr_hash(order) ^ ((size_t)position * 0x9E3779B97F4A7C15ULL)) | 1;
+    KeptPair *e = (KeptPair *)memo_set(t, key); /* one way a set */
+    PyObject *p = e->pair;
+    if (p != NULL && e->head.key == key && PyTuple_GET_ITEM(p, 1) == order &&
         small_long(PyTuple_GET_ITEM(p, 0)) == position) {
         Py_DECREF(order);
         return Py_NewRef(p);
     }
     PyObject *pair = order_pair(position, order);
     if (pair != NULL) {
-        Py_XSETREF(pair_slots[h], Py_NewRef(pair));
+        /* the set as it is now: order_pair's allocations may have run code */
+        e = (KeptPair *)memo_set(t, key);
+        PyObject *old = e->pair;
+        e->head.key = key;
+        memo_touch(t, &e->head);
+        e->pair = Py_NewRef(pair);
+        Py_XDECREF(old);
     }
     return pair;
 }
@@ -302,7 +309,7 @@ walk_run(Walk *w, const int lazy)
                             Py_DECREF(order);
                             goto found_error;
                         }
-                        PyObject *pair = kept_pair(nodes->n, order, f.order_kept);
+                        PyObject *pair = kept_pair(c->st, nodes->n, order, f.order_kept);
                         if (pair == NULL || PyList_Append(w->orders, pair) < 0) {
                             Py_XDECREF(pair);
                             goto found_error;
@@ -477,11 +484,11 @@ error:
 }
 
 static PyObject *
-walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, WalkMode mode)
+walk(PkState *st, PyObject *tree, PyObject *is_leaf, PyObject *rules, WalkMode mode)
 {
     Walk w;
     PyObject *result = NULL;
-    if (walk_init(&w, tree, is_leaf, rules, mode) == 0 && walk_run(&w, EAGER) == 0) {
+    if (walk_init(&w, st, tree, is_leaf, rules, mode) == 0 && walk_run(&w, EAGER) == 0) {
         result = walk_result(&w);
     }
     walk_clear(&w);
@@ -490,11 +497,11 @@ walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, WalkMode mode)
 
 /* flatten_with_path with an is_leaf that takes (path, value) */
 static PyObject *
-walk_paths_asking(PyObject *tree, PyObject *is_leaf, PyObject *rules)
+walk_paths_asking(PkState *st, PyObject *tree, PyObject *is_leaf, PyObject *rules)
 {
     Walk w;
     PyObject *result = NULL;
-    if (walk_init(&w, tree, is_leaf, rules, WALK_PATHS) == 0) {
+    if (walk_init(&w, st, tree, is_leaf, rules, WALK_PATHS) == 0) {
         if (w.c.is_leaf != NULL) {
             w.c.path_keys = &w.keys;
         }
@@ -523,6 +530,7 @@ typedef struct {
     Py_ssize_t next;   /* w.leaves[next:] are found and not yet returned */
     int state;         /* LI_WALKING, LI_RUNNING (in walk_run) or LI_DONE */
     PyObject *weakrefs; /* weak references to it, as to the pure engine's generator */
+    PyObject *module;   /* strong: the module whose state w reads */
 } LeafIter;
 
 enum { LI_WALKING, LI_RUNNING, LI_DONE };
@@ -544,6 +552,7 @@ leafiter_release(LeafIter *it)
     walk_clear(w);
     Py_CLEAR(it->is_leaf);
     Py_CLEAR(it->rules);
+    Py_CLEAR(it->module);
 }
 
 static PyObject *
@@ -587,6 +596,7 @@ leafiter_traverse(LeafIter *it, visitproc visit, void *arg)
     Walk *w = &it->w;
     Py_VISIT(it->is_leaf);
     Py_VISIT(it->rules);
+    Py_VISIT(it->module);
     Py_VISIT(w->obj);
     Py_VISIT(w->c.pycache);
     for (Py_ssize_t i = it->next; i < w->leaves.n; i++) {
@@ -657,11 +667,13 @@ sp_iter_leaves(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     it->weakrefs = NULL;
+    it->module = NULL;
     it->is_leaf = is_leaf == Py_None ? NULL : Py_NewRef(is_leaf);
     it->rules = rules == Py_None ? NULL : Py_NewRef(rules);
     it->next = 0;
     it->state = LI_WALKING;
-    if (walk_init(&it->w, args[0], is_leaf, rules, WALK_LEAVES) < 0) {
+    it->module = Py_NewRef(self);
+    if (walk_init(&it->w, pk_state(self), args[0], is_leaf, rules, WALK_LEAVES) < 0) {
         Py_DECREF(it);
         return NULL;
     }
@@ -707,7 +719,7 @@ sp_any_leaf(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Walk w;
-    int found = 0, r = walk_init(&w, args[0], args[1], args[2], WALK_LEAVES);
+    int found = 0, r = walk_init(&w, pk_state(self), args[0], args[1], args[2], WALK_LEAVES);
     while (r == 0) {
         r = walk_run(&w, LAZY_TEST);
         if (r < 0) {
@@ -763,9 +775,9 @@ sp_flatten_one_level(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Stack s;
     Found f;
     int r, found = 0;
-    stack_init(&s);
+    stack_init(&s, pk_state(self));
     found_init(&f);
-    if (ctx_init(&c, is_leaf, rules, WALK_SPEC) < 0) {
+    if (ctx_init(&c, pk_state(self), is_leaf, rules, WALK_SPEC) < 0) {
         goto done;
     }
     r = walk_classify(&c, &s, tree, &f);
@@ -831,26 +843,28 @@ done:
 
 /* fname(tree, is_leaf=None, rules=None): walk in the given mode */
 static PyObject *
-walk_call(PyObject *const *args, Py_ssize_t nargs, const char *fname, WalkMode mode)
+walk_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, const char *fname,
+          WalkMode mode)
 {
     if (nargs < 1 || nargs > 3) {
         PyErr_Format(PyExc_TypeError, "%s(tree, is_leaf=None, rules=None) takes 1 to 3 arguments",
                      fname);
         return NULL;
     }
-    return walk(args[0], nargs > 1 ? args[1] : Py_None, nargs > 2 ? args[2] : Py_None, mode);
+    return walk(pk_state(self), args[0], nargs > 1 ? args[1] : Py_None,
+                nargs > 2 ? args[2] : Py_None, mode);
 }
 
 PK_SHARED PyObject *
 sp_flatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    return walk_call(args, nargs, "flatten", WALK_SPEC);
+    return walk_call(self, args, nargs, "flatten", WALK_SPEC);
 }
 
 PK_SHARED PyObject *
 sp_leaves(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    return walk_call(args, nargs, "leaves", WALK_LEAVES);
+    return walk_call(self, args, nargs, "leaves", WALK_LEAVES);
 }
 
 /* flatten_with_path(tree, is_leaf=None, rules=None, is_leaf_takes_path=False) */
@@ -863,19 +877,19 @@ sp_flatten_with_path(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     if (nargs != 4) {
-        return walk_call(args, nargs, "flatten_with_path", WALK_PATHS);
+        return walk_call(self, args, nargs, "flatten_with_path", WALK_PATHS);
     }
     int takes_path = PyObject_IsTrue(args[3]);
     if (takes_path < 0) {
         return NULL;
     }
-    return takes_path ? walk_paths_asking(args[0], args[1], args[2])
-                      : walk(args[0], args[1], args[2], WALK_PATHS);
+    return takes_path ? walk_paths_asking(pk_state(self), args[0], args[1], args[2])
+                      : walk(pk_state(self), args[0], args[1], args[2], WALK_PATHS);
 }
 
 /* the entry points FastCall calls (_speedups.h) */
 PyObject *
-pk_walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, WalkMode mode)
+pk_walk(PkState *st, PyObject *tree, PyObject *is_leaf, PyObject *rules, WalkMode mode)
 {
-    return walk(tree, is_leaf, rules, mode);
+    return walk(st, tree, is_leaf, rules, mode);
 }

@@ -25,9 +25,6 @@
 
 #include "_core.h"
 
-/* The module's one set of tables (module state once the module has one). */
-PK_DATA Memo the_memo;
-
 static int
 table_init(MemoTable *t, unsigned int set_bits, unsigned int ways, size_t size,
            void (*release)(MemoHead *))
@@ -147,7 +144,7 @@ memo_slot(MemoTable *t, uintptr_t key, unsigned int tag)
 }
 
 /* ------------------------------------------------------------------------ */
-/* The tables' entries and how each lets go of its references */
+/* How each table's entries let go of their references */
 
 static void
 plan_release(MemoHead *h)
@@ -157,11 +154,54 @@ plan_release(MemoHead *h)
     Py_XDECREF(k->reads_obj);
 }
 
+static void
+dict_order_release(MemoHead *h)
+{
+    DictOrder *d = (DictOrder *)h;
+    Py_XDECREF(d->keys);
+    Py_XDECREF(d->node);
+    Py_XDECREF(d->order);
+}
+
+static void
+big_order_release(MemoHead *h)
+{
+    BigOrder *b = (BigOrder *)h;
+    Py_XDECREF(b->order);
+    Py_XDECREF(b->keys);
+    Py_XDECREF(b->at);
+    Py_XDECREF(b->dict);
+}
+
+static void
+pair_release(MemoHead *h)
+{
+    Py_XDECREF(((KeptPair *)h)->pair);
+}
+
+static void
+kept_release(MemoHead *h)
+{
+    Kept *k = (Kept *)h;
+    Py_XDECREF(k->keys);
+    Py_XDECREF(k->order);
+    Py_XDECREF(k->dict);
+}
+
 PK_SHARED int
 memo_init(Memo *m)
 {
     memset(m, 0, sizeof(*m));
-    return table_init(&m->plans, PLAN_SET_BITS, PLAN_WAYS, sizeof(KeptPlan), plan_release);
+    if (table_init(&m->plans, PLAN_SET_BITS, PLAN_WAYS, sizeof(KeptPlan), plan_release) < 0 ||
+        table_init(&m->dict_orders, DICT_ORDER_SET_BITS, DICT_ORDER_WAYS, sizeof(DictOrder),
+                   dict_order_release) < 0 ||
+        table_init(&m->big_orders, 0, BIG_ORDER_WAYS, sizeof(BigOrder), big_order_release) < 0 ||
+        table_init(&m->pairs, PAIR_SET_BITS, 1, sizeof(KeptPair), pair_release) < 0 ||
+        table_init(&m->templates, KEPT_SET_BITS, KEPT_WAYS, sizeof(Kept), kept_release) < 0) {
+        memo_free(m);
+        return -1;
+    }
+    return 0;
 }
 
 /* Empties every table (what _speedups._memo_clear() does). */
@@ -169,6 +209,10 @@ PK_SHARED void
 memo_clear(Memo *m)
 {
     table_clear(&m->plans);
+    table_clear(&m->dict_orders);
+    table_clear(&m->big_orders);
+    table_clear(&m->pairs);
+    table_clear(&m->templates);
 }
 
 /* Frees the tables (the module's state going). */
@@ -176,6 +220,9 @@ PK_SHARED void
 memo_free(Memo *m)
 {
     memo_clear(m);
-    PyMem_Free(m->plans.entries);
-    m->plans.entries = NULL;
+    MemoTable *all[] = {&m->plans, &m->dict_orders, &m->big_orders, &m->pairs, &m->templates};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        PyMem_Free(all[i]->entries);
+        all[i]->entries = NULL;
+    }
 }

@@ -389,7 +389,7 @@ pk_packed_sample(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (spec == NULL) {
             goto done;
         }
-        result = pk_unflatten(spec, leaves);
+        result = pk_unflatten(pk_state(self), spec, leaves);
         Py_DECREF(spec);
     }
 done:

@@ -26,7 +26,7 @@ sp_plan_set(PyObject *self, PyObject *cls)
         PyErr_SetString(PyExc_TypeError, "_plan_set() takes a class");
         return NULL;
     }
-    MemoTable *t = &the_memo.plans;
+    MemoTable *t = &pk_state(self)->memo.plans;
     size_t set = (size_t)((char *)memo_set(t, (uintptr_t)cls) - t->entries) / (t->ways * t->size);
     return Py_BuildValue("(nn)", (Py_ssize_t)set, (Py_ssize_t)t->ways);
 }
@@ -36,7 +36,7 @@ sp_plan_set(PyObject *self, PyObject *cls)
 static PyObject *
 sp_memo_clear(PyObject *self, PyObject *unused)
 {
-    memo_clear(&the_memo);
+    memo_clear(&pk_state(self)->memo);
     Py_RETURN_NONE;
 }
 
@@ -130,19 +130,6 @@ static PyMethodDef methods[] = {
 };
 
 
-/* the module going (at exit): the tables kept across calls let go */
-static void
-module_free(void *module)
-{
-    memo_free(&the_memo);
-}
-
-static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, "pytree_kit._speedups",
-    "The C engine of pytree_kit: the same results as pytree_kit._pure, faster.", -1, methods,
-    NULL, NULL, NULL, module_free,
-};
-
 static PyObject *
 get_attr(PyObject *mod, const char *name)
 {
@@ -199,17 +186,30 @@ builtin_own(PyTypeObject *t, PyObject *name)
             goto fail;                                        \
     } while (0)
 
-PyMODINIT_FUNC
-PyInit__speedups(void)
+/* ------------------------------------------------------------------------ */
+/* The module: multi-phase init, its state (PkState: what is kept across
+ * calls) made per module object. The constants the parts read (_core.c) are
+ * made once per process, by the first module's exec, and kept; the module is
+ * refused in any other interpreter than that one (from 3.12 CPython refuses
+ * it first: Py_mod_multiple_interpreters), where those constants' objects
+ * are not its own. */
+
+PK_INTERNAL PkState *
+pk_state(PyObject *module)
 {
-    PyObject *m = NULL, *pure = NULL, *spec = NULL, *keys = NULL, *kinds = NULL;
-    m = PyModule_Create(&moduledef);
-    if (m == NULL) {
-        return NULL;
-    }
-    if (PyModule_AddStringConstant(m, "NAME", "c") < 0) {
-        goto fail;
-    }
+    return (PkState *)PyModule_GetState(module);
+}
+
+/* the interpreter the constants were made in, once they are */
+static PyInterpreterState *constants_made_in;
+
+/* Makes the constants the parts read, and runs the fast paths' checks: 0, or
+ * -1 with an error set. */
+static int
+constants_init(void)
+{
+    PyObject *pure = NULL, *spec = NULL, *keys = NULL, *kinds = NULL;
+    int ok = -1;
     pure = PyImport_ImportModule("pytree_kit._pure");
     spec = PyImport_ImportModule("pytree_kit._spec");
     keys = PyImport_ImportModule("pytree_kit._keys");
@@ -252,17 +252,6 @@ PyInit__speedups(void)
     if (key_init() < 0 || pk_specops_init(spec) < 0 || pk_rows_init() < 0) {
         goto fail;
     }
-    /* tree_get is the specification's own (_pure.tree_get): it reads builtin
-     * containers with this engine's path_get, and every other node as this
-     * engine's flatten_one_level finds its children. */
-    {
-        PyObject *tree_get = get_attr(pure, "tree_get");
-        int added = tree_get == NULL ? -1 : PyModule_AddObjectRef(m, "tree_get", tree_get);
-        Py_XDECREF(tree_get);
-        if (added < 0) {
-            goto fail;
-        }
-    }
     TreeSpec_type = (PyTypeObject *)get_attr(spec, "TreeSpec");
     if (TreeSpec_type == NULL) {
         goto fail;
@@ -276,7 +265,7 @@ PyInit__speedups(void)
         goto fail;
     }
     if (PyType_Ready(&StackView_Type) < 0 || PyType_Ready(&LeafIter_Type) < 0 ||
-        PyType_Ready(&Plan_Type) < 0 || pk_fastcall_add(m) < 0) {
+        PyType_Ready(&Plan_Type) < 0) {
         goto fail;
     }
     if ((empty_tuple = PyTuple_New(0)) == NULL) {
@@ -292,9 +281,6 @@ PyInit__speedups(void)
     INTERN(s_flatten, "flatten");
     INTERN(s_the_spec, "the spec");
     INTERN(s_the_tree, "the tree");
-    if (memo_init(&the_memo) < 0) {
-        goto fail;
-    }
     tags_check();
 #if INT_DIGITS
     int_digits_check();
@@ -305,7 +291,7 @@ PyInit__speedups(void)
 #if LAYOUT_311
     values_reads_check();
 #endif
-#if DICT_READS
+#if DICT_READS && !defined(PK_WITHOUT_DICT_TABLES)
     dict_layout_check(); /* after dict_reads_check: it needs the reads */
 #endif
 #if SPLIT_TABLES
@@ -317,6 +303,19 @@ PyInit__speedups(void)
 #if ODICT_LINKS
     odict_links_check();
 #endif
+    ok = 0;
+fail:
+    Py_XDECREF(pure);
+    Py_XDECREF(spec);
+    Py_XDECREF(keys);
+    Py_XDECREF(kinds);
+    return ok;
+}
+
+/* The module's attributes that say what this build does (FAST_PATHS, ...). */
+static int
+add_build_facts(PyObject *m)
+{
     PyObject *fast = Py_BuildValue(
         "{sNsNsNsNsNsNsNsN}", "type_version_tags", PyBool_FromLong(VERSION_TAGS && plans_kept()),
         "int_digits", PyBool_FromLong(INT_DIGITS && int_digits_ok), "instance_values",
@@ -339,18 +338,100 @@ PyInit__speedups(void)
         PyModule_AddIntConstant(m, "VALIDATED_PYTHON", PK_VALIDATED_PYTHON) < 0 ||
         PyModule_AddIntConstant(m, "NO_FAST_PATHS", no_fast_paths) < 0 ||
         PyModule_AddIntConstant(m, "KEEP_ACROSS_CALLS", KEEP_ACROSS_CALLS) < 0) {
-        goto fail;
+        return -1;
     }
-    Py_DECREF(pure);
-    Py_DECREF(spec);
-    Py_DECREF(keys);
-    Py_DECREF(kinds);
-    return m;
-fail:
+    return 0;
+}
+
+static int
+module_exec(PyObject *m)
+{
+    PkState *st = pk_state(m);
+    PyInterpreterState *here = PyInterpreterState_Get();
+    if (constants_made_in != NULL && constants_made_in != here) {
+        PyErr_SetString(PyExc_ImportError,
+                        "pytree_kit._speedups: one interpreter of a process can use it");
+        return -1;
+    }
+    memset(st, 0, sizeof(*st));
+    if (memo_init(&st->memo) < 0) {
+        return -1;
+    }
+    if (constants_made_in == NULL) {
+        if (constants_init() < 0) {
+            return -1;
+        }
+        constants_made_in = here;
+    }
+    if (PyModule_AddStringConstant(m, "NAME", "c") < 0 || add_build_facts(m) < 0) {
+        return -1;
+    }
+    /* tree_get is the specification's own (_pure.tree_get): it reads builtin
+     * containers with this engine's path_get, and every other node as this
+     * engine's flatten_one_level finds its children. */
+    PyObject *pure = PyImport_ImportModule("pytree_kit._pure");
+    PyObject *tree_get = pure == NULL ? NULL : get_attr(pure, "tree_get");
+    int added = tree_get == NULL ? -1 : PyModule_AddObjectRef(m, "tree_get", tree_get);
+    Py_XDECREF(tree_get);
     Py_XDECREF(pure);
-    Py_XDECREF(spec);
-    Py_XDECREF(keys);
-    Py_XDECREF(kinds);
-    Py_DECREF(m);
-    return NULL;
+    if (added < 0) {
+        return -1;
+    }
+    return pk_fastcall_add(m);
+}
+
+/* Lets go of what the state keeps (the module going, or its clear). */
+static void
+state_clear(PkState *st)
+{
+    memo_free(&st->memo);
+    for (int k = 0; k < 2; k++) {
+        for (int n = 0; n < 16; n++) {
+            Py_CLEAR(st->seq_nodes[k][n]);
+        }
+    }
+    for (int n = 0; n <= SPARE_MAX; n++) {
+        while (st->spare_n[n] > 0) {
+            PyObject *t = st->spare[n][--st->spare_n[n]];
+            Py_DECREF(t); /* an emptied tuple: its items are NULL */
+        }
+    }
+}
+
+/* No entry of the state holds an object that could reach the module again
+ * (strs, ints, None, bytes, and tuples and dicts of those; a class plan
+ * holds no class): the collector need not see them, and no traverse is
+ * given. */
+static void
+module_free(void *module)
+{
+    PkState *st = pk_state((PyObject *)module);
+    if (st != NULL) {
+        state_clear(st);
+    }
+    pk_fastcall_module_gone((PyObject *)module);
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "pytree_kit._speedups",
+    .m_doc = "The C engine of pytree_kit: the same results as pytree_kit._pure, faster.",
+    .m_size = sizeof(PkState),
+    .m_methods = methods,
+    .m_slots = module_slots,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModuleDef_Init(&moduledef);
 }

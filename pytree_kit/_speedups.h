@@ -71,12 +71,21 @@ PK_INTERNAL int pk_specops_init(PyObject *spec_module);
  * before it gives, and more. */
 typedef enum { WALK_LEAVES = 0, WALK_SPEC = 1, WALK_PATHS = 2 } WalkMode;
 
-/* The engine's walk, in one of those modes. */
-PK_INTERNAL PyObject *pk_walk(PyObject *tree, PyObject *is_leaf, PyObject *rules, WalkMode mode);
-/* unflatten(spec, leaves) */
-PK_INTERNAL PyObject *pk_unflatten(PyObject *spec, PyObject *leaves);
+/* The module's state: what the engine keeps from one call to the next
+ * (_core.h). pk_state gives the state of the module _speedups.c made. */
+typedef struct PkState PkState;
+PK_INTERNAL PkState *pk_state(PyObject *module);
 
-/* Adds the FastCall type to the module; -1 with an error set on failure. */
+/* The engine's walk, in one of those modes. */
+PK_INTERNAL PyObject *pk_walk(PkState *st, PyObject *tree, PyObject *is_leaf, PyObject *rules,
+                              WalkMode mode);
+/* unflatten(spec, leaves) */
+PK_INTERNAL PyObject *pk_unflatten(PkState *st, PyObject *spec, PyObject *leaves);
+
+/* Adds the FastCall type to the module, whose state the FastCalls made from
+ * then on read; -1 with an error set on failure. */
 PK_INTERNAL int pk_fastcall_add(PyObject *module);
+/* The module going: no FastCall made after takes it. */
+PK_INTERNAL void pk_fastcall_module_gone(PyObject *module);
 
 #endif

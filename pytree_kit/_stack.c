@@ -17,8 +17,9 @@
 #include "_core.h"
 
 PK_SHARED void
-stack_init(Stack *s)
+stack_init(Stack *s, PkState *st)
 {
+    s->st = st;
     s->v = s->inline_v;
     s->n = 0;
     s->cap = STACK_INLINE;
@@ -39,24 +40,19 @@ stack_init(Stack *s)
  * release (with its trashcan) cost more than the rest of the dict's visit.
  * A popped frame's tuple that nothing else holds is emptied (its items let
  * go of, set to NULL) and kept here for the next frame of that size, up to
- * SPARE_PER_SIZE of each size up to SPARE_MAX. A spare tuple is referenced
- * only from here and is untracked by the collector (it is tracked again when
+ * SPARE_PER_SIZE of each size up to SPARE_MAX, in the module's state. A spare
+ * tuple is referenced only from there and is untracked by the collector (it is tracked again when
  * taken): no user code can reach it (not even through gc.get_objects()),
  * and its NULL items are what tuple's own release expects of a tuple being
  * filled. */
-#define SPARE_MAX 16
-#define SPARE_PER_SIZE 16
-
-static PyObject *spare[SPARE_MAX + 1][SPARE_PER_SIZE];
-static int spare_n[SPARE_MAX + 1];
 
 /* A tuple of n NULL items, to be filled as PyTuple_New's: a spare one when
  * there is one. New reference. */
 PK_SHARED PyObject *
-spare_tuple(Py_ssize_t n)
+spare_tuple(PkState *st, Py_ssize_t n)
 {
-    if (SPARE_TUPLES && n > 0 && n <= SPARE_MAX && spare_n[n] > 0) {
-        PyObject *t = spare[n][--spare_n[n]];
+    if (SPARE_TUPLES && n > 0 && n <= SPARE_MAX && st->spare_n[n] > 0) {
+        PyObject *t = st->spare[n][--st->spare_n[n]];
         if (!PyObject_GC_IsTracked(t)) {
             PyObject_GC_Track(t);
         }
@@ -68,9 +64,9 @@ spare_tuple(Py_ssize_t n)
 /* A tuple of n items, each a new reference to ch[i] (spare_tuple). New
  * reference. */
 PK_SHARED PyObject *
-children_tuple(PyObject *const *ch, Py_ssize_t n)
+children_tuple(PkState *st, PyObject *const *ch, Py_ssize_t n)
 {
-    PyObject *t = spare_tuple(n);
+    PyObject *t = spare_tuple(st, n);
     if (t == NULL) {
         return NULL;
     }
@@ -86,12 +82,12 @@ children_tuple(PyObject *const *ch, Py_ssize_t n)
  * items' release may run code (finalizers), which may flatten again and
  * take or keep spares meanwhile: the room is looked at after. */
 static void
-children_release(PyObject *t)
+children_release(PkState *st, PyObject *t)
 {
     Py_ssize_t n;
     if (!SPARE_TUPLES || !PyTuple_CheckExact(t) || Py_REFCNT(t) != 1 ||
         (n = PyTuple_GET_SIZE(t)) == 0 ||
-        n > SPARE_MAX || spare_n[n] == SPARE_PER_SIZE) {
+        n > SPARE_MAX || st->spare_n[n] == SPARE_PER_SIZE) {
         Py_DECREF(t);
         return;
     }
@@ -104,8 +100,8 @@ children_release(PyObject *t)
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_CLEAR(items[i]);
     }
-    if (spare_n[n] < SPARE_PER_SIZE) {
-        spare[n][spare_n[n]++] = t;
+    if (st->spare_n[n] < SPARE_PER_SIZE) {
+        st->spare[n][st->spare_n[n]++] = t;
     }
     else {
         Py_DECREF(t);
@@ -113,13 +109,13 @@ children_release(PyObject *t)
 }
 
 static void
-frame_clear(Frame *f)
+frame_clear(PkState *st, Frame *f)
 {
     Py_CLEAR(f->obj);
     PyObject *children = f->children;
     if (children != NULL) {
         f->children = NULL;
-        children_release(children);
+        children_release(st, children);
     }
     Py_CLEAR(f->names);
 }
@@ -128,7 +124,7 @@ PK_SHARED void
 stack_clear(Stack *s)
 {
     for (Py_ssize_t i = 0; i < s->n; i++) {
-        frame_clear(&s->v[i]);
+        frame_clear(s->st, &s->v[i]);
     }
     if (s->v != s->inline_v) {
         PyMem_Free(s->v);
@@ -139,7 +135,7 @@ stack_clear(Stack *s)
         ((StackView *)s->view)->s = NULL;
         Py_DECREF(s->view);
     }
-    stack_init(s);
+    stack_init(s, s->st);
 }
 
 static Py_ssize_t
@@ -362,7 +358,7 @@ stack_pop(Stack *s)
         count_down(s, f->obj);
     }
     s->nlive -= f->live;
-    frame_clear(f);
+    frame_clear(s->st, f);
 }
 
 /* The pure engine copies a list when it meets it. The C engine reads the

@@ -6,7 +6,7 @@
  *                  each node from its children (tuples and lists in place)
  *   dict_of        a dict node whose keys and order were met before, in this
  *                  call or another: a copy of a kept template (_layouts.c)
- *   build          one node of any other kind: dicts (dict_of, ordered_dict,
+ *   build          one node of any other kind: dicts (dict_of, dict_in_order,
  *                  big_dict's copies of a remembered order's template),
  *                  namedtuples, records (new_instance), custom and rule nodes
  *                  (_pure.build for the rare ones)
@@ -112,16 +112,15 @@ view_places(PyObject *t, PyObject *aux, Py_ssize_t arity, Py_ssize_t *at)
  *
  * A dict node's keys (a tuple of keys key_plain takes, up to BIG_DICT of them
  * with an insertion order of their own, any number in key order) and its
- * insertion order are noted in a slot of kept[] the first time they are met;
- * the second time, in this call or a later one, the slot gets a template in
+ * insertion order are noted in an entry the first time they are met;
+ * the second time, in this call or a later one, the entry gets a template in
  * that order (_layouts.c's template_make), and each further dict of those
  * keys in that order is a copy of it (dict_from_template). flatten gives the
  * same key tuple to dicts of the same key objects, call after call
- * (_classify.c's dict_memo), so a tree flattened or unflattened again finds
- * its templates. Entries are kept in KEPT_SETS sets of KEPT_WAYS, a set
- * chosen by the key objects; a new key set takes the entry of its set used
- * least recently. An entry holds its keys, order and template alive: at most
- * KEPT_SETS * KEPT_WAYS of each. Keys of any other type are
+ * (_classify.c's dict_orders table), so a tree flattened or unflattened
+ * again finds its templates. Entries (Kept) are kept in the memo's templates
+ * table (_memo.c), a set chosen by the key objects. An entry holds its keys,
+ * order and template alive. Keys of any other type are
  * never noted, so no user object is kept alive here, and nothing dropped from
  * a slot runs user code. An allocation may collect garbage, whose finalizers
  * may unflatten and rewrite any entry: a template is used through a reference
@@ -130,12 +129,12 @@ view_places(PyObject *t, PyObject *aux, Py_ssize_t arity, Py_ssize_t *at)
 /* The template of the last keys and order met twice in a row in one call
  * (the dicts of a list of records, or of a chain of the same keys): the next
  * node with the same keys tuple and order tuple (as flatten makes them for
- * the same key objects) is a copy of it without a look in kept[]. Held by a
- * reference of its own, so that a template dropped from kept[] meanwhile (by
+ * the same key objects) is a copy of it without a look in the table. Held by
+ * a reference of its own, so that a template dropped from the table (by
  * a callback's unflatten) still serves. Keys met once are not noted: a chain
  * of other keys at each level would pay for it at each level. */
 typedef struct {
-    const void *seen; /* the kept[] entry of the last dict from a template, or NULL */
+    const void *seen; /* the table's entry of the last dict from a template, or NULL */
     PyObject *keys;  /* borrowed from the spec, or NULL */
     PyObject *order; /* borrowed from the spec, or NULL: key order */
     PyObject *dict;  /* strong or NULL: the template */
@@ -145,24 +144,6 @@ typedef struct {
 } LastTemplate;
 
 #if DICT_READS
-#define KEPT_SET_BITS 9
-#define KEPT_SETS (1 << KEPT_SET_BITS)
-#define KEPT_WAYS 4
-
-typedef struct {
-    PyObject *keys;  /* strong or NULL: the node's keys, a tuple */
-    PyObject *order; /* strong or NULL: the insertion order, a tuple; NULL: key order */
-    PyObject *dict;  /* strong or NULL: the template, made the second time */
-    size_t size;     /* of the template's table, in bytes */
-    uint32_t used;   /* kept_clock when last noted or used */
-    uint16_t unusable; /* keys that no template serves */
-    uint16_t tuples;   /* a key is a tuple (template_make) */
-    uint8_t at[BIG_DICT]; /* with an order: the place of its i-th key among keys */
-} Kept;
-
-static Kept kept[KEPT_SETS * KEPT_WAYS];
-static uint32_t kept_clock;
-
 /* a and b are the same insertion order: both key order (NULL), or tuples of
  * the same objects */
 static inline int
@@ -171,61 +152,39 @@ same_order(PyObject *a, PyObject *b)
     return a == b || (a != NULL && b != NULL && same_items(a, b));
 }
 
-/* e notes these keys in this order */
-static inline int
-kept_is(const Kept *e, PyObject *keys, PyObject *order)
-{
-    return e->keys != NULL && same_items(e->keys, keys) && same_order(e->order, order);
-}
-
-/* The first entry of the set of keys (n > 0 of them) in this order, chosen
- * by the key objects, so that equal tuples of the same keys (a spec read
- * from JSON or a pickle has its own per node) share one */
-static inline Kept *
-kept_set(PyObject *keys, PyObject *order, Py_ssize_t n)
+/* The key of keys (n > 0 of them) in this order in the templates table (not
+ * 0): a hash of the key objects, so that equal tuples of the same keys (a spec
+ * read from JSON or a pickle has its own per node) share one entry */
+static inline uintptr_t
+kept_key(PyObject *keys, PyObject *order, Py_ssize_t n)
 {
     PyObject **k = ((PyTupleObject *)keys)->ob_item;
     size_t h = ptr_hash(k[0]) ^ (ptr_hash(k[n - 1]) >> 7) ^ ((size_t)n << 3);
     if (order != NULL) {
         h ^= ptr_hash(PyTuple_GET_ITEM(order, 0)) >> 13;
     }
-    h = (h * (size_t)0x9E3779B97F4A7C15ULL) >> (8 * sizeof(size_t) - KEPT_SET_BITS);
-    return &kept[h * KEPT_WAYS];
+    return (uintptr_t)h | 1;
 }
 
-/* The entry of set that notes these keys in this order, or NULL */
+/* The entry that notes these keys in this order, or NULL */
 static inline Kept *
-kept_find(Kept *set, PyObject *keys, PyObject *order)
+kept_find(MemoTable *t, uintptr_t key, PyObject *keys, PyObject *order)
 {
-    for (int i = 0; i < KEPT_WAYS; i++) {
-        if (kept_is(&set[i], keys, order)) {
-            return &set[i];
+    MemoHead *set = memo_set(t, key);
+    for (unsigned int w = 0; w < t->ways; w++) {
+        Kept *e = (Kept *)memo_way(t, set, w);
+        if (e->head.key == key && same_items(e->keys, keys) && same_order(e->order, order)) {
+            return e;
         }
     }
     return NULL;
 }
 
-/* The entry of set a new key set takes: an empty one, else the one used
- * least recently */
-static Kept *
-kept_victim(Kept *set)
-{
-    Kept *v = &set[0];
-    for (int i = 0; i < KEPT_WAYS; i++) {
-        if (set[i].keys == NULL) {
-            return &set[i];
-        }
-        if ((int32_t)(set[i].used - v->used) < 0) {
-            v = &set[i];
-        }
-    }
-    return v;
-}
-
 /* Note keys (all as key_plain takes them, else nothing is noted) and order
- * in e, in place of what it held, which is let go of last. */
+ * in the table's way memo_victim gives, in place of what it held, which is
+ * let go of last. */
 static void
-kept_note(Kept *e, PyObject *keys, PyObject *order, Py_ssize_t n)
+kept_note(MemoTable *t, uintptr_t key, PyObject *keys, PyObject *order, Py_ssize_t n)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *k = PyTuple_GET_ITEM(keys, i);
@@ -233,30 +192,32 @@ kept_note(Kept *e, PyObject *keys, PyObject *order, Py_ssize_t n)
             return;
         }
     }
+    Kept *e = (Kept *)memo_victim(t, memo_set(t, key));
     Kept old = *e;
+    e->head.key = key;
+    memo_touch(t, &e->head);
     e->keys = Py_NewRef(keys);
     e->order = Py_XNewRef(order);
     e->dict = NULL;
     e->unusable = 0;
     e->tuples = 0;
-    e->used = ++kept_clock;
     Py_XDECREF(old.keys);
     Py_XDECREF(old.order);
     Py_XDECREF(old.dict);
 }
 
 
-/* The template t (of size bytes, tuples as template_make says; at: each key
+/* The template tp (of size bytes, tuples as template_make says; at: each key
  * of the order's place among the keys, or NULL in key order) given to e,
  * when e is still an entry (the set may have changed: see above) that has
  * none yet */
 static void
-kept_template(Kept *e, PyObject *t, size_t size, int tuples, const Py_ssize_t *at, Py_ssize_t n)
+kept_template(Kept *e, PyObject *tp, size_t size, int tuples, const Py_ssize_t *at, Py_ssize_t n)
 {
     if (e == NULL || e->dict != NULL) {
         return;
     }
-    e->dict = Py_NewRef(t);
+    e->dict = Py_NewRef(tp);
     e->size = size;
     e->tuples = (uint16_t)tuples;
     for (Py_ssize_t i = 0; at != NULL && i < n; i++) {
@@ -270,21 +231,23 @@ kept_template(Kept *e, PyObject *t, size_t size, int tuples, const Py_ssize_t *a
  * them), from a kept template when these keys were met before in this order:
  * 1 with a new reference in *out, the references in vals now the dict's; -1
  * on error, vals untouched. Without a template, a dict in key order is made
- * here by insertion (1); one with an order is left to build's ordered_dict
+ * here by insertion (1); one with an order is left to build's dict_in_order
  * (0, nothing made). A dict made from a template of the same entry as the
  * one before notes it in last (when not NULL). */
 static PK_NO_INLINE int
-dict_of(PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step,
-        PyObject **out, Untracked *later, LastTemplate *last)
+dict_of(PkState *st, PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n,
+        Py_ssize_t step, PyObject **out, Untracked *later, LastTemplate *last)
 {
 #if DICT_READS
     if (dict_layout_ok && n > 0) {
-        Kept *set = kept_set(keys, order, n), *e = kept_find(set, keys, order);
+        MemoTable *table = &st->memo.templates;
+        uintptr_t key = kept_key(keys, order, n);
+        Kept *e = kept_find(table, key, keys, order);
         if (e == NULL) {
-            kept_note(kept_victim(set), keys, order, n);
+            kept_note(table, key, keys, order, n);
         }
         else if (!e->unusable) {
-            e->used = ++kept_clock;
+            memo_touch(table, &e->head);
             PyObject *t = Py_XNewRef(e->dict);
             size_t size = e->size;
             int tuples = e->tuples;
@@ -309,7 +272,7 @@ dict_of(PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n, Py
                     return -1;
                 }
                 /* (the set as it is now: see above) */
-                e = kept_find(set, keys, order);
+                e = kept_find(table, key, keys, order);
                 if (made == 0) {
                     if (e != NULL) {
                         e->unusable = 1;
@@ -374,7 +337,7 @@ insert:
  * dict's from 3.11 on, and slower to read.) New reference; None when the
  * general path must do it. */
 static PyObject *
-ordered_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order)
+dict_in_order(PkState *st, PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order)
 {
     if (!PyTuple_CheckExact(order) || PyTuple_GET_SIZE(order) != arity) {
         Py_RETURN_NONE;
@@ -408,7 +371,7 @@ ordered_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order)
     else if (arity > BIG_DICT) {
         /* noted for the next time, when its keys are as flatten makes them */
         int sorted = keys_sorted(keys);
-        if (sorted < 0 || (sorted && big_order_note(keys, order, at, arity) < 0)) {
+        if (sorted < 0 || (sorted && big_order_note(st, keys, order, at, arity) < 0)) {
             Py_CLEAR(r);
         }
     }
@@ -424,7 +387,7 @@ done:
  * A dict of n keys made by n insertions grows its table several times on the
  * way. A dict node with an insertion order of more than BIG_DICT keys whose
  * order big_orders remembers (_classify.c: flatten notes the orders it
- * sorts, and ordered_dict those it builds) is built from a template {k: None}
+ * sorts, and dict_in_order those it builds) is built from a template {k: None}
  * in that order, made the second time the order comes: each dict is a copy
  * of it (PyDict_Copy clones the table in one block: its kind and size are
  * those of a dict made by inserting the keys) with each value set in place of
@@ -434,28 +397,31 @@ done:
 /* The dict of a dict node with an insertion order that big_orders has, for
  * these same keys: a copy of the order's template (made here the first time
  * it is needed) with the values set in place. A new reference; None when
- * big_orders does not have the order (ordered_dict builds it, and notes it);
+ * big_orders does not have the order (dict_in_order builds it, and notes it);
  * NULL on error. */
 static PyObject *
-big_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order, Untracked *later)
+big_dict(PkState *st, PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order,
+         Untracked *later)
 {
-    int found = -1;
-    for (int i = 0; i < BIG_ORDERS; i++) {
-        BigOrder *e = &big_orders[i];
-        if (e->order != NULL && same_items(e->order, order) && same_items(e->keys, keys)) {
-            found = i;
-            break;
+    MemoTable *table = &st->memo.big_orders;
+    MemoHead *set = memo_set(table, (uintptr_t)PyTuple_GET_ITEM(order, 0));
+    BigOrder *e = NULL;
+    for (unsigned int i = 0; i < table->ways && e == NULL; i++) {
+        BigOrder *x = (BigOrder *)memo_way(table, set, i);
+        if (x->order != NULL && same_items(x->order, order) && same_items(x->keys, keys)) {
+            e = x;
         }
     }
-    if (found < 0) {
+    if (e == NULL) {
         Py_RETURN_NONE;
     }
+    memo_touch(table, &e->head);
     /* the entry's parts held before anything is allocated: an allocation may
      * collect garbage, whose finalizers could unflatten or flatten again and
      * replace the entry */
-    PyObject *at_obj = Py_NewRef(big_orders[found].at);
-    PyObject *held = Py_NewRef(big_orders[found].order);
-    PyObject *t = Py_XNewRef(big_orders[found].dict), *r = NULL;
+    PyObject *at_obj = Py_NewRef(e->at);
+    PyObject *held = Py_NewRef(e->order);
+    PyObject *t = Py_XNewRef(e->dict), *r = NULL;
     if (t == NULL) {
         /* the second time: make the template, in this order */
         if ((t = PyDict_New()) == NULL) {
@@ -467,8 +433,8 @@ big_dict(PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order, Untra
             }
         }
         /* kept only by the entry it was made for, if that is still there */
-        if (big_orders[found].order == held && big_orders[found].dict == NULL) {
-            big_orders[found].dict = Py_NewRef(t);
+        if (e->order == held && e->dict == NULL) {
+            e->dict = Py_NewRef(t);
         }
     }
     const Py_ssize_t *at = (const Py_ssize_t *)PyBytes_AS_STRING(at_obj);
@@ -500,7 +466,7 @@ done:
 
 /* Build one node from children ch[0..arity) (in leaf order). New reference. */
 static PyObject *
-build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order,
+build(PkState *st, int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order,
       Untracked *later)
 {
     PyObject *t = PyTuple_GET_ITEM(node, 1);
@@ -517,14 +483,14 @@ build(int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order
             PyObject *r;
             if (order != NULL && arity > BIG_DICT && PyTuple_CheckExact(order) &&
                 PyTuple_GET_SIZE(order) == arity) {
-                r = big_dict(aux, ch, arity, order, later);
+                r = big_dict(st, aux, ch, arity, order, later);
                 if (r != Py_None) {
                     return r;
                 }
                 Py_DECREF(r);
             }
             if (order != NULL) {
-                r = ordered_dict(aux, ch, arity, order);
+                r = dict_in_order(st, aux, ch, arity, order);
                 if (r != Py_None) {
                     return r;
                 }
@@ -861,15 +827,16 @@ PK_DATA PyTypeObject Plan_Type = {
  * them: 1 with a new reference in *t, its size and tuples, and at[] (with an
  * order); 0 when none serves; -1 on error. The kept one when there is one. */
 static int
-plan_template(PyObject *keys, PyObject *order, Py_ssize_t n, PyObject **t, size_t *size,
-              int *tuples, Py_ssize_t *at)
+plan_template(MemoTable *table, PyObject *keys, PyObject *order, Py_ssize_t n, PyObject **t,
+              size_t *size, int *tuples, Py_ssize_t *at)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!key_plain(PyTuple_GET_ITEM(keys, i))) {
             return 0;
         }
     }
-    Kept *e = kept_find(kept_set(keys, order, n), keys, order);
+    uintptr_t key = kept_key(keys, order, n);
+    Kept *e = kept_find(table, key, keys, order);
     if (e != NULL && e->unusable) {
         return 0;
     }
@@ -893,14 +860,13 @@ plan_template(PyObject *keys, PyObject *order, Py_ssize_t n, PyObject **t, size_
             }
         }
     }
-    Kept *set = kept_set(keys, order, n);
     int made = template_make(order != NULL ? order : keys, n, t, size, tuples);
     if (made > 0) {
         /* kept, as dict_of keeps it, for the next dict of these keys (the
          * set as it is now: an allocation may have run a finalizer) */
-        if ((e = kept_find(set, keys, order)) == NULL) {
-            kept_note(kept_victim(set), keys, order, n);
-            e = kept_find(set, keys, order);
+        if ((e = kept_find(table, key, keys, order)) == NULL) {
+            kept_note(table, key, keys, order, n);
+            e = kept_find(table, key, keys, order);
         }
         kept_template(e, *t, *size, *tuples, order != NULL ? at : NULL, n);
     }
@@ -912,7 +878,7 @@ plan_template(PyObject *keys, PyObject *order, Py_ssize_t n, PyObject **t, size_
  * reference; NULL with no error set when it gets none (not as flatten makes
  * it, or too large), NULL with an error on error. */
 static Plan *
-plan_make(PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
+plan_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
 {
     Py_ssize_t nn = PyTuple_GET_SIZE(nodes), no = PyTuple_GET_SIZE(orders);
     if (nn == 0 || nn > PLAN_MAX_NODES || !orders_as_flatten_makes(orders)) {
@@ -991,7 +957,7 @@ plan_make(PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
             PyObject *t = NULL;
             size_t size;
             int tuples;
-            int r = plan_template(aux, order, arity, &t, &size, &tuples, at);
+            int r = plan_template(&state->memo.templates, aux, order, arity, &t, &size, &tuples, at);
             if (r < 0) {
                 goto fail;
             }
@@ -1091,7 +1057,7 @@ fail: /* (an error set) */
  * the spec notes it; the second makes the plan); NULL with an error on
  * error. */
 static Plan *
-plan_of(PyObject *spec, PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
+plan_of(PkState *state, PyObject *spec, PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
 {
     if (!KEEP_ACROSS_CALLS) {
         return NULL;
@@ -1112,7 +1078,7 @@ plan_of(PyObject *spec, PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves
         }
         return NULL;
     }
-    Plan *p = plan_make(nodes, orders, num_leaves);
+    Plan *p = plan_make(state, nodes, orders, num_leaves);
     if (p == NULL && PyErr_Occurred()) {
         return NULL;
     }
@@ -1124,7 +1090,8 @@ plan_of(PyObject *spec, PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves
  * tuple) of p's number, with the value stack st and ch of room for p's
  * nodes, as the loop in sp_unflatten builds it. New reference. */
 static PyObject *
-plan_unflatten(Plan *p, PyObject *seq, int is_list, PyObject **st, PyObject **ch, Untracked *later)
+plan_unflatten(PkState *state, Plan *p, PyObject *seq, int is_list, PyObject **st, PyObject **ch,
+               Untracked *later)
 {
     Py_ssize_t sp = 0, li = p->leaves;
     const PlanNode *pn = p->v, *end = p->v + p->n;
@@ -1183,7 +1150,7 @@ plan_unflatten(Plan *p, PyObject *seq, int is_list, PyObject **st, PyObject **ch
         for (Py_ssize_t i = 0; i < arity; i++) {
             ch[i] = st[sp - 1 - i];
         }
-        if ((v = build(pn->kind, pn->node, ch, arity, pn->order, later)) == NULL) {
+        if ((v = build(state, pn->kind, pn->node, ch, arity, pn->order, later)) == NULL) {
             goto fail;
         }
         for (Py_ssize_t i = 0; i < arity; i++) {
@@ -1199,14 +1166,10 @@ fail:
     return NULL;
 }
 
-PK_SHARED PyObject *
-sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* unflatten(spec, leaves), with the module's state */
+static PyObject *
+unflatten(PkState *state, PyObject *spec, PyObject *leaves)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "unflatten(spec, leaves) takes 2 arguments");
-        return NULL;
-    }
-    PyObject *spec = args[0], *leaves = args[1];
     PyObject *nodes, *orders, *order_map = NULL, *result = NULL;
     Py_ssize_t n;
     if (spec_parts(spec, &nodes, &orders, &n) < 0) {
@@ -1233,7 +1196,7 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     /* the second unflatten of a spec on makes and follows its plan */
-    Plan *plan = plan_of(spec, nodes, orders, n);
+    Plan *plan = plan_of(state, spec, nodes, orders, n);
     if (plan == NULL && PyErr_Occurred()) {
         goto out;
     }
@@ -1288,7 +1251,7 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         Py_ssize_t sp = 0, li = n;
         if (plan != NULL) {
-            result = plan_unflatten(plan, seq, is_list, st, ch, later);
+            result = plan_unflatten(state, plan, seq, is_list, st, ch, later);
             goto fail; /* (sp is 0: what follows only cleans up) */
         }
         for (Py_ssize_t idx = nn - 1; idx >= 0; idx--) {
@@ -1374,7 +1337,7 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 }
 #endif
                 if (r == 0) {
-                    r = dict_of(aux, order, &st[sp - 1], arity, -1, &v, later, &last);
+                    r = dict_of(state, aux, order, &st[sp - 1], arity, -1, &v, later, &last);
                 }
                 if (r < 0) {
                     goto fail;
@@ -1388,7 +1351,7 @@ sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             for (Py_ssize_t i = 0; i < arity; i++) {
                 ch[i] = st[sp - 1 - i];
             }
-            if ((v = build(kind, node, ch, arity, order, later)) == NULL) {
+            if ((v = build(state, kind, node, ch, arity, order, later)) == NULL) {
                 goto fail;
             }
             for (Py_ssize_t i = 0; i < arity; i++) {
@@ -1428,9 +1391,18 @@ out:
     return result;
 }
 
-PyObject *
-pk_unflatten(PyObject *spec, PyObject *leaves)
+PK_SHARED PyObject *
+sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *args[2] = {spec, leaves};
-    return sp_unflatten(NULL, args, 2);
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "unflatten(spec, leaves) takes 2 arguments");
+        return NULL;
+    }
+    return unflatten(pk_state(self), args[0], args[1]);
+}
+
+PyObject *
+pk_unflatten(PkState *state, PyObject *spec, PyObject *leaves)
+{
+    return unflatten(state, spec, leaves);
 }

@@ -245,16 +245,16 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
             Py_ssize_t pos = 0;
             PyObject *k0, *v0;
             if (arity > SCAN_KEYS && PyDict_Next(obj, &pos, &k0, &v0)) {
-                read = k0 == PyTuple_GET_ITEM(aux, 0) || big_order_for(obj, aux) != NULL;
+                read = k0 == PyTuple_GET_ITEM(aux, 0) || big_order_for(c->st, obj, aux) != NULL;
             }
             if (read) {
-                PyObject *values = spare_tuple(arity);
+                PyObject *values = spare_tuple(c->st, arity);
                 if (values == NULL) {
                     return -1;
                 }
                 /* (read after the allocation, which may have run a finalizer) */
                 PyObject **items = ((PyTupleObject *)values)->ob_item;
-                if (dict_same_keys(obj, aux, arity, items) || big_dict_values(obj, aux, items)) {
+                if (dict_same_keys(obj, aux, arity, items) || big_dict_values(c->st, obj, aux, items)) {
                     for (Py_ssize_t j = 0; j < arity; j++) {
                         Py_INCREF(items[j]);
                     }
@@ -666,8 +666,8 @@ leaf_or_none_run(PyObject *nodes, Py_ssize_t i, Py_ssize_t n)
  * no tuple of them made and no frame. Returns 1 done, 0 when match() must
  * decide, -1 on error. Runs no code: nothing can change obj while it is read. */
 static int
-big_dict_leaves(int kind, Py_ssize_t arity, PyObject *node, PyObject *obj, PyObject *nodes,
-                Py_ssize_t i, Vec *out)
+big_dict_leaves(PkState *st, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
+                PyObject *nodes, Py_ssize_t i, Vec *out)
 {
     PyObject *keys = PyTuple_GET_ITEM(node, 3);
     PyTypeObject *want = kind == K_DICT ? &PyDict_Type : (PyTypeObject *)OrderedDict_t;
@@ -680,7 +680,7 @@ big_dict_leaves(int kind, Py_ssize_t arity, PyObject *node, PyObject *obj, PyObj
     }
     PyObject **vals = out->v + out->n;
     if (kind == K_DICT) {
-        if (!big_dict_values(obj, keys, vals)) {
+        if (!big_dict_values(st, obj, keys, vals)) {
             return 0;
         }
     }
@@ -790,7 +790,7 @@ up_to_into(PyObject *nodes, PyObject *obj, Vec *out, Up *u, Ctx *c, Stack *s)
             }
             if ((kind == K_DICT || kind == K_ORDEREDDICT) && arity > 32 && i + arity <= nn) {
                 /* a large dict of leaves (a state_dict): its values straight into out */
-                int r = big_dict_leaves(kind, arity, node, obj, nodes, i, out);
+                int r = big_dict_leaves(c->st, kind, arity, node, obj, nodes, i, out);
                 if (r < 0) {
                     goto error;
                 }
@@ -889,7 +889,8 @@ typedef struct {
 } UpCall;
 
 static int
-up_to_setup(UpCall *call, PyObject *const *args, Py_ssize_t nargs, const char *usage)
+up_to_setup(UpCall *call, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+            const char *usage)
 {
     if (nargs < 2 || nargs > 4) {
         PyErr_SetString(PyExc_TypeError, usage);
@@ -899,8 +900,8 @@ up_to_setup(UpCall *call, PyObject *const *args, Py_ssize_t nargs, const char *u
     if (spec_parts(args[0], &call->nodes, &orders, &call->nleaves) < 0) {
         return -1;
     }
-    stack_init(&call->s);
-    ctx_init(&call->c, Py_None, NULL, WALK_SPEC); /* cannot fail without rules */
+    stack_init(&call->s, pk_state(self));
+    ctx_init(&call->c, pk_state(self), Py_None, NULL, WALK_SPEC); /* cannot fail without rules */
     call->u.s = &call->s;
     call->u.label = nargs > 2 ? args[2] : s_the_spec;
     call->u.other = nargs > 3 ? args[3] : s_the_tree;
@@ -924,7 +925,7 @@ PK_SHARED PyObject *
 sp_flatten_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     UpCall call;
-    if (up_to_setup(&call, args, nargs,
+    if (up_to_setup(&call, self, args, nargs,
                     "flatten_up_to(spec, tree, label='the spec', other='the tree') takes 2 to 4 "
                     "arguments") < 0) {
         return NULL;
@@ -949,7 +950,7 @@ PK_SHARED PyObject *
 sp_flatten_up_to_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     UpCall call;
-    if (up_to_setup(&call, args, nargs,
+    if (up_to_setup(&call, self, args, nargs,
                     "flatten_up_to_columns(spec, trees, label='the spec', other='the tree') "
                     "takes 2 to 4 arguments") < 0) {
         return NULL;
