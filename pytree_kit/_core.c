@@ -11,7 +11,7 @@
 PK_DATA PyObject *kind_obj[K_COUNT];
 PK_DATA PyObject *LEAF_NODE, *NONE_NODE;
 PK_DATA PyTypeObject *TreeSpec_type;
-PK_DATA Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash, off_paths, off_plan;
+PK_DATA Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash, off_paths, off_recipe;
 PK_DATA PyObject *py_class_plan; /* _pure.class_plan: how a class's instances are read */
 PK_DATA PyObject *py_refuse_leaves, *py_refuse_trees; /* _pure's: a str, bytes or mapping given */
 PK_DATA PyObject *py_classify, *py_dict_order_differs, *py_custom_result,
@@ -21,7 +21,6 @@ PK_DATA PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
 PK_DATA PyObject *s_tree_flatten, *s_tree_unflatten, *s_new, *s_flatten, *s_len, *s_the_spec,
     *s_the_tree;
 PK_DATA PyObject *empty_tuple;
-PK_DATA PyObject *object_new_fn;          /* object.__dict__['__new__'] */
 
 /* ------------------------------------------------------------------------ */
 /* Helpers */
@@ -84,7 +83,7 @@ make_spec(PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
     SLOT(spec, off_num_leaves) = n;
     SLOT(spec, off_hash) = Py_NewRef(Py_None);
     SLOT(spec, off_paths) = Py_NewRef(Py_None);
-    SLOT(spec, off_plan) = Py_NewRef(Py_None);
+    SLOT(spec, off_recipe) = Py_NewRef(Py_None);
     return spec;
 }
 

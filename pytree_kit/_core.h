@@ -87,7 +87,7 @@
  *                      place (3.10-3.13; DICT_READS, dict_reads_check)
  *   dict_tables        dicts of the same keys copied from a template's
  *                      table (3.10-3.13; DICT_READS, dict_layout_check)
- *   split_tables       the dicts of a spec's unflatten plan (up to 21 str
+ *   split_tables       the dicts of a spec's unflatten recipe (up to 21 str
  *                      keys) made as split tables sharing one keys table
  *                      (3.10-3.12; SPLIT_TABLES, split_tables_check)
  *   split_values       a record's field read from its __dict__'s split
@@ -108,7 +108,7 @@
 #define PK_VALIDATED PK_VALIDATED_PYTHON
 #endif
 /* What is kept across calls in the module's statics (tuple and list nodes,
- * order pairs, spare tuples) or in a spec (its unflatten plan) is read and
+ * order pairs, spare tuples) or in a spec (its unflatten recipe) is read and
  * written with no lock: the GIL guards it. Where the GIL can be off, nothing
  * of it is kept. Spare tuples are emptied and filled again, which holds only
  * while a tuple caches nothing of its items (from 3.14 it caches its hash). */
@@ -156,7 +156,7 @@
 #else
 #define SPLIT_READS PK_VALIDATED
 #endif
-/* (made only for plans, which are kept across calls; 3.13 lays split values
+/* (made only for recipes, which are kept across calls; 3.13 lays split values
  * out anew) */
 #if defined(PK_WITHOUT_SPLIT_TABLES)
 #define SPLIT_TABLES 0
@@ -225,7 +225,7 @@ enum { KM_SEQ = 0, KM_MAP = 1, KM_ATTR = 2 };
 PK_SHARED_DATA PyObject *kind_obj[K_COUNT];
 PK_SHARED_DATA PyObject *LEAF_NODE, *NONE_NODE;
 PK_SHARED_DATA PyTypeObject *TreeSpec_type;
-PK_SHARED_DATA Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash, off_paths, off_plan;
+PK_SHARED_DATA Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash, off_paths, off_recipe;
 PK_SHARED_DATA PyObject *py_class_plan; /* _pure.class_plan: how a class's instances are read */
 PK_SHARED_DATA PyObject *py_refuse_leaves, *py_refuse_trees; /* _pure's: a str, bytes or mapping given */
 PK_SHARED_DATA PyObject *py_classify, *py_dict_order_differs, *py_custom_result,
@@ -235,7 +235,6 @@ PK_SHARED_DATA PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
 PK_SHARED_DATA PyObject *s_tree_flatten, *s_tree_unflatten, *s_new, *s_flatten, *s_len,
     *s_the_spec, *s_the_tree;
 PK_SHARED_DATA PyObject *empty_tuple;
-PK_SHARED_DATA PyObject *object_new_fn;          /* object.__dict__['__new__'] */
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers */
@@ -768,7 +767,7 @@ PK_NO_INLINE PK_SHARED Py_ssize_t order_index(PyObject *orders, Py_ssize_t i);
 PK_SHARED int spec_parts(PyObject *spec, PyObject **nodes, PyObject **orders, Py_ssize_t *num_leaves);
 
 /* _unflatten.c: unflatten */
-PK_SHARED_DATA PyTypeObject Plan_Type;
+PK_SHARED_DATA PyTypeObject Recipe_Type;
 PK_SHARED PyObject *sp_unflatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* _up_to.c: flatten_up_to and flatten_up_to_columns */

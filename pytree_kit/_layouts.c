@@ -21,7 +21,7 @@
  *   template_make,     (3.10-3.13) a template dict, and dicts of its keys
  *   dict_from_template made as copies of its table (_unflatten.c's dict_of)
  *   split_holder_make, (3.10-3.12) a split table of a template's str keys,
- *   dict_split         and dicts that share it (_unflatten.c's plans)
+ *   dict_split         and dicts that share it (_unflatten.c's recipes)
  *   *_check            the import-time checks of each
  * Calls: only the C API and _core.h.
  */
@@ -707,14 +707,14 @@ dict_from_template(PyObject *tmpl, size_t size, int tuples, const Py_ssize_t *at
 /* Dicts made as split tables (3.10-3.12, split_tables_check)
  *
  * A dict of a few str keys made by unflatten again and again (the dicts of a
- * spec's plan) can share one keys table, as the __dict__s of a class's
+ * spec's recipe) can share one keys table, as the __dict__s of a class's
  * instances do (PEP 412): each dict then has only its values of its own, a
  * small array, instead of a copy of the whole table. The shared table is a
  * copy of the template's (its keys, no values) made a split table: from 3.11
  * its kind is DICT_KEYS_SPLIT, on 3.10 its lookup function is the one
  * CPython gives split tables (read from a class's instance on import). A
  * holder, an empty dict of that table made by split_holder_make, keeps it: the
- * plan holds the holder, and CPython frees the table when the holder and the
+ * recipe holds the holder, and CPython frees the table when the holder and the
  * last dict sharing it are gone. A dict made here is what copying an
  * instance's __dict__ gives (dict.copy keeps a split table split): every
  * operation on it is CPython's own, inserting a new str key may add it to the

@@ -6,7 +6,8 @@
 #ifndef PYTREE_KIT_LAYOUTS_H
 #define PYTREE_KIT_LAYOUTS_H
 
-#if DICT_READS
+/* (the tables' layout serves the split reads too: each may be left out alone) */
+#if DICT_READS || SPLIT_READS || LAYOUT_311
 #if PY_VERSION_HEX >= 0x030B0000
 /* A dict's table as CPython 3.11, 3.12 and 3.13 lay it out in GIL builds
  * (Include/internal/pycore_dict.h, the same fields in all three; 3.13 adds a

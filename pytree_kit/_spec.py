@@ -71,16 +71,16 @@ class TreeSpec:
         True
     """
 
-    __slots__ = ("_hash", "_nodes", "_num_leaves", "_orders", "_paths", "_plan")
+    __slots__ = ("_hash", "_nodes", "_num_leaves", "_orders", "_paths", "_recipe")
     _nodes: tuple
     _orders: tuple
     _num_leaves: int
     _hash: Any
     #: None, or the list paths() made, kept for the next call (never handed out)
     _paths: Optional[list]
-    #: the C engine's: None; False once unflattened; then its unflatten plan
+    #: the C engine's: None; False once unflattened; then its unflatten recipe
     #: (or True where it makes none). Never handed out, not part of the value.
-    _plan: Any
+    _recipe: Any
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
@@ -98,7 +98,7 @@ class TreeSpec:
         object.__setattr__(self, "_num_leaves", num_leaves)
         object.__setattr__(self, "_hash", None)
         object.__setattr__(self, "_paths", None)
-        object.__setattr__(self, "_plan", None)
+        object.__setattr__(self, "_recipe", None)
         return self
 
     def __setattr__(self, name: str, value: object) -> None:

@@ -153,33 +153,6 @@ slot_offset(PyObject *cls, const char *name)
     return off;
 }
 
-/* t.__dict__[name] for a static builtin type t: a new reference, or NULL
- * with an error set. */
-static PyObject *
-builtin_own(PyTypeObject *t, PyObject *name)
-{
-    /* From 3.12 on, a static builtin type's tp_dict is NULL: its dict is
-     * kept per interpreter, and PyType_GetDict gives it. */
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *dict = PyType_GetDict(t);
-#else
-    PyObject *dict = Py_XNewRef(t->tp_dict);
-#endif
-    if (dict == NULL) {
-        if (!PyErr_Occurred()) {
-            PyErr_Format(PyExc_RuntimeError, "%s has no __dict__", t->tp_name);
-        }
-        return NULL;
-    }
-    PyObject *v = PyDict_GetItemWithError(dict, name);
-    Py_DECREF(dict);
-    if (v == NULL && !PyErr_Occurred()) {
-        PyErr_Format(PyExc_RuntimeError, "%s has no %U", t->tp_name, name);
-    }
-    Py_XINCREF(v);
-    return v;
-}
-
 #define INTERN(var, text)                                     \
     do {                                                      \
         if ((var = PyUnicode_InternFromString(text)) == NULL) \
@@ -261,11 +234,11 @@ constants_init(void)
         (off_num_leaves = slot_offset((PyObject *)TreeSpec_type, "_num_leaves")) < 0 ||
         (off_hash = slot_offset((PyObject *)TreeSpec_type, "_hash")) < 0 ||
         (off_paths = slot_offset((PyObject *)TreeSpec_type, "_paths")) < 0 ||
-        (off_plan = slot_offset((PyObject *)TreeSpec_type, "_plan")) < 0) {
+        (off_recipe = slot_offset((PyObject *)TreeSpec_type, "_recipe")) < 0) {
         goto fail;
     }
     if (PyType_Ready(&StackView_Type) < 0 || PyType_Ready(&LeafIter_Type) < 0 ||
-        PyType_Ready(&Plan_Type) < 0) {
+        PyType_Ready(&Recipe_Type) < 0) {
         goto fail;
     }
     if ((empty_tuple = PyTuple_New(0)) == NULL) {
@@ -274,9 +247,6 @@ constants_init(void)
     INTERN(s_tree_flatten, "__tree_flatten__");
     INTERN(s_tree_unflatten, "__tree_unflatten__");
     INTERN(s_new, "__new__");
-    if ((object_new_fn = builtin_own(&PyBaseObject_Type, s_new)) == NULL) {
-        goto fail;
-    }
     INTERN(s_len, "__len__");
     INTERN(s_flatten, "flatten");
     INTERN(s_the_spec, "the spec");

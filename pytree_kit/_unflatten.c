@@ -11,9 +11,9 @@
  *                  namedtuples, records (new_instance), custom and rule nodes
  *                  (_pure.build for the rare ones)
  *   read_leaves    the leaves argument, as _pure._read_leaves reads it
- *   Plan           a spec unflattened again: its nodes read once into a flat
- *                  array kept in the spec's _plan slot (plan_of, plan_make),
- *                  which plan_unflatten follows instead of the nodes
+ *   Recipe         a spec unflattened again: its nodes read once into a flat
+ *                  array kept in the spec's _recipe slot (recipe_of, recipe_make),
+ *                  which recipe_unflatten follows instead of the nodes
  *   pk_unflatten   the entry point FastCall calls (_speedups.h)
  * Calls: _specread.c, _layouts.c (templates, small_long), _classify.c
  * (big_orders, key_places), _core.h.
@@ -35,15 +35,15 @@ is_plain_tuple_subtype(PyObject *t)
 }
 
 /* t.__new__(t), as the pure engine calls it. When t's metaclass is type and
- * t.__new__ is object.__new__ itself (found in t's MRO with no Python code
- * run), that call is object.__new__(t), whose safety check passes because
- * t->tp_new is object's: so object's tp_new is called at once, with no bound
- * lookup, argument tuple or wrapper. New reference. */
+ * t's tp_new is object's, t.__new__ is object.__new__: CPython keeps a class's
+ * tp_new in step with the __new__ its MRO binds (a __new__ of any other kind
+ * makes it slot_tp_new). That call is object.__new__(t), whose safety check
+ * passes because t->tp_new is object's: so object's tp_new is called at once,
+ * with no lookup, argument tuple or wrapper. New reference. */
 static PyObject *
 new_instance(PyObject *t)
 {
-    if (Py_TYPE(t) == &PyType_Type && ((PyTypeObject *)t)->tp_new == PyBaseObject_Type.tp_new &&
-        _PyType_Lookup((PyTypeObject *)t, s_new) == object_new_fn) {
+    if (Py_TYPE(t) == &PyType_Type && ((PyTypeObject *)t)->tp_new == PyBaseObject_Type.tp_new) {
         return PyBaseObject_Type.tp_new((PyTypeObject *)t, empty_tuple, NULL);
     }
     PyObject *newf = PyObject_GetAttr(t, s_new);
@@ -464,6 +464,127 @@ done:
     return r;
 }
 
+/* A dict node's dict, its keys aux (a tuple of arity keys) and its values
+ * ch, in its insertion order (order, or key order when NULL): a copy of a
+ * remembered large order's template (big_dict), built in that order at once
+ * (dict_in_order), or inserted in key order and then in order. New reference. */
+static PyObject *
+build_dict(PkState *st, PyObject *aux, PyObject **ch, Py_ssize_t arity, PyObject *order,
+           Untracked *later)
+{
+    PyObject *r;
+    if (order != NULL && arity > BIG_DICT && PyTuple_CheckExact(order) &&
+        PyTuple_GET_SIZE(order) == arity) {
+        r = big_dict(st, aux, ch, arity, order, later);
+        if (r != Py_None) {
+            return r;
+        }
+        Py_DECREF(r);
+    }
+    if (order != NULL) {
+        r = dict_in_order(st, aux, ch, arity, order);
+        if (r != Py_None) {
+            return r;
+        }
+        Py_DECREF(r);
+    }
+    PyObject *m = dict_in_key_order(aux, ch, arity, 1);
+    if (m == NULL || order == NULL) {
+        return m;
+    }
+    PyObject *seq = PySequence_Fast(order, "a dict order must be a sequence");
+    r = seq ? PyDict_New() : NULL;
+    if (r == NULL) {
+        Py_XDECREF(seq);
+        Py_DECREF(m);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *k = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *v = PyObject_GetItem(m, k);
+        if (v == NULL || PyDict_SetItem(r, k, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(r);
+            Py_DECREF(seq);
+            Py_DECREF(m);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    Py_DECREF(seq);
+    Py_DECREF(m);
+    return r;
+}
+
+/* A dataclass or attrs instance of class t, from its node's aux (names,
+ * statics, absent, dict_keys) and children ch: t.__new__(t), each field set
+ * with the generic setattr, and a dict view given its values. New reference;
+ * None when _pure._set_fields must rebuild it (see view_places). */
+static PyObject *
+build_record(PyObject *t, PyObject *aux, PyObject **ch, Py_ssize_t arity)
+{
+    Py_ssize_t at[VIEW_MAX], m = 0;
+    if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == 4 &&
+        PyTuple_CheckExact(PyTuple_GET_ITEM(aux, 0)) &&
+        PyTuple_CheckExact(PyTuple_GET_ITEM(aux, 1)) && generic_setattr_ok(t) &&
+        (m = view_places(t, aux, arity, at)) >= 0) {
+        PyObject *names = PyTuple_GET_ITEM(aux, 0);
+        PyObject *statics = PyTuple_GET_ITEM(aux, 1);
+        PyObject *obj = new_instance(t);
+        if (obj == NULL) {
+            return NULL;
+        }
+        Py_ssize_t n = PyTuple_GET_SIZE(names);
+        if (n > arity) {
+            n = arity;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (PyObject_GenericSetAttr(obj, PyTuple_GET_ITEM(names, i), ch[i]) < 0) {
+                Py_DECREF(obj);
+                return NULL;
+            }
+        }
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(statics); i++) {
+            PyObject *pr = PyTuple_GET_ITEM(statics, i);
+            if (!PyTuple_Check(pr) || PyTuple_GET_SIZE(pr) != 2) {
+                Py_DECREF(obj);
+                PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: bad static field");
+                return NULL;
+            }
+            if (PyObject_GenericSetAttr(obj, PyTuple_GET_ITEM(pr, 0), PyTuple_GET_ITEM(pr, 1)) <
+                0) {
+                Py_DECREF(obj);
+                return NULL;
+            }
+        }
+        /* the dict view: each key given its field's value, through the
+         * base class's own __setitem__ (OrderedDict's or dict's) */
+        int od = m > 0 && PyObject_TypeCheck(obj, (PyTypeObject *)OrderedDict_t);
+        for (Py_ssize_t i = 0; i < m; i++) {
+            PyObject *k = PyTuple_GET_ITEM(PyTuple_GET_ITEM(aux, 3), i);
+            int r;
+            if (od) {
+                r = PyODict_SetItem(obj, k, ch[at[i]]);
+            }
+            else if (PyDict_Check(obj)) {
+                r = PyDict_SetItem(obj, k, ch[at[i]]);
+            }
+            else { /* a __new__ that made no dict: dict.__setitem__ says so */
+                PyObject *done = PyObject_CallMethod((PyObject *)&PyDict_Type, "__setitem__",
+                                                     "OOO", obj, k, ch[at[i]]);
+                r = done == NULL ? -1 : 0;
+                Py_XDECREF(done);
+            }
+            if (r < 0) {
+                Py_DECREF(obj);
+                return NULL;
+            }
+        }
+        return obj;
+    }
+    Py_RETURN_NONE;
+}
+
 /* Build one node from children ch[0..arity) (in leaf order). New reference. */
 static PyObject *
 build(PkState *st, int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, PyObject *order,
@@ -480,48 +601,7 @@ build(PkState *st, int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, Py
         break;
     case K_DICT:
         if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == arity) {
-            PyObject *r;
-            if (order != NULL && arity > BIG_DICT && PyTuple_CheckExact(order) &&
-                PyTuple_GET_SIZE(order) == arity) {
-                r = big_dict(st, aux, ch, arity, order, later);
-                if (r != Py_None) {
-                    return r;
-                }
-                Py_DECREF(r);
-            }
-            if (order != NULL) {
-                r = dict_in_order(st, aux, ch, arity, order);
-                if (r != Py_None) {
-                    return r;
-                }
-                Py_DECREF(r);
-            }
-            PyObject *m = dict_in_key_order(aux, ch, arity, 1);
-            if (m == NULL || order == NULL) {
-                return m;
-            }
-            PyObject *seq = PySequence_Fast(order, "a dict order must be a sequence");
-            r = seq ? PyDict_New() : NULL;
-            if (r == NULL) {
-                Py_XDECREF(seq);
-                Py_DECREF(m);
-                return NULL;
-            }
-            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-                PyObject *k = PySequence_Fast_GET_ITEM(seq, i);
-                PyObject *v = PyObject_GetItem(m, k);
-                if (v == NULL || PyDict_SetItem(r, k, v) < 0) {
-                    Py_XDECREF(v);
-                    Py_DECREF(r);
-                    Py_DECREF(seq);
-                    Py_DECREF(m);
-                    return NULL;
-                }
-                Py_DECREF(v);
-            }
-            Py_DECREF(seq);
-            Py_DECREF(m);
-            return r;
+            return build_dict(st, aux, ch, arity, order, later);
         }
         break;
     case K_ORDEREDDICT:
@@ -554,65 +634,11 @@ build(PkState *st, int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, Py
         break;
     case K_DATACLASS:
     case K_ATTRS: {
-        Py_ssize_t at[VIEW_MAX], m = 0;
-        if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == 4 &&
-            PyTuple_CheckExact(PyTuple_GET_ITEM(aux, 0)) &&
-            PyTuple_CheckExact(PyTuple_GET_ITEM(aux, 1)) && generic_setattr_ok(t) &&
-            (m = view_places(t, aux, arity, at)) >= 0) {
-            PyObject *names = PyTuple_GET_ITEM(aux, 0);
-            PyObject *statics = PyTuple_GET_ITEM(aux, 1);
-            PyObject *obj = new_instance(t);
-            if (obj == NULL) {
-                return NULL;
-            }
-            Py_ssize_t n = PyTuple_GET_SIZE(names);
-            if (n > arity) {
-                n = arity;
-            }
-            for (Py_ssize_t i = 0; i < n; i++) {
-                if (PyObject_GenericSetAttr(obj, PyTuple_GET_ITEM(names, i), ch[i]) < 0) {
-                    Py_DECREF(obj);
-                    return NULL;
-                }
-            }
-            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(statics); i++) {
-                PyObject *pr = PyTuple_GET_ITEM(statics, i);
-                if (!PyTuple_Check(pr) || PyTuple_GET_SIZE(pr) != 2) {
-                    Py_DECREF(obj);
-                    PyErr_SetString(PyExc_ValueError, "malformed TreeSpec: bad static field");
-                    return NULL;
-                }
-                if (PyObject_GenericSetAttr(obj, PyTuple_GET_ITEM(pr, 0), PyTuple_GET_ITEM(pr, 1)) <
-                    0) {
-                    Py_DECREF(obj);
-                    return NULL;
-                }
-            }
-            /* the dict view: each key given its field's value, through the
-             * base class's own __setitem__ (OrderedDict's or dict's) */
-            int od = m > 0 && PyObject_TypeCheck(obj, (PyTypeObject *)OrderedDict_t);
-            for (Py_ssize_t i = 0; i < m; i++) {
-                PyObject *k = PyTuple_GET_ITEM(PyTuple_GET_ITEM(aux, 3), i);
-                int r;
-                if (od) {
-                    r = PyODict_SetItem(obj, k, ch[at[i]]);
-                }
-                else if (PyDict_Check(obj)) {
-                    r = PyDict_SetItem(obj, k, ch[at[i]]);
-                }
-                else { /* a __new__ that made no dict: dict.__setitem__ says so */
-                    PyObject *done = PyObject_CallMethod((PyObject *)&PyDict_Type, "__setitem__",
-                                                         "OOO", obj, k, ch[at[i]]);
-                    r = done == NULL ? -1 : 0;
-                    Py_XDECREF(done);
-                }
-                if (r < 0) {
-                    Py_DECREF(obj);
-                    return NULL;
-                }
-            }
-            return obj;
+        PyObject *r = build_record(t, aux, ch, arity);
+        if (r != Py_None) {
+            return r;
         }
+        Py_DECREF(r);
         break;
     }
     case K_CUSTOM:
@@ -730,32 +756,32 @@ orders_as_flatten_makes(PyObject *orders)
 #error "the deferred containers are kept on the heap stack's third part"
 #endif
 
-/* Plans: a spec unflattened again
+/* Recipes: a spec unflattened again
  *
  * The loop above reads each node tuple (kind and arity by identity, aux), the
  * spec's orders and, for each dict node, the kept templates (a hash, a set,
  * a compare of keys tuples), call after call. The second time a spec is
- * unflattened, its nodes are read once into a Plan, kept in the spec's _plan
+ * unflattened, its nodes are read once into a Recipe, kept in the spec's _plan
  * slot: a flat array of nodes in the order the loop takes them, each with its
  * kind, arity, order and, for a dict node that has one, its template (as jax
- * keeps a flat node vector per treedef). The plan is made only for a spec as
+ * keeps a flat node vector per treedef). The recipe is made only for a spec as
  * flatten makes it (its nodes make one tree of its number of leaves, its
  * orders are (index, order) pairs with ascending int indexes), so the loop
  * that follows it checks nothing but what a callback could change (the
  * caller's list). It builds the very tree the loop above builds, calling
  * build() for every node that is not a tuple, a list or a dict from a
- * template, in the same order. A plan holds the spec's nodes and orders
+ * template, in the same order. A recipe holds the spec's nodes and orders
  * tuples (it is used only while they are still the spec's) and its
  * templates; the collector sees them. The first unflatten of a spec only
- * notes it (_plan False): a spec unflattened once pays nothing more. */
+ * notes it (_recipe False): a spec unflattened once pays nothing more. */
 
-/* Specs of more nodes than this get no plan (its array is 40 bytes a node) */
-#define PLAN_MAX_NODES (1 << 16)
+/* Specs of more nodes than this get no recipe (its array is 40 bytes a node) */
+#define RECIPE_MAX_NODES (1 << 16)
 
 typedef struct {
-    PyObject *node;  /* borrowed from the plan's nodes */
-    PyObject *order; /* borrowed from the plan's orders, or NULL */
-    PyObject *tmpl;  /* borrowed from the plan's templates (or, split, its
+    PyObject *node;  /* borrowed from the recipe's nodes */
+    PyObject *order; /* borrowed from the recipe's orders, or NULL */
+    PyObject *tmpl;  /* borrowed from the recipe's templates (or, split, its
                       * holders), or NULL */
     Py_ssize_t at;   /* with a template and an order: its places, at[at ..] */
     uint32_t size;   /* with a template: its table's size in bytes */
@@ -763,7 +789,7 @@ typedef struct {
     uint8_t kind;
     uint8_t tuples; /* with a template: a key is a tuple */
     uint8_t split;  /* tmpl is the holder of a split table (dict_split) */
-} PlanNode;
+} RecipeStep;
 
 typedef struct {
     PyObject_HEAD
@@ -777,12 +803,12 @@ typedef struct {
                           * they hold nothing the collector looks for */
     Py_ssize_t n;        /* nodes in v */
     Py_ssize_t leaves;
-    PlanNode *v;         /* in the loop's order: v[0] is the last node */
+    RecipeStep *v;         /* in the loop's order: v[0] is the last node */
     Py_ssize_t *at;      /* the places of ordered dicts' keys */
-} Plan;
+} Recipe;
 
 static int
-plan_traverse(Plan *p, visitproc visit, void *arg)
+recipe_traverse(Recipe *p, visitproc visit, void *arg)
 {
     Py_VISIT(p->nodes);
     Py_VISIT(p->orders);
@@ -791,9 +817,9 @@ plan_traverse(Plan *p, visitproc visit, void *arg)
 }
 
 static int
-plan_clear(Plan *p)
+recipe_clear(Recipe *p)
 {
-    /* (a cleared plan serves no spec: its nodes are no spec's) */
+    /* (a cleared recipe serves no spec: its nodes are no spec's) */
     Py_CLEAR(p->nodes);
     Py_CLEAR(p->orders);
     Py_CLEAR(p->templates);
@@ -801,25 +827,25 @@ plan_clear(Plan *p)
 }
 
 static void
-plan_dealloc(Plan *p)
+recipe_dealloc(Recipe *p)
 {
     PyObject_GC_UnTrack(p);
-    plan_clear(p);
+    recipe_clear(p);
     Py_XDECREF(p->holders);
     PyMem_Free(p->v);
     PyMem_Free(p->at);
     PyObject_GC_Del(p);
 }
 
-PK_DATA PyTypeObject Plan_Type = {
+PK_DATA PyTypeObject Recipe_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "pytree_kit._speedups.Plan",
-    .tp_basicsize = sizeof(Plan),
-    .tp_dealloc = (destructor)plan_dealloc,
+    .tp_name = "pytree_kit._speedups.Recipe",
+    .tp_basicsize = sizeof(Recipe),
+    .tp_dealloc = (destructor)recipe_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "A spec's unflatten plan (the C engine's, kept in the spec).",
-    .tp_traverse = (traverseproc)plan_traverse,
-    .tp_clear = (inquiry)plan_clear,
+    .tp_doc = "A spec's unflatten recipe (the C engine's, kept in the spec).",
+    .tp_traverse = (traverseproc)recipe_traverse,
+    .tp_clear = (inquiry)recipe_clear,
 };
 
 #if DICT_READS
@@ -827,7 +853,7 @@ PK_DATA PyTypeObject Plan_Type = {
  * them: 1 with a new reference in *t, its size and tuples, and at[] (with an
  * order); 0 when none serves; -1 on error. The kept one when there is one. */
 static int
-plan_template(MemoTable *table, PyObject *keys, PyObject *order, Py_ssize_t n, PyObject **t,
+recipe_template(MemoTable *table, PyObject *keys, PyObject *order, Py_ssize_t n, PyObject **t,
               size_t *size, int *tuples, Py_ssize_t *at)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -874,17 +900,17 @@ plan_template(MemoTable *table, PyObject *keys, PyObject *order, Py_ssize_t n, P
 }
 #endif
 
-/* The plan of a spec of these nodes, orders and number of leaves: a new
+/* The recipe of a spec of these nodes, orders and number of leaves: a new
  * reference; NULL with no error set when it gets none (not as flatten makes
  * it, or too large), NULL with an error on error. */
-static Plan *
-plan_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
+static Recipe *
+recipe_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
 {
     Py_ssize_t nn = PyTuple_GET_SIZE(nodes), no = PyTuple_GET_SIZE(orders);
-    if (nn == 0 || nn > PLAN_MAX_NODES || !orders_as_flatten_makes(orders)) {
+    if (nn == 0 || nn > RECIPE_MAX_NODES || !orders_as_flatten_makes(orders)) {
         return NULL;
     }
-    Plan *p = PyObject_GC_New(Plan, &Plan_Type);
+    Recipe *p = PyObject_GC_New(Recipe, &Recipe_Type);
     if (p == NULL) {
         return NULL;
     }
@@ -895,7 +921,7 @@ plan_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_leav
     p->n = 0;
     p->leaves = 0;
     p->at = NULL;
-    p->v = PyMem_Calloc((size_t)nn, sizeof(PlanNode));
+    p->v = PyMem_Calloc((size_t)nn, sizeof(RecipeStep));
     Py_ssize_t sp = 0, oi = no - 1;
 #if DICT_READS
     Py_ssize_t at_n = 0, at_cap = 0; /* p->at's used length and room */
@@ -915,7 +941,7 @@ plan_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_leav
     }
     for (Py_ssize_t idx = nn - 1; idx >= 0; idx--) {
         PyObject *node = PyTuple_GET_ITEM(nodes, idx);
-        PlanNode *pn = &p->v[p->n];
+        RecipeStep *pn = &p->v[p->n];
         int kind;
         Py_ssize_t arity;
         if (node_parts(node, &kind, &arity) < 0 || arity > INT32_MAX) {
@@ -957,7 +983,7 @@ plan_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_leav
             PyObject *t = NULL;
             size_t size;
             int tuples;
-            int r = plan_template(&state->memo.templates, aux, order, arity, &t, &size, &tuples, at);
+            int r = recipe_template(&state->memo.templates, aux, order, arity, &t, &size, &tuples, at);
             if (r < 0) {
                 goto fail;
             }
@@ -973,7 +999,7 @@ plan_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_leav
             if (t != last_t) {
                 r = split_holder_make(t, size, arity, &holder);
                 if (r > 0) {
-                    /* out of the collector's reach (see Plan): holders hold
+                    /* out of the collector's reach (see Recipe): holders hold
                      * only str keys */
                     if (p->holders == NULL && (p->holders = PyList_New(0)) != NULL) {
                         PyObject_GC_UnTrack(p->holders);
@@ -997,7 +1023,7 @@ plan_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_leav
             }
             else {
                 /* the same template for the same keys and order met before
-                 * in this plan (the dicts of a list of records) */
+                 * in this recipe (the dicts of a list of records) */
                 Py_ssize_t nt = PyList_GET_SIZE(p->templates);
                 PyObject *last = nt > 0 ? PyList_GET_ITEM(p->templates, nt - 1) : NULL;
                 if (last == t) {
@@ -1043,7 +1069,7 @@ plan_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_leav
     }
     Py_DECREF(p);
     return NULL;
-none: /* (no plan: no error set) */
+none: /* (no recipe: no error set) */
 fail: /* (an error set) */
 #if SPLIT_TABLES
     Py_XDECREF(last_t);
@@ -1052,19 +1078,19 @@ fail: /* (an error set) */
     return NULL;
 }
 
-/* The plan to follow for spec (whose nodes and orders these are), a new
+/* The recipe to follow for spec (whose nodes and orders these are), a new
  * reference; NULL with no error when there is none (the first unflatten of
- * the spec notes it; the second makes the plan); NULL with an error on
+ * the spec notes it; the second makes the recipe); NULL with an error on
  * error. */
-static Plan *
-plan_of(PkState *state, PyObject *spec, PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
+static Recipe *
+recipe_of(PkState *state, PyObject *spec, PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
 {
     if (!KEEP_ACROSS_CALLS) {
         return NULL;
     }
-    PyObject *held = SLOT(spec, off_plan);
-    if (held != NULL && Py_TYPE(held) == &Plan_Type) {
-        Plan *p = (Plan *)held;
+    PyObject *held = SLOT(spec, off_recipe);
+    if (held != NULL && Py_TYPE(held) == &Recipe_Type) {
+        Recipe *p = (Recipe *)held;
         if (p->nodes == nodes && p->orders == orders) {
             Py_INCREF(p);
             return p;
@@ -1072,29 +1098,29 @@ plan_of(PkState *state, PyObject *spec, PyObject *nodes, PyObject *orders, Py_ss
         /* (the spec's slots were set again: made again below) */
     }
     else if (held != Py_False) {
-        /* None (or True: no plan); None becomes False, met once */
+        /* None (or True: no recipe); None becomes False, met once */
         if (held != Py_True) {
-            Py_XSETREF(SLOT(spec, off_plan), Py_NewRef(Py_False));
+            Py_XSETREF(SLOT(spec, off_recipe), Py_NewRef(Py_False));
         }
         return NULL;
     }
-    Plan *p = plan_make(state, nodes, orders, num_leaves);
+    Recipe *p = recipe_make(state, nodes, orders, num_leaves);
     if (p == NULL && PyErr_Occurred()) {
         return NULL;
     }
-    Py_XSETREF(SLOT(spec, off_plan), p != NULL ? Py_NewRef((PyObject *)p) : Py_NewRef(Py_True));
+    Py_XSETREF(SLOT(spec, off_recipe), p != NULL ? Py_NewRef((PyObject *)p) : Py_NewRef(Py_True));
     return p;
 }
 
-/* The tree of plan p from the leaves in seq (a list when is_list, else a
+/* The tree of recipe p from the leaves in seq (a list when is_list, else a
  * tuple) of p's number, with the value stack st and ch of room for p's
  * nodes, as the loop in sp_unflatten builds it. New reference. */
 static PyObject *
-plan_unflatten(PkState *state, Plan *p, PyObject *seq, int is_list, PyObject **st, PyObject **ch,
+recipe_unflatten(PkState *state, Recipe *p, PyObject *seq, int is_list, PyObject **st, PyObject **ch,
                Untracked *later)
 {
     Py_ssize_t sp = 0, li = p->leaves;
-    const PlanNode *pn = p->v, *end = p->v + p->n;
+    const RecipeStep *pn = p->v, *end = p->v + p->n;
     for (; pn < end; pn++) {
         Py_ssize_t arity = pn->arity;
         PyObject *v;
@@ -1195,16 +1221,16 @@ unflatten(PkState *state, PyObject *spec, PyObject *leaves)
         Py_DECREF(orders);
         return NULL;
     }
-    /* the second unflatten of a spec on makes and follows its plan */
-    Plan *plan = plan_of(state, spec, nodes, orders, n);
-    if (plan == NULL && PyErr_Occurred()) {
+    /* the second unflatten of a spec on makes and follows its recipe */
+    Recipe *recipe = recipe_of(state, spec, nodes, orders, n);
+    if (recipe == NULL && PyErr_Occurred()) {
         goto out;
     }
     /* The orders as flatten makes them: (node index, order) pairs with exact
      * int indexes, strictly ascending. Read from the end as the nodes are.
      * Anything else is looked up through a dict, as the pure engine does.
-     * (A plan has read them.) */
-    Py_ssize_t no = plan != NULL ? 0 : PyTuple_GET_SIZE(orders), oi = no - 1;
+     * (A recipe has read them.) */
+    Py_ssize_t no = recipe != NULL ? 0 : PyTuple_GET_SIZE(orders), oi = no - 1;
     if (no > 0 && !orders_as_flatten_makes(orders)) {
         oi = -1;
         order_map = PyDict_New();
@@ -1250,8 +1276,8 @@ unflatten(PkState *state, PyObject *spec, PyObject *leaves)
             }
         }
         Py_ssize_t sp = 0, li = n;
-        if (plan != NULL) {
-            result = plan_unflatten(state, plan, seq, is_list, st, ch, later);
+        if (recipe != NULL) {
+            result = recipe_unflatten(state, recipe, seq, is_list, st, ch, later);
             goto fail; /* (sp is 0: what follows only cleans up) */
         }
         for (Py_ssize_t idx = nn - 1; idx >= 0; idx--) {
@@ -1383,7 +1409,7 @@ unflatten(PkState *state, PyObject *spec, PyObject *leaves)
         Py_XDECREF(last.dict);
     }
 out:
-    Py_XDECREF((PyObject *)plan);
+    Py_XDECREF((PyObject *)recipe);
     Py_XDECREF(order_map);
     Py_DECREF(seq);
     Py_DECREF(nodes);

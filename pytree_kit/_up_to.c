@@ -202,6 +202,223 @@ dict_same_keys(PyObject *obj, PyObject *keys, Py_ssize_t n, PyObject **vals)
     return count == n;
 }
 
+/* The children of obj for each kind of node that match() reads itself:
+ * each returns 1 with *children, *names and *keymode set, -1 on error (a
+ * mismatch's error included), or 0 when the pure engine decides
+ * (match_python). They share match()'s arguments. */
+#define MATCH_ARGS                                                                         \
+    Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj, PyObject *t, \
+        PyObject *aux, PyObject **children, PyObject **names, int *keymode
+#define MATCH_PASS u, c, kind, arity, node, obj, t, aux, children, names, keymode
+
+/* a dict: its values read by the node's keys */
+static int
+match_dict(MATCH_ARGS)
+{
+    PyTypeObject *ot = Py_TYPE(obj);
+    if (ot == &PyDict_Type && PyTuple_CheckExact(aux) && PyDict_GET_SIZE(obj) == arity &&
+        PyTuple_GET_SIZE(aux) == arity) {
+        /* read by key identity; a large dict only when it starts with
+         * the spec's first key, or when big_orders has its order */
+        int read = arity > 0 && arity <= SCAN_KEYS;
+        Py_ssize_t pos = 0;
+        PyObject *k0, *v0;
+        if (arity > SCAN_KEYS && PyDict_Next(obj, &pos, &k0, &v0)) {
+            read = k0 == PyTuple_GET_ITEM(aux, 0) || big_order_for(c->st, obj, aux) != NULL;
+        }
+        if (read) {
+            PyObject *values = spare_tuple(c->st, arity);
+            if (values == NULL) {
+                return -1;
+            }
+            /* (read after the allocation, which may have run a finalizer) */
+            PyObject **items = ((PyTupleObject *)values)->ob_item;
+            if (dict_same_keys(obj, aux, arity, items) || big_dict_values(c->st, obj, aux, items)) {
+                for (Py_ssize_t j = 0; j < arity; j++) {
+                    Py_INCREF(items[j]);
+                }
+                *children = values;
+                Py_INCREF(aux);
+                *names = aux;
+                *keymode = KM_MAP;
+                return 1;
+            }
+            memset(items, 0, arity * sizeof(PyObject *)); /* borrowed: not the tuple's */
+            Py_DECREF(values);
+        }
+        Py_ssize_t i = 0;
+        while (i < arity && PyUnicode_CheckExact(PyTuple_GET_ITEM(aux, i))) {
+            i++;
+        }
+        if (i < arity && stack_freeze(u->s) < 0) {
+            return -1; /* keys other than str: their __eq__ may run */
+        }
+        for (Py_ssize_t i = 0; i < arity; i++) {
+            int r = PyDict_Contains(obj, PyTuple_GET_ITEM(aux, i));
+            if (r < 0) {
+                return -1;
+            }
+            if (!r) {
+                return mismatch(u, node, obj); /* as the pure engine: no lookup again */
+            }
+        }
+        PyObject *values = dict_values(obj, ((PyTupleObject *)aux)->ob_item, arity);
+        if (values == NULL) {
+            return -1;
+        }
+        *children = values;
+        Py_INCREF(aux);
+        *names = aux;
+        *keymode = KM_MAP;
+        return 1;
+    }
+    return 0;
+}
+
+/* an exact OrderedDict of the node's key objects in the node's order, read
+ * in one pass; anything else (equal keys, another order, other keys) the pure
+ * engine decides */
+static int
+match_odict(MATCH_ARGS)
+{
+    PyTypeObject *ot = Py_TYPE(obj);
+    if ((PyObject *)ot == OrderedDict_t && PyTuple_CheckExact(aux) &&
+        PyTuple_GET_SIZE(aux) == arity && PyDict_GET_SIZE(obj) == arity) {
+        PyObject *keys, *values;
+        int r = odict_items(obj, &keys, &values);
+        if (r < 0) {
+            return -1;
+        }
+        if (r == 1) {
+            Py_ssize_t i = 0;
+            while (i < arity && PyTuple_GET_ITEM(keys, i) == PyTuple_GET_ITEM(aux, i)) {
+                i++;
+            }
+            Py_DECREF(keys);
+            if (i == arity) {
+                *children = values;
+                *names = Py_NewRef(aux);
+                *keymode = KM_MAP;
+                return 1;
+            }
+            Py_DECREF(values);
+        }
+    }
+    return 0;
+}
+
+/* a dataclass or attrs instance of the node's class */
+static int
+match_record(MATCH_ARGS)
+{
+    PyTypeObject *ot = Py_TYPE(obj);
+    if ((PyObject *)ot == t) {
+        TypeEntry *e = up_plan(u, c, ot);
+        if (e == NULL) {
+            return -1;
+        }
+        if (e->plan != (kind == K_DATACLASS ? PLAN_DATACLASS : PLAN_ATTRS)) {
+            return 0;
+        }
+        Found f;
+        /* a record that is a dict: its keys compared with the node's in
+         * place, when the node's aux has the form flatten gives it */
+        PyObject *want = PyDict_Check(obj) ? view_keys_of(e, aux) : NULL;
+        int r = record_fields(c, NULL, obj, e, kind, &f, want == NULL);
+        if (r < 0) {
+            return -1;
+        }
+        if (r == 2) {
+            return 0;
+        }
+        int eq;
+        if (want != NULL) {
+            eq = view_keys_are(obj, want);
+        }
+        else {
+            PyObject *mine = PyTuple_GET_ITEM(f.node, 3);
+            eq = mine == aux ? 1 : PyObject_RichCompareBool(mine, aux, Py_EQ);
+            Py_DECREF(f.node);
+        }
+        if (eq <= 0) {
+            Py_DECREF(f.children);
+            Py_DECREF(f.names);
+            return eq < 0 ? -1 : mismatch(u, node, obj);
+        }
+        *children = f.children;
+        *names = f.names;
+        *keymode = KM_ATTR;
+        return 1;
+    }
+    return mismatch(u, node, obj);
+}
+
+/* an instance of the node's class with __tree_flatten__ (K_CUSTOM) or a rule
+ * (K_RULE): what it returns matched against the node's aux */
+static int
+match_user(MATCH_ARGS)
+{
+    PyTypeObject *ot = Py_TYPE(obj);
+    if ((PyObject *)ot == t) {
+        PyObject *res;
+        if (kind == K_CUSTOM) {
+            res = PyObject_CallMethodNoArgs(obj, s_tree_flatten);
+        }
+        else {
+            if (!PyTuple_CheckExact(aux) || PyTuple_GET_SIZE(aux) != 3) {
+                return 0;
+            }
+            PyObject *fn = PyObject_GetAttr(PyTuple_GET_ITEM(aux, 0), s_flatten);
+            res = fn ? PyObject_CallOneArg(fn, obj) : NULL;
+            Py_XDECREF(fn);
+        }
+        if (res == NULL) {
+            return -1;
+        }
+        int r = dict_children_match(res, arity, aux, kind, children, names, keymode);
+        if (r != 0) {
+            Py_DECREF(res);
+            return r < 0 ? -1 : (r == 1 ? 1 : mismatch(u, node, obj));
+        }
+        PyObject *ch, *tail, *keys;
+        int km;
+        r = user_result(c, u->s, res, ot, kind == K_CUSTOM ? py_custom_result : py_rule_result,
+                            &ch, &tail, &keys, &km);
+        Py_DECREF(res);
+        if (r < 0) {
+            return -1;
+        }
+        int eq = 0;
+        if (PyTuple_GET_SIZE(ch) == arity) {
+            /* tail == the node's, item by item as a tuple compares, ours
+             * on the left as in the pure engine: a CUSTOM node's aux is
+             * the tail, a RULE node's (rule, *tail) */
+            Py_ssize_t at = kind == K_CUSTOM ? 0 : 1, n = PyTuple_GET_SIZE(tail);
+            if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == at + n) {
+                eq = 1;
+                for (Py_ssize_t k = 0; k < n && eq > 0; k++) {
+                    eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(tail, k),
+                                                  PyTuple_GET_ITEM(aux, at + k), Py_EQ);
+                }
+            }
+        }
+        Py_DECREF(tail);
+        if (eq <= 0) {
+            Py_DECREF(ch);
+            Py_DECREF(keys);
+            return eq < 0 ? -1 : mismatch(u, node, obj);
+        }
+        *children = ch;
+        *names = keys == Py_None ? NULL : keys;
+        if (keys == Py_None) {
+            Py_DECREF(keys);
+        }
+        *keymode = km;
+        return 1;
+    }
+    return mismatch(u, node, obj);
+}
+
 /* Children of obj, which must match node; 1 with outputs set, -1 on error. */
 static int
 match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
@@ -210,6 +427,7 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
     PyTypeObject *ot = Py_TYPE(obj);
     PyObject *t = PyTuple_GET_ITEM(node, 1);
     PyObject *aux = PyTuple_GET_ITEM(node, 3);
+    int r = 0;
     *live = 0;
     *names = NULL;
     *keymode = KM_SEQ;
@@ -237,207 +455,36 @@ match(Up *u, Ctx *c, int kind, Py_ssize_t arity, PyObject *node, PyObject *obj,
         }
         return mismatch(u, node, obj);
     case K_DICT:
-        if (ot == &PyDict_Type && PyTuple_CheckExact(aux) && PyDict_GET_SIZE(obj) == arity &&
-            PyTuple_GET_SIZE(aux) == arity) {
-            /* read by key identity; a large dict only when it starts with
-             * the spec's first key, or when big_orders has its order */
-            int read = arity > 0 && arity <= SCAN_KEYS;
-            Py_ssize_t pos = 0;
-            PyObject *k0, *v0;
-            if (arity > SCAN_KEYS && PyDict_Next(obj, &pos, &k0, &v0)) {
-                read = k0 == PyTuple_GET_ITEM(aux, 0) || big_order_for(c->st, obj, aux) != NULL;
-            }
-            if (read) {
-                PyObject *values = spare_tuple(c->st, arity);
-                if (values == NULL) {
-                    return -1;
-                }
-                /* (read after the allocation, which may have run a finalizer) */
-                PyObject **items = ((PyTupleObject *)values)->ob_item;
-                if (dict_same_keys(obj, aux, arity, items) || big_dict_values(c->st, obj, aux, items)) {
-                    for (Py_ssize_t j = 0; j < arity; j++) {
-                        Py_INCREF(items[j]);
-                    }
-                    *children = values;
-                    Py_INCREF(aux);
-                    *names = aux;
-                    *keymode = KM_MAP;
-                    return 1;
-                }
-                memset(items, 0, arity * sizeof(PyObject *)); /* borrowed: not the tuple's */
-                Py_DECREF(values);
-            }
-            Py_ssize_t i = 0;
-            while (i < arity && PyUnicode_CheckExact(PyTuple_GET_ITEM(aux, i))) {
-                i++;
-            }
-            if (i < arity && stack_freeze(u->s) < 0) {
-                return -1; /* keys other than str: their __eq__ may run */
-            }
-            for (Py_ssize_t i = 0; i < arity; i++) {
-                int r = PyDict_Contains(obj, PyTuple_GET_ITEM(aux, i));
-                if (r < 0) {
-                    return -1;
-                }
-                if (!r) {
-                    return mismatch(u, node, obj); /* as the pure engine: no lookup again */
-                }
-            }
-            PyObject *values = dict_values(obj, ((PyTupleObject *)aux)->ob_item, arity);
-            if (values == NULL) {
-                return -1;
-            }
-            *children = values;
-            Py_INCREF(aux);
-            *names = aux;
-            *keymode = KM_MAP;
-            return 1;
-        }
+        r = match_dict(MATCH_PASS);
         break;
     case K_ORDEREDDICT:
-        /* the same key objects in the same order, read in one pass; anything
-         * else (equal keys, another order, other keys) the pure engine decides */
-        if ((PyObject *)ot == OrderedDict_t && PyTuple_CheckExact(aux) &&
-            PyTuple_GET_SIZE(aux) == arity && PyDict_GET_SIZE(obj) == arity) {
-            PyObject *keys, *values;
-            int r = odict_items(obj, &keys, &values);
-            if (r < 0) {
-                return -1;
-            }
-            if (r == 1) {
-                Py_ssize_t i = 0;
-                while (i < arity && PyTuple_GET_ITEM(keys, i) == PyTuple_GET_ITEM(aux, i)) {
-                    i++;
-                }
-                Py_DECREF(keys);
-                if (i == arity) {
-                    *children = values;
-                    *names = Py_NewRef(aux);
-                    *keymode = KM_MAP;
-                    return 1;
-                }
-                Py_DECREF(values);
-            }
-        }
+        r = match_odict(MATCH_PASS);
         break;
     case K_NAMEDTUPLE:
-        if ((PyObject *)ot == t) {
-            if (PyTuple_GET_SIZE(obj) != arity) {
-                break; /* the pure engine decides what this is */
-            }
-            Py_INCREF(obj);
-            *children = obj;
-            Py_INCREF(aux);
-            *names = aux;
-            *keymode = KM_ATTR;
-            return 1;
+        if ((PyObject *)ot != t) {
+            return mismatch(u, node, obj);
         }
-        return mismatch(u, node, obj);
+        if (PyTuple_GET_SIZE(obj) != arity) {
+            break; /* the pure engine decides what this is */
+        }
+        Py_INCREF(obj);
+        *children = obj;
+        Py_INCREF(aux);
+        *names = aux;
+        *keymode = KM_ATTR;
+        return 1;
     case K_DATACLASS:
     case K_ATTRS:
-        if ((PyObject *)ot == t) {
-            TypeEntry *e = up_plan(u, c, ot);
-            if (e == NULL) {
-                return -1;
-            }
-            if (e->plan != (kind == K_DATACLASS ? PLAN_DATACLASS : PLAN_ATTRS)) {
-                break;
-            }
-            Found f;
-            /* a record that is a dict: its keys compared with the node's in
-             * place, when the node's aux has the form flatten gives it */
-            PyObject *want = PyDict_Check(obj) ? view_keys_of(e, aux) : NULL;
-            int r = record_fields(c, NULL, obj, e, kind, &f, want == NULL);
-            if (r < 0) {
-                return -1;
-            }
-            if (r == 2) {
-                break;
-            }
-            int eq;
-            if (want != NULL) {
-                eq = view_keys_are(obj, want);
-            }
-            else {
-                PyObject *mine = PyTuple_GET_ITEM(f.node, 3);
-                eq = mine == aux ? 1 : PyObject_RichCompareBool(mine, aux, Py_EQ);
-                Py_DECREF(f.node);
-            }
-            if (eq <= 0) {
-                Py_DECREF(f.children);
-                Py_DECREF(f.names);
-                return eq < 0 ? -1 : mismatch(u, node, obj);
-            }
-            *children = f.children;
-            *names = f.names;
-            *keymode = KM_ATTR;
-            return 1;
-        }
-        return mismatch(u, node, obj);
+        r = match_record(MATCH_PASS);
+        break;
     case K_CUSTOM:
     case K_RULE:
-        if ((PyObject *)ot == t) {
-            PyObject *res;
-            if (kind == K_CUSTOM) {
-                res = PyObject_CallMethodNoArgs(obj, s_tree_flatten);
-            }
-            else {
-                if (!PyTuple_CheckExact(aux) || PyTuple_GET_SIZE(aux) != 3) {
-                    break;
-                }
-                PyObject *fn = PyObject_GetAttr(PyTuple_GET_ITEM(aux, 0), s_flatten);
-                res = fn ? PyObject_CallOneArg(fn, obj) : NULL;
-                Py_XDECREF(fn);
-            }
-            if (res == NULL) {
-                return -1;
-            }
-            int r = dict_children_match(res, arity, aux, kind, children, names, keymode);
-            if (r != 0) {
-                Py_DECREF(res);
-                return r < 0 ? -1 : (r == 1 ? 1 : mismatch(u, node, obj));
-            }
-            PyObject *ch, *tail, *keys;
-            int km;
-            r = user_result(c, u->s, res, ot, kind == K_CUSTOM ? py_custom_result : py_rule_result,
-                                &ch, &tail, &keys, &km);
-            Py_DECREF(res);
-            if (r < 0) {
-                return -1;
-            }
-            int eq = 0;
-            if (PyTuple_GET_SIZE(ch) == arity) {
-                /* tail == the node's, item by item as a tuple compares, ours
-                 * on the left as in the pure engine: a CUSTOM node's aux is
-                 * the tail, a RULE node's (rule, *tail) */
-                Py_ssize_t at = kind == K_CUSTOM ? 0 : 1, n = PyTuple_GET_SIZE(tail);
-                if (PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == at + n) {
-                    eq = 1;
-                    for (Py_ssize_t k = 0; k < n && eq > 0; k++) {
-                        eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(tail, k),
-                                                      PyTuple_GET_ITEM(aux, at + k), Py_EQ);
-                    }
-                }
-            }
-            Py_DECREF(tail);
-            if (eq <= 0) {
-                Py_DECREF(ch);
-                Py_DECREF(keys);
-                return eq < 0 ? -1 : mismatch(u, node, obj);
-            }
-            *children = ch;
-            *names = keys == Py_None ? NULL : keys;
-            if (keys == Py_None) {
-                Py_DECREF(keys);
-            }
-            *keymode = km;
-            return 1;
-        }
-        return mismatch(u, node, obj);
+        r = match_user(MATCH_PASS);
+        break;
     default:
         break;
     }
-    return match_python(u, node, obj, children, names, keymode);
+    return r != 0 ? r : match_python(u, node, obj, children, names, keymode);
 }
 
 /* flatten_up_to's common case of __tree_flatten__ or a rule returning

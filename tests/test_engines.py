@@ -56,7 +56,7 @@ pytestmark = [
 ]
 
 PURE_ONLY = os.environ.get("PYTREE_KIT_PURE", "") not in ("", "0")
-# tests of what the C engine keeps across calls (spec plans, shared nodes)
+# tests of what the C engine keeps across calls (spec recipes, shared nodes)
 _KEEPS = pytest.mark.skipif(
     _speedups is None or not _speedups.KEEP_ACROSS_CALLS,
     reason="this build keeps nothing across calls (no GIL)",
@@ -124,7 +124,7 @@ def check_engines_agree(tree: Any, is_leaf: Any = None, rules: Any = None) -> No
     t_pure = _pure.unflatten(s2, l2)
     t_c = _speedups.unflatten(s1, l1)
     assert_same_tree(t_pure, t_c)
-    # again: the second unflatten of a spec makes its plan, the third follows it
+    # again: the second unflatten of a spec makes its recipe, the third follows it
     for _ in range(2):
         assert_same_tree(t_pure, _speedups.unflatten(s1, l1))
         assert_same_tree(t_pure, _speedups.unflatten(s2, l2))
@@ -1949,17 +1949,17 @@ def test_large_dicts_rebuilt_again_match() -> None:
     assert [[sys.getrefcount(k) for k in keys] for keys in orders] == refs
 
 
-PlanPoint = namedtuple("PlanPoint", "x y")
+RecipePoint = namedtuple("RecipePoint", "x y")
 
 
-def _plan_trees() -> list[Any]:
-    """Trees of every node the C engine's unflatten plan treats its own way."""
+def _recipe_trees() -> list[Any]:
+    """Trees of every node the C engine's unflatten recipe treats its own way."""
     big = {f"layer.{i}.weight": Leaf(i) for i in range(40, 0, -1)}  # ordered, > 32 keys
     return [
         _chain_of_dicts(30),
         [{"b": Leaf(i), "a": [Leaf(i)], "c": (i,)} for i in range(20)],  # records
         {"z": big, "a": dict(sorted(big.items())), "m": OrderedDict(b=1, a=2)},
-        {1: {"x": PlanPoint(1, [2]), "w": None}, 0: defaultdict(list, b=[1], a=2)},
+        {1: {"x": RecipePoint(1, [2]), "w": None}, 0: defaultdict(list, b=[1], a=2)},
         [Node([1, {"q": 2}], ({"p": 3},), "lbl"), ModelOutput(logits=1, loss=None)],
         {("t", 1): 1, (0,): 2, 2.5: 3, None: 4},  # keys a template takes, tuples too
         {"e": {}, "l": [], "t": (), "n": None, "one": [Leaf(0)]},
@@ -1967,31 +1967,31 @@ def _plan_trees() -> list[Any]:
 
 
 @_KEEPS
-def test_unflatten_plan_made_on_second_call_and_followed() -> None:
-    """The C engine's unflatten notes a spec the first time, makes its plan
+def test_unflatten_recipe_made_on_second_call_and_followed() -> None:
+    """The C engine's unflatten notes a spec the first time, makes its recipe
     (kept in the spec, out of its value) the second time, and follows it from
     then on: each call's tree is the pure engine's, with the leaves given
     (by identity) and new containers every time."""
-    for tree in _plan_trees():
+    for tree in _recipe_trees():
         leaves, spec = _speedups.flatten(tree, None, RULES)
         want = _pure.unflatten(spec, leaves)
-        assert spec._plan is None
+        assert spec._recipe is None
         made = []
         for call in range(4):
             got = _speedups.unflatten(spec, leaves)
             assert_same_tree(want, got)
             made.append(got)
             if call == 0:
-                assert spec._plan is False
+                assert spec._recipe is False
             else:
-                assert type(spec._plan).__name__ == "Plan"
+                assert type(spec._recipe).__name__ == "Recipe"
         # every call's containers are its own
         assert len({id(t) for t in made}) == 4
-        # a plan is no part of the spec's value
+        # a recipe is no part of the spec's value
         again = _speedups.flatten(tree, None, RULES)[1]
-        assert again == spec and hash(again) == hash(spec) and again._plan is None
+        assert again == spec and hash(again) == hash(spec) and again._recipe is None
         copied = pickle.loads(pickle.dumps(spec))
-        assert copied == spec and copied._plan is None
+        assert copied == spec and copied._recipe is None
         assert_same_tree(want, _speedups.unflatten(copied, leaves))
         if _json_ok(spec):
             assert spec.to_json() == again.to_json()
@@ -2019,8 +2019,8 @@ def _dict_key(i: int) -> Any:
     st.integers(1, 6),
     st.lists(st.tuples(st.integers(0, 3), _DICT_OPS), max_size=40),
 )
-def test_unflattened_dicts_of_a_plan_behave_as_dicts(width: int, ops: list) -> None:
-    """The dicts a spec's plan makes (split tables sharing one keys table
+def test_unflattened_dicts_of_a_recipe_behave_as_dicts(width: int, ops: list) -> None:
+    """The dicts a spec's recipe makes (split tables sharing one keys table
     where split_tables is on: 3.10-3.12) are dicts like any other: four of
     them, and one made again after the others were changed, agree with plain
     dicts under inserts of new str keys (which may grow the shared table),
@@ -2031,19 +2031,19 @@ def test_unflattened_dicts_of_a_plan_behave_as_dicts(width: int, ops: list) -> N
     # ~1 s an example); the dicts made here are still walked.
     gc.freeze()
     try:
-        _dicts_of_a_plan(width, ops)
+        _dicts_of_a_recipe(width, ops)
     finally:
         gc.unfreeze()
 
 
-def _dicts_of_a_plan(width: int, ops: list) -> None:
+def _dicts_of_a_recipe(width: int, ops: list) -> None:
     names = [_dict_key(i) for i in range(width)]
     tree = [{k: [i, k] for i, k in enumerate(reversed(names))} for _ in range(4)]
     leaves, spec = _speedups.flatten(tree, None, None)
     for _ in range(2):
-        _speedups.unflatten(spec, leaves)  # the second makes the plan
+        _speedups.unflatten(spec, leaves)  # the second makes the recipe
     got = _speedups.unflatten(spec, leaves)
-    assert type(spec._plan).__name__ == "Plan"
+    assert type(spec._recipe).__name__ == "Recipe"
     if _SPLIT_TABLES:  # shared keys: only the values are each dict's own
         assert sys.getsizeof(got[0]) < sys.getsizeof(dict(tree[0]))
     models = [dict(d) for d in got]
@@ -2127,7 +2127,7 @@ def test_instance_dicts_flatten_as_the_pure_engine_does() -> None:
 
 @_KEEPS
 def test_unflatten_split_tables_give_back_their_keys() -> None:
-    """A plan's split table holds the keys of its dicts while the plan or a
+    """A recipe's split table holds the keys of its dicts while the recipe or a
     dict lives, and gives them back when the last is gone; a dict that
     outlives its spec stays whole."""
     keys = ["".join(("key", str(i))) for i in range(3)]  # not interned: counts are exact
@@ -2141,7 +2141,7 @@ def test_unflatten_split_tables_give_back_their_keys() -> None:
     for _ in range(3):
         got = _speedups.unflatten(spec, leaves)
     # the split table's holder (an empty dict of it) is out of anyone's reach
-    reach = gc.get_referents(spec._plan)
+    reach = gc.get_referents(spec._recipe)
     reach += [o for r in reach if isinstance(r, list) for o in r]
     assert not [o for o in reach if type(o) is dict and not o]
     kept = got[2]
@@ -2155,10 +2155,10 @@ def test_unflatten_split_tables_give_back_their_keys() -> None:
     assert [sys.getrefcount(k) for k in keys] == before
 
 
-def test_unflatten_plan_follows_the_specs_own_nodes() -> None:
-    """A plan serves only the nodes and orders it was made from: a spec
+def test_unflatten_recipe_follows_the_specs_own_nodes() -> None:
+    """A recipe serves only the nodes and orders it was made from: a spec
     whose slots are set again (by object.__setattr__) is unflattened as its
-    new nodes say, with a plan made again."""
+    new nodes say, with a recipe made again."""
     a, b = {"y": [1, 2], "x": {"q": 3, "p": 4}}, [(1, 2), {"z": 3, "w": [4]}]
     la, sa = _speedups.flatten(a, None, None)
     lb, sb = _speedups.flatten(b, None, None)
@@ -2172,9 +2172,9 @@ def test_unflatten_plan_follows_the_specs_own_nodes() -> None:
 
 
 @_KEEPS
-def test_unflatten_plan_in_a_cycle_is_collected() -> None:
-    """A plan holds its spec's nodes; a node's aux data that holds the spec
-    makes a cycle through the plan, which the collector frees."""
+def test_unflatten_recipe_in_a_cycle_is_collected() -> None:
+    """A recipe holds its spec's nodes; a node's aux data that holds the spec
+    makes a cycle through the recipe, which the collector frees."""
     import weakref
 
     class Holder:  # hashable by identity, and mutable
@@ -2194,19 +2194,19 @@ def test_unflatten_plan_in_a_cycle_is_collected() -> None:
     aux = Holder()
     ref = weakref.ref(aux)
     leaves, spec = _speedups.flatten({"b": Box([1, 2], aux), "a": 3}, None, None)
-    aux.spec = spec  # aux -> spec -> plan -> nodes -> aux
+    aux.spec = spec  # aux -> spec -> recipe -> nodes -> aux
     for _ in range(3):
         assert _speedups.unflatten(spec, leaves)["b"].x == [1, 2]
-    assert type(spec._plan).__name__ == "Plan"
+    assert type(spec._recipe).__name__ == "Recipe"
     del aux, leaves, spec
     gc.collect()
     assert ref() is None
 
 
-def test_unflatten_plan_with_callbacks_that_unflatten_and_change_the_leaves() -> None:
+def test_unflatten_recipe_with_callbacks_that_unflatten_and_change_the_leaves() -> None:
     """A __tree_unflatten__ that unflattens the very spec being followed
-    (its plan in use) and then empties the caller's list of leaves: on every
-    call, plan or not, the C engine gives the pure engine's tree or error."""
+    (its recipe in use) and then empties the caller's list of leaves: on every
+    call, recipe or not, the C engine gives the pure engine's tree or error."""
     state: dict = {}
 
     class Meddler:

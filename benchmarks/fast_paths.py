@@ -1,0 +1,209 @@
+"""What each layout-reading fast path buys over the portable core, in instructions.
+
+The C engine's core reads through CPython's public API; each fast path that
+reads CPython's own layouts (``pk.engine_info()["fast_paths"]``) is an add-on,
+kept only where it buys at least 10 % on some family of the corpus
+(``KEEP``) on the Python it runs on. This script measures that: it builds this
+checkout's C engine once as it is and once without each fast path that is on
+here (``PYTREE_KIT_WITHOUT=name``, in copies of the checkout), then counts
+callgrind's instructions per call of the operations the path serves, on the
+corpus's trees (seed 0, the first ``--sizes`` sizes of each family, stand-in
+leaves), with and without it. Counting runs inside the engine's entry points
+only (FastCall's and flatten_up_to's), so that a stripped interpreter (Debian's
+3.14 and 3.15) counts as one with symbols does, and the counts are the
+engine's work alone.
+
+For each path the report gives, per family, the largest ratio of the build
+without it to the build with it (above 1: the path saves that much), with the
+tree and operation, and the verdict: kept (at least ``KEEP`` on some family)
+or not.
+
+    python benchmarks/fast_paths.py                      # build/benchmarks/python3.X/
+    python benchmarks/fast_paths.py --paths dict_tables  # that path alone
+    python benchmarks/fast_paths.py --record             # benchmarks/results/python3.X/
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import _output
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+#: a path is kept where it buys at least this on some family
+KEEP = 1.10
+#: the operations each path serves (what reads or makes what it reads)
+SERVES: dict[str, tuple[str, ...]] = {
+    "type_version_tags": ("flatten", "flatten_up_to"),
+    "int_digits": ("unflatten", "flatten_up_to"),
+    "instance_values": ("flatten", "flatten_up_to"),
+    "dict_reads": ("flatten", "flatten_up_to"),
+    "dict_tables": ("unflatten",),
+    "split_tables": ("unflatten",),
+    "split_values": ("flatten", "flatten_up_to"),
+    "odict_links": ("flatten", "flatten_up_to"),
+}
+#: the engine's entry points, where callgrind counts
+TOGGLES = ("fastcall_vectorcall", "sp_flatten_up_to")
+
+
+def build(src: Path, dest: Path, without: str) -> Path:
+    """A copy of the checkout in dest, its C engine built in place without the
+    named fast path ("" for none)."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "-co", "--exclude-standard"],
+        cwd=src,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, files):
+        path = src / os.fsdecode(name)
+        if path.is_file():
+            (dest / os.fsdecode(name)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest / os.fsdecode(name))
+    env = dict(os.environ, PYTREE_KIT_REQUIRE_C="1", PYTREE_KIT_WITHOUT=without)
+    subprocess.run(
+        [sys.executable, "setup.py", "build_ext", "--inplace", "-q"],
+        cwd=dest,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    return dest
+
+
+def fast_paths_on(checkout: Path) -> dict[str, bool]:
+    code = "import pytree_kit as pk; print(pk.engine_info()['fast_paths'])"
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return eval(out.stdout)  # a dict of str and bool
+
+
+def count(checkout: Path, point: tuple[str, int, str], op: str, work: Path) -> float:
+    """Instructions per call of op on the tree, counted in the entry points."""
+    sys.path.insert(0, str(HERE))
+    from corpus_instructions import calls_for
+    from instructions import count_instructions
+
+    family, size, variant = point
+    n = calls_for(size, variant)
+    out = work / f"{abs(hash((str(checkout), point, op)))}.out"
+    args = ["--run", family, str(size), variant, op, str(n)]
+    script = str(checkout / "benchmarks" / "corpus_instructions.py")
+    return count_instructions(script, args, checkout, out, TOGGLES) / n
+
+
+def points(sizes: int) -> list[tuple[str, int, str]]:
+    sys.path.insert(0, str(HERE))
+    import corpus
+
+    out = []
+    for fam in corpus.FAMILIES:
+        for size, variant in fam.points[:sizes]:
+            out.append((fam.name, size, variant))
+    return out
+
+
+def measure(paths: list[str], sizes: int, tmp: Path) -> tuple[dict, list]:
+    full = build(ROOT, tmp / "full", "")
+    on = fast_paths_on(full)
+    chosen = [p for p in paths if on.get(p)]
+    builds = {p: build(ROOT, tmp / p, p) for p in chosen}
+    pts = points(sizes)
+    jobs: dict[Any, Any] = {}
+    ops = sorted({op for p in chosen for op in SERVES[p]})
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for pt in pts:
+            for op in ops:
+                jobs[("full", pt, op)] = pool.submit(count, full, pt, op, tmp)
+            for p in chosen:
+                for op in SERVES[p]:
+                    jobs[(p, pt, op)] = pool.submit(count, builds[p], pt, op, tmp)
+        got = {key: job.result() for key, job in jobs.items()}
+    results = {}
+    for p in chosen:
+        rows = {}
+        for pt in pts:
+            for op in SERVES[p]:
+                ratio = got[(p, pt, op)] / got[("full", pt, op)]
+                best = rows.get(pt[0])
+                if best is None or ratio > best[0]:
+                    rows[pt[0]] = (ratio, pt, op, got[(p, pt, op)], got[("full", pt, op)])
+        results[p] = rows
+    off = [p for p in paths if not on.get(p)]
+    return results, off
+
+
+def _label(pt: tuple[str, int, str]) -> str:
+    family, size, variant = pt
+    return variant if family == "named" else f"{size:,}" + (f", {variant}" if variant else "")
+
+
+def report(results: dict, off: list, sizes: int) -> str:
+    lines = [
+        f"# What each fast path buys over the portable core (CPython {platform.python_version()})",
+        "",
+        "<!-- benchmarks/fast_paths.py writes this file. -->",
+        "",
+        f"Made by `python benchmarks/fast_paths.py` on {platform.machine()}: callgrind's "
+        "instructions per call in the engine's entry points, on the corpus's trees (seed 0, "
+        f"the first {sizes} sizes of each family, stand-in leaves), built with every fast path "
+        "that is on here and without one of them at a time. A cell is the largest ratio "
+        "without ÷ with over the family's trees and the operations the path serves. "
+        f"A path is kept where some family reaches {KEEP:.2f}.",
+        "",
+    ]
+    for p, rows in results.items():
+        best = max(rows.values(), key=lambda r: r[0]) if rows else None
+        verdict = "kept" if best is not None and best[0] >= KEEP else "**not kept**"
+        lines += [
+            f"## {p}: {verdict}"
+            + (f" (at most {best[0]:.2f}×, {best[1][0]} {_label(best[1])}, {best[2]})" if best else ""),
+            "",
+            "| family | without ÷ with | tree | op | without | with |",
+            "|---|---:|---|---|---:|---:|",
+        ]
+        for family, (ratio, pt, op, without, with_) in rows.items():
+            lines.append(
+                f"| {family} | {ratio:.2f} | {_label(pt)} | {op} | {without:,.0f} | {with_:,.0f} |"
+            )
+        lines.append("")
+    if off:
+        lines += [f"Not on here (not measured): {', '.join(off)}.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: Any = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--paths", default=",".join(SERVES), help="the fast paths to measure")
+    parser.add_argument("--sizes", type=int, default=2, help="the first N sizes of each family")
+    _output.add_arguments(parser, sub=_output.PYTHON)
+    args = parser.parse_args(argv)
+    paths = [p for p in args.paths.split(",") if p]
+    unknown = [p for p in paths if p not in SERVES]
+    if unknown:
+        parser.error(f"unknown fast paths: {', '.join(unknown)}")
+    with tempfile.TemporaryDirectory(prefix="pytree_kit-fast-paths-") as tmp:
+        results, off = measure(paths, args.sizes, Path(tmp))
+    text = report(results, off, args.sizes)
+    print(text)
+    out = _output.folder(args, sub=_output.PYTHON)
+    (out / "fast_paths.md").write_text(text, encoding="utf-8")
+    _output.wrote(out / "fast_paths.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
