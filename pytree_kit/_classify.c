@@ -264,7 +264,8 @@ make_plan(TypeEntry *e)
         }
         else {
             Py_XDECREF(v);
-            e->plan = PLAN_TUPLE_LEAF;
+            /* a class statement's subclass: the pure engine's sequence kind */
+            e->plan = PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE) ? PLAN_PYTHON : PLAN_TUPLE_LEAF;
         }
         goto done;
     }
@@ -308,7 +309,13 @@ make_plan(TypeEntry *e)
             goto done;
         }
     }
-    e->plan = PLAN_LEAF;
+    /* a class statement's dict, list, UserDict or UserList subclass: the pure
+     * engine's mapping and sequence kinds (it decides, and says leaf for others) */
+    e->plan = PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE) &&
+                      (PyType_IsSubtype(t, &PyDict_Type) || PyType_IsSubtype(t, &PyList_Type) ||
+                       PyType_HasFeature(t, Py_TPFLAGS_MAPPING | Py_TPFLAGS_SEQUENCE))
+                  ? PLAN_PYTHON
+                  : PLAN_LEAF;
 done:
     /* A version of 0 (none assigned) makes the plan be decided again each time. */
     e->version = type_version(t);
