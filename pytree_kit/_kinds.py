@@ -160,7 +160,7 @@ _SOLID = {
 #: the bases whose storage is an attribute, ``data``
 _USER = {UserDict: "UserDict", UserList: "UserList"}
 #: what each base's instances are made with: the builtin class's ``__new__``
-NEW = {
+NEW: dict[str, Any] = {
     "dict": dict,
     "OrderedDict": OrderedDict,
     "defaultdict": defaultdict,

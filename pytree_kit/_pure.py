@@ -379,6 +379,21 @@ def _outside_slots(obj: Any, t: Any, slots: tuple, extra: Any = None) -> list:
     return extra
 
 
+def cached_names(t: Any) -> tuple:
+    """The names of the ``functools.cached_property`` attributes of ``t`` (as a
+    lookup finds them, first in the MRO). A fact about the class alone (one
+    of ``CLASS_FACTS``)."""
+    names: list = []
+    seen: set = set()
+    for c in t.__mro__:
+        for name, value in c.__dict__.items():
+            if name not in seen:
+                seen.add(name)
+                if isinstance(value, functools.cached_property):
+                    names.append(name)
+    return tuple(names)
+
+
 def _is_cached_property(t: Any, name: Any) -> bool:
     """Whether the class attribute ``name`` of ``t`` (as a lookup finds it,
     first in the MRO) is a ``functools.cached_property``."""
@@ -662,9 +677,15 @@ def _is_namedtuple(obj: Any, t: Any) -> bool:
 
 def _instance_dict(obj: Any) -> Any:
     """The ``__dict__`` of ``obj``, read as ``object`` reads it (a class's own
-    ``__getattribute__`` or ``__getattr__`` is not asked), or None."""
+    ``__getattribute__`` or ``__getattr__`` is not asked), or None. While
+    torch.compile traces, with ``getattr`` (dynamo cannot call
+    ``object.__getattribute__``), which finds the class's ``__dict__``
+    descriptor before any ``__getattr__``."""
     try:
-        d = object.__getattribute__(obj, "__dict__")
+        if _tracer.compiling():
+            d = getattr(obj, "__dict__", None)
+        else:
+            d = object.__getattribute__(obj, "__dict__")
     except AttributeError:
         return None
     return d if type(d) is dict else None
@@ -685,6 +706,15 @@ def _subclass_plan(t: Any, base: str, cache: dict) -> tuple:
         )
         plan = cache[key] = (slots, own_setters(t, base), t.__dictoffset__ != 0)
     return plan  # type: ignore[no-any-return]
+
+
+def _cached_names(t: Any, cache: dict) -> tuple:
+    """:func:`cached_names` of ``t``, memoised per call."""
+    key = (cached_names, t)
+    names = cache.get(key)
+    if names is None:
+        names = cache[key] = cached_names(t)
+    return names  # type: ignore[no-any-return]
 
 
 def _storage(obj: Any, t: Any, base: str, stack: list) -> Any:
@@ -728,11 +758,12 @@ def _carried_state(obj: Any, t: Any, base: str, items: Any, stack: list, cache: 
     state: list = []
     others: list = []
     user = base == "UserDict" or base == "UserList"
+    cached = _cached_names(t, cache) if d or slots else ()
     if d:
         for name, value in list(dict.items(d)):
             if user and name == "data":
                 state.append((name, DATA, None))
-            elif _is_cached_property(t, name):
+            elif name in cached:
                 continue
             elif (
                 items is not None
@@ -749,7 +780,7 @@ def _carried_state(obj: Any, t: Any, base: str, items: Any, stack: list, cache: 
             value = getattr(obj, name) if desc is None else desc.__get__(obj, t)
         except AttributeError:  # unset
             continue
-        if _is_cached_property(t, name):
+        if name in cached:
             continue
         state.append((name, SLOT, value))
         others.append(name)
@@ -845,7 +876,7 @@ def _restore_state(obj: Any, t: Any, state: tuple, items: Any, data: Any) -> Non
             _slot(t, name).__set__(obj, value)
             continue
         if d is None:
-            d = object.__getattribute__(obj, "__dict__")
+            d = _instance_dict(obj)
         if how == ATTR:
             d[name] = value
         elif how == MIRROR:
@@ -894,7 +925,16 @@ def _build_sequence(t: Any, aux: tuple, children: list) -> Any:
         obj = tuple.__new__(t, children)
     elif base == "list":
         obj = list.__new__(t)
-        list.extend(obj, children)
+        if _tracer.compiling():  # dynamo cannot call list.extend on a subclass
+            if "extend" in own_setters(t, base):
+                raise TypeError(
+                    f"torch.compile cannot rebuild a {_qualname(t)} (a list subclass that "
+                    "defines its own extend) as an eager call does, with list.extend; "
+                    "unflatten it outside the compiled function, or pass rules= for it"
+                )
+            obj.extend(children)  # list.extend itself: the class has no other
+        else:
+            list.extend(obj, children)
     else:
         obj = object.__new__(t)
     _restore_state(obj, t, carried.state, None, list(children))
@@ -1825,4 +1865,5 @@ CLASS_FACTS = (
     tuple_overrides,
     subclass_base,
     own_setters,
+    cached_names,
 )

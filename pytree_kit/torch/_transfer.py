@@ -240,10 +240,8 @@ def _move_themselves(
         try:
             got = move(x)
         except Exception as e:
-            _note(
-                e,
-                f"{who}: raised by the {method}() of the {_name(x)} at tree{leaf_path(tree, rules, i)}",
-            )
+            where = "tree" + leaf_path(tree, rules, i)
+            _note(e, f"{who}: raised by the {method}() of the {_name(x)} at {where}")
             raise
         if got is None:
             got = x

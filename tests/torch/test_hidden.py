@@ -6,7 +6,6 @@ passes it through as before."""
 from __future__ import annotations
 
 import collections
-
 import dataclasses
 import warnings
 from typing import Any
