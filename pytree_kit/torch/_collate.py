@@ -718,15 +718,19 @@ def _subclass_nodes(spec: TreeSpec) -> list[tuple[int, tuple]]:
     return found
 
 
-def _plain(value: Any) -> bool:
-    """None, a bool, int, float, complex, str or bytes, or a tuple of them:
-    a value that says the same of a batch as of each of its samples."""
+def _plain(value: Any, data: bool = False) -> bool:
+    """None, a bool, int, float, complex, str or bytes, or a tuple of them
+    (with ``data``, lists and dicts of them too): values that ``==`` compares
+    as values, with no tensor in them."""
     todo = [value]
     while todo:
         v = todo.pop()
         t = type(v)
-        if t is tuple:
+        if t is tuple or (data and t is list):
             todo.extend(v)
+        elif data and t is dict:
+            todo.extend(v)
+            todo.extend(v.values())
         elif not (v is None or t in (bool, int, float, complex, str, bytes)):
             return False
     return True
@@ -734,13 +738,11 @@ def _plain(value: Any) -> bool:
 
 def _agree(values: list) -> bool:
     """Whether the samples' values of one attribute are the same object, or
-    equal plain values (``_plain``)."""
+    equal plain data (``_plain``: a number, a str, a dict of them...)."""
     first = values[0]
     if all(v is first for v in values):
         return True
-    return _plain(first) and all(
-        type(v) is type(first) and _plain(v) and v == first for v in values
-    )
+    return _plain(first, True) and all(_plain(v, True) and v == first for v in values)
 
 
 def _with_state(node: tuple, carried: Carried) -> tuple:
@@ -752,7 +754,7 @@ def _carried_for_batch(spec: TreeSpec, samples: Any, rules: Rules) -> TreeSpec:
     """The spec that rebuilds the batch: at each mapping or sequence node (a
     tokenizer's ``BatchEncoding``, a dict subclass), what sample 0 carries
     there (its insertion order, its attributes), each attribute kept where
-    the samples agree on it (the same object, or equal plain values: a
+    the samples agree on it (the same object, or equal plain data: a
     ``BatchEncoding``'s ``_n_sequences``) and None where they differ: one
     sample's attribute (its tokenizer ``_encodings``) says nothing of the
     batch. (A cached spec may carry an earlier batch's: each batch's own is
@@ -795,9 +797,9 @@ def _node_at(tree: Any, path: tuple, rules: Rules) -> tuple:
 def _carried_for_parts(spec: TreeSpec) -> TreeSpec:
     """The spec that rebuilds a part of a batch (``uncollate``'s samples,
     ``select``'s): at each mapping or sequence node, the batch's attributes
-    that are plain values (``_plain``: they say the same of each part), and
-    None for any other (a list of the batch's tokenizer encodings says
-    nothing of one sample)."""
+    that are plain immutable values (``_plain``: a number, a str, a tuple of
+    them say the same of each part), and None for any other (a list of the
+    batch's tokenizer encodings says nothing of one sample)."""
     found = _subclass_nodes(spec)
     if not found:
         return spec
