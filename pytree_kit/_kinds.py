@@ -230,7 +230,11 @@ def own_setters(t: Any, base: str) -> tuple:
     :func:`subclass_base`) defines for itself, where its base's own would
     set the items. A fact about the class alone (one of ``_pure.CLASS_FACTS``)."""
     cls = _BASE_CLASS[base]
-    return tuple(n for n in _SETTERS[base] if getattr(t, n, None) is not getattr(cls, n, None))
+    own = []
+    for n in _SETTERS[base]:
+        if getattr(t, n, None) is not getattr(cls, n, None):
+            own.append(n)
+    return tuple(own)
 
 
 #: The one node every leaf shares: (kind, type, arity, aux).

@@ -314,7 +314,10 @@ def slot_names(t: Any) -> tuple:
     a class's ``__dict__``."""
     names = []
     for i, c in enumerate(t.__mro__):
-        if c.__flags__ & _HEAPTYPE:
+        # a class statement makes member descriptors from its __slots__ alone
+        # (kept in its dict): one without, or with an empty one (the ABCs'
+        # __slots__ = ()), has none, and its dict need not be read
+        if c.__flags__ & _HEAPTYPE and c.__dict__.get("__slots__"):
             for name, d in c.__dict__.items():
                 if type(d) is types.MemberDescriptorType and d.__objclass__ is c:
                     names.append((i, name))
@@ -392,6 +395,21 @@ def cached_names(t: Any) -> tuple:
                 if isinstance(value, functools.cached_property):
                     names.append(name)
     return tuple(names)
+
+
+def _cached_attribute(t: Any, name: str) -> bool:
+    """:func:`_is_cached_property`, first asking the class for ``name`` as any
+    attribute lookup does (most instance attributes are no class's: then it
+    is none, in one lookup where the MRO walk reads each class)."""
+    try:
+        if getattr(t, name, _NO_ATTRIBUTE) is _NO_ATTRIBUTE:
+            return False
+    except Exception:  # a descriptor that refuses a class: walk the MRO
+        pass
+    return _is_cached_property(t, name)
+
+
+_NO_ATTRIBUTE = object()
 
 
 def _is_cached_property(t: Any, name: Any) -> bool:
@@ -691,21 +709,36 @@ def _instance_dict(obj: Any) -> Any:
     return d if type(d) is dict else None
 
 
-def _subclass_plan(t: Any, base: str, cache: dict) -> tuple:
-    """What reading instances of ``t`` takes, once per call: ``(slots,
-    setters, has_dict)``: the ``(name, descriptor)`` of its slots
-    (:func:`slot_names`; the descriptor None while torch.compile traces),
-    the item setters it defines itself (:func:`own_setters`), and whether its
-    instances have a ``__dict__``."""
-    key = (_subclass_plan, t)
-    plan = cache.get(key)
-    if plan is None:
-        traced = _tracer.compiling()
-        slots = tuple(
-            (name, None if traced else t.__mro__[i].__dict__[name]) for i, name in slot_names(t)
-        )
-        plan = cache[key] = (slots, own_setters(t, base), t.__dictoffset__ != 0)
-    return plan  # type: ignore[no-any-return]
+#: the layout of each subclass an eager call met: class -> (its MRO, facts)
+_LAYOUTS: dict = {}
+
+
+def subclass_layout(t: Any) -> tuple:
+    """``(base, slots, has_dict)`` of the class ``t``: its
+    :func:`subclass_base`, the ``(name, descriptor)`` of its slots
+    (:func:`slot_names`), and whether its instances have a ``__dict__``.
+
+    Facts of its MRO and its layout: the slots and the ``__dict__`` of a
+    class are fixed when it is made, and its base changes only with a new
+    ``__bases__``, which makes a new MRO. So an eager call remembers them
+    across calls (up to 1024 classes), checked by the identity of the
+    class's MRO; while torch.compile traces, they are read each time (each a
+    class fact, and a slot's descriptor None: read with ``getattr``)."""
+    if _tracer.compiling():
+        base = subclass_base(t)
+        slots = tuple((name, None) for _, name in slot_names(t)) if base else ()
+        return base, slots, t.__dictoffset__ != 0
+    found = _LAYOUTS.get(t)
+    mro = t.__mro__
+    if found is not None and found[0] is mro:
+        return found[1]  # type: ignore[no-any-return]
+    base = subclass_base(t)
+    slots = tuple((name, mro[i].__dict__[name]) for i, name in slot_names(t)) if base else ()
+    facts = (base, slots, t.__dictoffset__ != 0)
+    if len(_LAYOUTS) >= 1024:
+        _LAYOUTS.clear()
+    _LAYOUTS[t] = (mro, facts)
+    return facts
 
 
 def _cached_names(t: Any, cache: dict) -> tuple:
@@ -739,12 +772,15 @@ def _storage(obj: Any, t: Any, base: str, stack: list) -> Any:
 _ABSENT = object()
 
 
-def _carried_state(obj: Any, t: Any, base: str, items: Any, stack: list, cache: dict) -> tuple:
+def _carried_state(
+    obj: Any, t: Any, base: str, items: Any, stack: list, cache: dict, layout: tuple
+) -> tuple:
     """The instance's own attributes, as ``Carried.state`` holds them: its
     ``__dict__`` (a ``functools.cached_property`` value left out: the
     rebuilt object computes it again), then its set slots. ``items`` is the
-    mapping's storage (a dict of its items), or None for a sequence."""
-    slots, setters, has_dict = _subclass_plan(t, base, cache)
+    mapping's storage (a dict of its items), or None for a sequence;
+    ``layout`` is :func:`subclass_layout`'s."""
+    _base, slots, has_dict = layout
     d = None
     if has_dict:
         if not _reads_instance_dicts():
@@ -758,12 +794,15 @@ def _carried_state(obj: Any, t: Any, base: str, items: Any, stack: list, cache: 
     state: list = []
     others: list = []
     user = base == "UserDict" or base == "UserList"
-    cached = _cached_names(t, cache) if d or slots else ()
+    # the cached properties: while dynamo traces, a class fact; else each
+    # name's own lookup (a few dict reads, where the class fact reads every
+    # class of the MRO)
+    cached: Any = _cached_names(t, cache) if _tracer.compiling() and (d or slots) else None
     if d:
         for name, value in list(dict.items(d)):
             if user and name == "data":
                 state.append((name, DATA, None))
-            elif name in cached:
+            elif name in cached if cached is not None else _cached_attribute(t, name):
                 continue
             elif (
                 items is not None
@@ -780,12 +819,14 @@ def _carried_state(obj: Any, t: Any, base: str, items: Any, stack: list, cache: 
             value = getattr(obj, name) if desc is None else desc.__get__(obj, t)
         except AttributeError:  # unset
             continue
-        if name in cached:
+        if name in cached if cached is not None else _cached_attribute(t, name):
             continue
         state.append((name, SLOT, value))
         others.append(name)
-    if others and setters:
-        raise _follows_items(t, base, setters, others, stack)
+    if others:
+        setters = own_setters(t, base)
+        if setters:
+            raise _follows_items(t, base, setters, others, stack)
     return tuple(state)
 
 
@@ -809,13 +850,17 @@ def _mapping_node(obj: Any, t: Any, base: str, stack: list, cache: dict) -> tupl
     """Node and children of an instance of a dict subclass or of a
     ``UserDict``: its items as a dict's (a dict's leaf order, an
     ``OrderedDict``'s insertion order), read from the base's own storage."""
+    layout = subclass_layout(t)
     if base == "UserDict":
         items = _storage(obj, t, base, stack)
         order = _key_order(items)
-    else:
+    elif _tracer.compiling():
         solid = NEW[base]
         order = tuple(list(solid.keys(obj)))
         items = {k: solid.__getitem__(obj, k) for k in order}
+    else:  # the storage's items, in its order (an OrderedDict's own), in one C call
+        items = dict(NEW[base].items(obj))
+        order = tuple(items)
     if base == "OrderedDict":
         keys = order
     else:
@@ -824,7 +869,7 @@ def _mapping_node(obj: Any, t: Any, base: str, stack: list, cache: dict) -> tupl
     if base == "defaultdict":
         factory = obj.default_factory
         _check_hashable(factory, stack, f"{_qualname(t)} (its default_factory)")
-    state = _carried_state(obj, t, base, items, stack, cache)
+    state = _carried_state(obj, t, base, items, stack, cache, layout)
     insertion = None if order == keys else order
     carried = Carried(insertion, state) if state or insertion is not None else NOTHING_CARRIED
     children = [items[k] for k in keys]
@@ -847,7 +892,7 @@ def _sequence_node(obj: Any, t: Any, base: str, stack: list, cache: dict) -> tup
         children = _list_items(obj)
     else:
         children = tuple(_storage(obj, t, base, stack))
-    state = _carried_state(obj, t, base, None, stack, cache)
+    state = _carried_state(obj, t, base, None, stack, cache, subclass_layout(t))
     carried = Carried(None, state) if state else NOTHING_CARRIED
     return (SEQUENCE, t, len(children), (base, carried)), children, _SEQ, None
 
@@ -855,10 +900,7 @@ def _sequence_node(obj: Any, t: Any, base: str, stack: list, cache: dict) -> tup
 def _subclass(obj: Any, t: Any, stack: list, cache: dict) -> Any:
     """``classify``'s answer for an instance of a class that is none of the
     kinds before these: a mapping or sequence node, or None (a leaf)."""
-    key = (subclass_base, t)
-    base = cache.get(key)
-    if base is None:
-        base = cache[key] = subclass_base(t)
+    base = subclass_layout(t)[0]
     if not base:
         return None
     if base in MAPPING_BASES:
@@ -1364,6 +1406,8 @@ def build(kind: int, t: Any, aux: Any, children: list, order: Any) -> Any:
         return children
     if kind == DICT:
         return _in_order(aux, children, order)
+    if kind == MAPPING:  # (before the rest: the C engine builds those above itself)
+        return _build_mapping(t, aux, children)
     if kind == NONE:
         return None
     if kind == NAMEDTUPLE:
@@ -1385,8 +1429,6 @@ def build(kind: int, t: Any, aux: Any, children: list, order: Any) -> Any:
         if kind == CUSTOM:
             return t.__tree_unflatten__(tail[0], got)
         return aux[0].unflatten(tail[0], got)
-    if kind == MAPPING:
-        return _build_mapping(t, aux, children)
     if kind == SEQUENCE:
         return _build_sequence(t, aux, children)
     raise ValueError(f"unknown node kind {kind!r}")  # pragma: no cover - specs are validated
