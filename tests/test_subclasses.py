@@ -13,6 +13,7 @@ compares them on generated trees of these kinds (scripts/corpus/trees.py)."""
 from __future__ import annotations
 
 import collections
+import collections.abc
 import copy
 import enum
 import functools
@@ -148,6 +149,74 @@ class _Unhashable:
 
     def __call__(self) -> Any:
         return 0
+
+
+class _Liar(dict):
+    """A dict whose own reading methods disagree with what it stores."""
+
+    def __iter__(self) -> Any:
+        return iter(["ghost"])
+
+    def keys(self) -> Any:
+        return ["ghost"]
+
+    def values(self) -> Any:
+        return [0]
+
+    def items(self) -> Any:
+        return [("ghost", 0)]
+
+    def __getitem__(self, key: Any) -> Any:
+        return 0
+
+    def __len__(self) -> int:
+        return 1
+
+
+class _OrderedLiar(collections.OrderedDict):
+    def items(self) -> Any:
+        return [("ghost", 0)]
+
+    def keys(self) -> Any:
+        return ["ghost"]
+
+
+def test_the_items_are_read_from_the_storage_whatever_the_class_says():
+    for tree in (_Liar(b=1, a=2), _OrderedLiar([("b", 1), ("a", 2)])):
+        leaves, spec = pk.flatten(tree)
+        assert sorted(leaves) == [1, 2] and sorted(spec.entries()) == ["a", "b"], type(tree)
+        rebuilt = pk.tree_map(lambda v: v * 10, tree)
+        assert sorted(dict.items(rebuilt)) == [("a", 20), ("b", 10)]
+        assert pk.structure(tree).flatten_up_to(tree) == leaves
+
+
+class _Plain(collections.abc.MutableMapping):
+    """A mapping of the layout of UserDict's, which is no UserDict."""
+
+    def __getitem__(self, key: Any) -> Any:
+        raise KeyError(key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+    def __delitem__(self, key: Any) -> None:
+        pass
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def test_a_class_whose_bases_change_is_read_anew():
+    class Changing(UserDict):
+        pass
+
+    tree = Changing({"a": 1})
+    assert pk.leaves([tree]) == [1]
+    Changing.__bases__ = (_Plain,)  # no longer a UserDict: a leaf
+    assert pk.leaves([tree]) == [tree]
 
 
 def test_a_counter_is_a_mapping_of_its_counts():
