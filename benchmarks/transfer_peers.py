@@ -33,7 +33,11 @@ and a call is timed to a ``torch.cuda.synchronize()`` after it.
 in 500 dicts; 256 namedtuples; 16 images with dataclass targets; 10 large
 tensors), and mixed ones: six dtypes and shapes, 0-d tensors, views of one
 storage, empty tensors, a bare tensor, and a tokenizer batch with a nested
-dict of 0-d tensors (the pipeline's batch).
+dict of 0-d tensors (the pipeline's batch); and those of issue 81: the
+tokenizer's tensors in a transformers ``BatchEncoding`` (with the 32
+encodings of a real fast tokenizer, built here with a vocabulary of its own;
+accelerate moves it by its own ``.to()``, in place), and in a dict subclass
+with an attribute of its own.
 
 **Figures**: best of interleaved rounds (the ways in a new order each
 round), ms per call. For each batch and
@@ -135,7 +139,49 @@ def batches() -> dict[str, Any]:
             "label": ints(64),
             "meta": {"a": torch.rand(64, generator=g), "b": torch.rand(64, generator=g)},
         },
+        **_subclass_batches(ints),
     }
+
+
+class Features(dict):
+    """A user's dict subclass, with an attribute of its own."""
+
+
+def _subclass_batches(ints: Callable[..., torch.Tensor]) -> dict[str, Any]:
+    """The tokenizer batch's tensors in a transformers BatchEncoding (when
+    transformers is installed: the ecosystem extra) and in a dict subclass."""
+    keys = ("input_ids", "attention_mask", "token_type_ids", "labels")
+    features = Features({k: ints(32, 512) for k in keys})
+    features.split = "train"
+    out: dict[str, Any] = {}
+    encoding = _batch_encoding()
+    if encoding is not None:
+        cls, encodings = encoding
+        out["a tokenizer's BatchEncoding: 4 x int64[32, 512]"] = cls(
+            {k: ints(32, 512) for k in keys}, encoding=encodings
+        )
+    out["a dict subclass: 4 x int64[32, 512]"] = features
+    return out
+
+
+def _batch_encoding() -> Optional[tuple[Any, list]]:
+    """transformers' BatchEncoding and the encodings of 32 texts of 512 tokens,
+    from a real fast tokenizer built here (nothing is downloaded), or None."""
+    try:
+        import tokenizers
+        import transformers
+    except ImportError:  # pragma: no cover - the ecosystem extra has them
+        return None
+    words = ["[PAD]", "[UNK]", "the", "cat", "sat", "on", "mat"]
+    model = tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]")
+    backend = tokenizers.Tokenizer(model)
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]"
+    )
+    texts = [" ".join(words[2:] * (i + 1)) for i in range(32)]
+    enc = tokenizer(texts, padding="max_length", max_length=512, truncation=True)
+    return transformers.BatchEncoding, enc.encodings
 
 
 def tensors(tree: Any) -> list[torch.Tensor]:
@@ -143,10 +189,11 @@ def tensors(tree: Any) -> list[torch.Tensor]:
     return [x for x in pk.leaves(tree) if isinstance(x, torch.Tensor)]
 
 
-def left_behind(batch: Any, out: Any) -> tuple[int, int]:
-    """(tensors of out that are, or share memory with, an input tensor;
-    tensors of out that are views of another tensor)."""
-    before = tensors(batch)
+def left_behind(before: list[torch.Tensor], out: Any) -> tuple[int, int]:
+    """(tensors of out that are, or share memory with, one of ``before`` (the
+    input's tensors, read before the call: a way that moves a batch in place,
+    as a BatchEncoding's .to() does, changes them); tensors of out that are
+    views of another tensor)."""
     inputs = {id(t) for t in before}
     memory = {
         t.untyped_storage().data_ptr() for t in before if t.device.type == "cpu" and t.numel()
@@ -226,8 +273,8 @@ class HostCopies:
         self.real = real = torch.Tensor.to
 
         def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if args and _is_meta(args[0]):
-                return self.clone()
+            if (args and _is_meta(args[0])) or _is_meta(kwargs.get("device")):
+                return self.clone()  # (a BatchEncoding's .to passes device=)
             return real(self, *args, **kwargs)
 
         torch.Tensor.to = to  # type: ignore[method-assign,assignment]
@@ -309,7 +356,8 @@ def comparison(device: Any, host: bool, rounds: int, sync: Callable[[], None]) -
         moves_all = set()
         for name in names:
             with HostCopies() if host else _Nothing():
-                n, not_own = left_behind(batch, ways[name](batch, device))
+                before = tensors(batch)
+                n, not_own = left_behind(before, ways[name](batch, device))
             if name in OURS and (n or not_own):
                 met = False
             if not n:

@@ -25,10 +25,21 @@ from __future__ import annotations
 
 import json
 import sys
+import types
 from typing import Any, Iterable
 
 from . import _kinds as kinds
-from ._jsonvalues import Malformed, decode, encode, ref, resolve, resolver, short
+from ._jsonvalues import (
+    Malformed,
+    decode,
+    decode_data,
+    encode,
+    encode_data,
+    ref,
+    resolve,
+    resolver,
+    short,
+)
 from ._kinds import Rule, fields_info, user_tail
 
 FORMAT = "pytree_kit.TreeSpec"
@@ -76,6 +87,20 @@ def _node_json(node: tuple, order: Any) -> Any:
             out["unset"] = list(absent)
         if dict_keys is not None:
             out["dict_keys"] = list(dict_keys)
+    elif kind == kinds.MAPPING or kind == kinds.SEQUENCE:
+        carried = aux[-1]
+        out["class"] = ref(t)
+        out["base"] = aux[0]
+        if kind == kinds.MAPPING:
+            out["keys"] = [encode(k) for k in aux[1]]
+            if aux[0] == "defaultdict":
+                out["default_factory"] = encode(aux[2])
+            if carried.order is not None:
+                out["order"] = [encode(k) for k in carried.order]
+        else:
+            out["arity"] = arity
+        if carried.state:
+            out["state"] = [_state_json(t, entry) for entry in carried.state]
     else:  # kinds.CUSTOM, RULE
         tail = user_tail(kind, aux)
         out["class"] = ref(t)
@@ -88,6 +113,41 @@ def _node_json(node: tuple, order: Any) -> Any:
     if order is not None:
         out["order"] = [encode(k) for k in order]
     return out
+
+
+_HOW = ("attr", "mirror", "data", "slot")  # Carried.state's ``how``, by its number
+
+
+def _state_json(t: Any, entry: tuple) -> list:
+    """One attribute a mapping or sequence node carries: ``[name, how]``, and
+    its value for an attribute or a slot, written by ``encode_data``: aux
+    data, lists, dicts and sets of such values, objects that pickle as their
+    own class (read back only where ``allow=`` names the class), classes,
+    and functions a reference names. Anything else (a bound method, an
+    object that pickles otherwise) raises TypeError."""
+    name, how, value = entry
+    if how != kinds.ATTR and how != kinds.SLOT:
+        return [name, _HOW[how]]
+    plain = not callable(value) or isinstance(
+        value, (type, types.FunctionType, types.BuiltinFunctionType)
+    )
+    try:
+        if not plain:
+            raise TypeError(f"a {type(value).__qualname__}")
+        return [name, _HOW[how], encode_data(value)]
+    except TypeError:
+        raise Unwritable(
+            f"{t.__qualname__} keeps the attribute {name!r} (a {type(value).__qualname__}), "
+            "which the JSON of a spec cannot hold (data, and objects that pickle as their "
+            "own class); pickle the spec instead, which keeps it"
+        ) from None
+
+
+class Unwritable(TypeError):
+    """An attribute a node carries that JSON cannot hold; ``at`` is the
+    node's index, whose path ``TreeSpec.to_json`` puts in its message."""
+
+    at = 0
 
 
 def _memo_key(node: tuple) -> Any:
@@ -126,6 +186,9 @@ def nodes_to_json(nodes: tuple, orders: tuple, num_leaves: int) -> str:
             lines.append(line)
     except ValueError as e:  # e.g. an int beyond sys.get_int_max_str_digits()
         raise TypeError(f"cannot write this spec to JSON: {e}") from None
+    except Unwritable as e:
+        e.at = len(lines)  # the node's index (TreeSpec.to_json names its path)
+        raise
     head = json.dumps({"format": FORMAT, "version": VERSION, "num_leaves": num_leaves})
     return head[:-1] + ', "nodes": [\n' + ",\n".join(lines) + "\n]}\n"
 
@@ -203,6 +266,85 @@ def _record_node(kind: int, cls: Any, node: dict, i: int, table: dict) -> tuple:
     return (kind, cls, len(names), (names, static, absent, dict_keys))
 
 
+def _subclass_node(kind: int, cls: Any, node: dict, i: int, table: dict) -> tuple:
+    """A mapping or sequence node, checked against its class: one a class
+    statement made on the document's base (``_pure.subclass_base``), and
+    attributes that class can hold."""
+    base = node.get("base")
+    mapping = kind == kinds.MAPPING
+    bases = (
+        ("dict", "OrderedDict", "defaultdict", "UserDict")
+        if mapping
+        else ("tuple", "list", "UserList")
+    )
+    if base not in bases:
+        raise Malformed(f"node {i}: 'base' must be one of {list(bases)}, got {short(base)}")
+    if not isinstance(cls, type) or kinds.subclass_base(cls) != base:
+        raise Malformed(f"node {i}: {ref(cls)} is not a class statement's subclass of {base}")
+    order = None
+    if mapping:
+        keys: Any = _keys(node, "keys", i, table)
+        arity = len(keys)
+        if "order" in node:
+            if base == "OrderedDict":
+                raise Malformed(f"node {i}: an OrderedDict's keys are in their order already")
+            order = _keys(node, "order", i, table)
+            if set(order) != set(keys) or order == keys:
+                raise Malformed(f"node {i}: 'order' must be another order of the same keys")
+        factory = None
+        if base == "defaultdict":
+            factory = decode(node.get("default_factory"), table)
+            if factory is not None and not callable(factory):
+                raise Malformed(
+                    f"node {i}: default_factory must be null or a reference to a callable"
+                )
+        elif "default_factory" in node:
+            raise Malformed(f"node {i}: 'default_factory' is for a defaultdict's subclass")
+    else:
+        arity = _int(node, "arity", i)
+    raw = node.get("state", [])
+    if type(raw) is not list:
+        raise Malformed(f"node {i}: 'state' must be a list")
+    state = []
+    seen: set = set()
+    for entry in raw:
+        if (
+            type(entry) is not list
+            or len(entry) not in (2, 3)
+            or type(entry[0]) is not str
+            or entry[1] not in _HOW
+            or (len(entry) == 3) != (entry[1] in ("attr", "slot"))
+        ):
+            raise Malformed(f"node {i}: a 'state' entry must be [name, how] or [name, how, value]")
+        name, how = entry[0], _HOW.index(entry[1])
+        if name in seen:
+            raise Malformed(f"node {i}: 'state' names {name!r} twice")
+        seen.add(name)
+        if how == kinds.MIRROR and (not mapping or name not in keys):
+            raise Malformed(f"node {i}: a mirrored attribute must be one of the keys")
+        if how == kinds.DATA and base not in ("UserDict", "UserList"):
+            raise Malformed(f"node {i}: only a UserDict or UserList has 'data'")
+        if how == kinds.SLOT and not _has_slot(cls, name):
+            raise Malformed(f"node {i}: {ref(cls)} has no slot {name!r}")
+        if how != kinds.SLOT and cls.__dictoffset__ == 0:
+            raise Malformed(f"node {i}: instances of {ref(cls)} have no __dict__")
+        value = decode_data(entry[2], table) if len(entry) == 3 else None
+        state.append((name, how, value))
+    if base in ("UserDict", "UserList") and "data" not in {
+        n for n, h, _ in state if h == kinds.DATA
+    }:
+        raise Malformed(f"node {i}: a {base}'s state must hold its 'data'")
+    carried = kinds.Carried(order, tuple(state)) if state or order else kinds.NOTHING_CARRIED
+    if mapping:
+        return (kind, cls, arity, (base, keys, factory, carried))
+    return (kind, cls, arity, (base, carried))
+
+
+def _has_slot(cls: type, name: str) -> bool:
+    """Whether ``name`` is a slot of ``cls`` (a member descriptor of a class of its MRO)."""
+    return any(type(c.__dict__.get(name)) is types.MemberDescriptorType for c in cls.__mro__)
+
+
 def _node_from_json(node: Any, i: int, table: dict, rules: Any) -> tuple[tuple, Any]:
     """(node, insertion order or None) from one JSON node."""
     if node == "*":
@@ -266,6 +408,8 @@ def _node_from_json(node: Any, i: int, table: dict, rules: Any) -> tuple[tuple, 
         return (kind, cls, arity, ()), None
     if kind == kinds.DATACLASS or kind == kinds.ATTRS:
         return _record_node(kind, cls, node, i, table), None
+    if kind == kinds.MAPPING or kind == kinds.SEQUENCE:
+        return _subclass_node(kind, cls, node, i, table), None
     arity = _int(node, "arity", i)
     keys = None
     if "keys" in node:

@@ -100,6 +100,14 @@ def _encode_data(value: Any, active: frozenset = frozenset()) -> Any:
     return encode(value)
 
 
+def encode_data(value: Any) -> Any:
+    """A JSON value for data a node carries (a mapping's attribute): what
+    :func:`encode` writes, and lists, dicts, sets and objects that pickle as
+    their own class (``{"object": ...}``), as another library's context is
+    written; :func:`decode_data` reads it."""
+    return _encode_data(value)
+
+
 def _is_object(value: Any) -> bool:
     """Not a value :func:`encode` writes by itself."""
     t = type(value)
@@ -241,6 +249,12 @@ def _decode_data(value: Any, table: dict) -> Any:
     if type(value) is dict and "object" in value:
         return _decode_object(value, table)
     return decode(value, table)
+
+
+def decode_data(value: Any, table: dict) -> Any:
+    """What :func:`encode_data` wrote: an object only of a class in ``table``
+    (``allow=``), made as pickle makes it."""
+    return _decode_data(value, table)
 
 
 def _decode_object(value: dict, table: dict) -> Any:

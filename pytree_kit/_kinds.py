@@ -7,6 +7,8 @@ These integers are part of the spec format shared by every engine; see
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict, UserDict, UserList, defaultdict
+from enum import EnumMeta
 from typing import Any, Callable
 
 LEAF = 0
@@ -23,6 +25,8 @@ DATACLASS = 10
 ATTRS = 11
 CUSTOM = 12
 RULE = 13
+MAPPING = 14
+SEQUENCE = 15
 
 #: The name of each kind, as ``to_json`` writes it; index = kind.
 KIND_NAMES = (
@@ -40,6 +44,8 @@ KIND_NAMES = (
     "attrs",
     "custom",
     "rule",
+    "mapping",
+    "sequence",
 )
 
 
@@ -86,6 +92,149 @@ def fields_info(t: Any, cache: dict, obj: Any = None) -> tuple:
     if info is None:
         info = cache[t] = record_fields(t)
     return info
+
+
+class Carried:
+    """What a ``mapping`` or ``sequence`` node carries to its rebuild that is
+    no part of the structure: the insertion order of a mapping's keys (None
+    when it is their leaf order) and the instance's own attributes.
+
+    ``state`` is ``((name, how, value), ...)`` in the order the instance
+    holds them: ``how`` is ``ATTR`` (an entry of its ``__dict__``, ``value``
+    kept by reference), ``MIRROR`` (an entry of its ``__dict__`` that is the
+    mapping's item of that key: rebuilt from the new item), ``DATA`` (a
+    ``UserDict``'s or ``UserList``'s ``data``: rebuilt from the children) or
+    ``SLOT`` (a set slot, ``value`` kept).
+
+    Every ``Carried`` equals every other and hashes alike, so that specs
+    compare by structure alone, as they ignore a dict's insertion order:
+    two tokenizer batches of the same keys have equal specs, and each spec
+    rebuilds its own batch's attributes.
+
+    Examples:
+        >>> Carried(("b", "a"), ()) == Carried(None, (("n", ATTR, 1),))
+        True
+    """
+
+    __slots__ = ("order", "state")
+
+    def __init__(self, order: Any, state: tuple) -> None:
+        self.order = order
+        self.state = state
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Carried
+
+    def __ne__(self, other: object) -> bool:
+        return type(other) is not Carried
+
+    def __hash__(self) -> int:
+        return 0x5EC0DE  # one value for all: no part of the structure
+
+    def __repr__(self) -> str:
+        names = ", ".join(name for name, _how, _value in self.state)
+        return f"Carried(order={self.order!r}, state=[{names}])"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Carried, (self.order, self.state))
+
+
+#: how an entry of ``Carried.state`` is rebuilt
+ATTR, MIRROR, DATA, SLOT = 0, 1, 2, 3
+
+#: the ``Carried`` of an instance with no attributes whose keys are in leaf order
+NOTHING_CARRIED = Carried(None, ())
+
+
+HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class a class statement made
+
+#: the builtin class a subclass stands on (the first class of its MRO that no
+#: class statement made), by the name its nodes give it
+_SOLID = {
+    dict: "dict",
+    OrderedDict: "OrderedDict",
+    defaultdict: "defaultdict",
+    tuple: "tuple",
+    list: "list",
+}
+#: the bases whose storage is an attribute, ``data``
+_USER = {UserDict: "UserDict", UserList: "UserList"}
+#: what each base's instances are made with: the builtin class's ``__new__``
+NEW: dict[str, Any] = {
+    "dict": dict,
+    "OrderedDict": OrderedDict,
+    "defaultdict": defaultdict,
+    "UserDict": object,
+    "tuple": tuple,
+    "list": list,
+    "UserList": object,
+}
+#: the methods that set a base's items: a class that defines its own may keep
+#: attributes that follow its items (a sorted dict's index of its keys)
+_SETTERS = {
+    "dict": ("__setitem__", "__delitem__"),
+    "OrderedDict": ("__setitem__", "__delitem__"),
+    "defaultdict": ("__setitem__", "__delitem__"),
+    "UserDict": ("__setitem__", "__delitem__"),
+    "list": ("__setitem__", "__delitem__", "append", "extend", "insert"),
+    "UserList": ("__setitem__", "__delitem__", "append", "extend", "insert"),
+    "tuple": (),
+}
+_BASE_CLASS = {
+    "dict": dict,
+    "OrderedDict": OrderedDict,
+    "defaultdict": defaultdict,
+    "UserDict": UserDict,
+    "tuple": tuple,
+    "list": list,
+    "UserList": UserList,
+}
+MAPPING_BASES = frozenset({"dict", "OrderedDict", "defaultdict", "UserDict"})
+
+
+def subclass_base(t: Any) -> str:
+    """The builtin container that instances of the class ``t`` are, as the
+    ``mapping`` and ``sequence`` kinds read them: ``"dict"``,
+    ``"OrderedDict"``, ``"defaultdict"``, ``"UserDict"`` (for ``UserDict``
+    itself too), ``"tuple"``, ``"list"`` or ``"UserList"``; ``""`` for any
+    other class.
+
+    Only a class a class statement made counts (``torch.Size``, a class of
+    an extension module, is a leaf), whose first builtin base is that
+    container (``object`` for ``UserDict`` and ``UserList``, found in the
+    MRO itself, never by ``register``); an ``Enum`` is a value, never a
+    container. A fact about the class alone (one of ``_pure.CLASS_FACTS``).
+
+    Examples:
+        >>> import collections
+        >>> class Batch(dict): ...
+        >>> class Encoding(collections.UserDict): ...
+        >>> subclass_base(Batch), subclass_base(Encoding), subclass_base(dict)
+        ('dict', 'UserDict', '')
+    """
+    if not t.__flags__ & HEAPTYPE or isinstance(t, EnumMeta):
+        return ""
+    for c in t.__mro__:
+        if not c.__flags__ & HEAPTYPE:
+            if c is object:
+                for user, name in _USER.items():
+                    if user in t.__mro__:
+                        return name
+                return ""
+            return _SOLID.get(c, "")
+    return ""  # pragma: no cover - every MRO ends with object
+
+
+def own_setters(t: Any, base: str) -> tuple:
+    """The methods of ``_SETTERS`` that the class ``t`` (of ``base``, a
+    :func:`subclass_base`) defines for itself, where its base's own would
+    set the items. A fact about the class alone (one of ``_pure.CLASS_FACTS``)."""
+    cls = _BASE_CLASS[base]
+    own = []
+    for n in _SETTERS[base]:
+        if getattr(t, n, None) is not getattr(cls, n, None):
+            own.append(n)
+    return tuple(own)
 
 
 #: The one node every leaf shares: (kind, type, arity, aux).

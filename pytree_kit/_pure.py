@@ -25,8 +25,10 @@ from ._bridge import rules_fix
 from ._errors import StructureError
 from ._keys import _KEY_TYPES, DictKey, GetAttrKey, SequenceKey, where
 from ._kinds import (
+    ATTR,
     ATTRS,
     CUSTOM,
+    DATA,
     DATACLASS,
     DEFAULTDICT,
     DEQUE,
@@ -34,15 +36,25 @@ from ._kinds import (
     LEAF,
     LEAF_NODE,
     LIST,
+    MAPPING,
+    MAPPING_BASES,
+    MIRROR,
     NAMEDTUPLE,
+    NEW,
     NONE,
     NONE_NODE,
+    NOTHING_CARRIED,
     ORDEREDDICT,
     RULE,
+    SEQUENCE,
+    SLOT,
     STRUCTSEQ,
     TUPLE,
+    Carried,
     check_rules,
+    own_setters,
     record_fields,
+    subclass_base,
     user_tail,
 )
 from ._kinds import fields_info as _fields_info
@@ -302,7 +314,10 @@ def slot_names(t: Any) -> tuple:
     a class's ``__dict__``."""
     names = []
     for i, c in enumerate(t.__mro__):
-        if c.__flags__ & _HEAPTYPE:
+        # a class statement makes member descriptors from its __slots__ alone
+        # (kept in its dict): one without, or with an empty one (the ABCs'
+        # __slots__ = ()), has none, and its dict need not be read
+        if c.__flags__ & _HEAPTYPE and c.__dict__.get("__slots__"):
             for name, d in c.__dict__.items():
                 if type(d) is types.MemberDescriptorType and d.__objclass__ is c:
                     names.append((i, name))
@@ -365,6 +380,36 @@ def _outside_slots(obj: Any, t: Any, slots: tuple, extra: Any = None) -> list:
         cached = _cached_by_attrs(t) or frozenset()
         extra = [k for k in extra if k not in cached and not _is_cached_property(t, k)]
     return extra
+
+
+def cached_names(t: Any) -> tuple:
+    """The names of the ``functools.cached_property`` attributes of ``t`` (as a
+    lookup finds them, first in the MRO). A fact about the class alone (one
+    of ``CLASS_FACTS``)."""
+    names: list = []
+    seen: set = set()
+    for c in t.__mro__:
+        for name, value in c.__dict__.items():
+            if name not in seen:
+                seen.add(name)
+                if isinstance(value, functools.cached_property):
+                    names.append(name)
+    return tuple(names)
+
+
+def _cached_attribute(t: Any, name: str) -> bool:
+    """:func:`_is_cached_property`, first asking the class for ``name`` as any
+    attribute lookup does (most instance attributes are no class's: then it
+    is none, in one lookup where the MRO walk reads each class)."""
+    try:
+        if getattr(t, name, _NO_ATTRIBUTE) is _NO_ATTRIBUTE:
+            return False
+    except Exception:  # a descriptor that refuses a class: walk the MRO
+        pass
+    return _is_cached_property(t, name)
+
+
+_NO_ATTRIBUTE = object()
 
 
 def _is_cached_property(t: Any, name: Any) -> bool:
@@ -644,6 +689,300 @@ def _is_namedtuple(obj: Any, t: Any) -> bool:
     return type(fields) is tuple and len(fields) == _stored_len(obj)
 
 
+# --------------------------------------------------------------------------
+# Subclasses of the builtin containers: the mapping and sequence kinds
+
+
+def _instance_dict(obj: Any) -> Any:
+    """The ``__dict__`` of ``obj``, read as ``object`` reads it (a class's own
+    ``__getattribute__`` or ``__getattr__`` is not asked), or None. While
+    torch.compile traces, with ``getattr`` (dynamo cannot call
+    ``object.__getattribute__``), which finds the class's ``__dict__``
+    descriptor before any ``__getattr__``."""
+    try:
+        if _tracer.compiling():
+            d = getattr(obj, "__dict__", None)
+        else:
+            d = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return None
+    return d if type(d) is dict else None
+
+
+#: the layout of each subclass an eager call met: class -> (its MRO, facts)
+_LAYOUTS: dict = {}
+
+
+def subclass_layout(t: Any) -> tuple:
+    """``(base, slots, has_dict)`` of the class ``t``: its
+    :func:`subclass_base`, the ``(name, descriptor)`` of its slots
+    (:func:`slot_names`), and whether its instances have a ``__dict__``.
+
+    Facts of its MRO and its layout: the slots and the ``__dict__`` of a
+    class are fixed when it is made, and its base changes only with a new
+    ``__bases__``, which makes a new MRO. So an eager call remembers them
+    across calls (up to 1024 classes), checked by the identity of the
+    class's MRO; while torch.compile traces, they are read each time (each a
+    class fact, and a slot's descriptor None: read with ``getattr``)."""
+    if _tracer.compiling():
+        base = subclass_base(t)
+        slots = tuple((name, None) for _, name in slot_names(t)) if base else ()
+        return base, slots, t.__dictoffset__ != 0
+    found = _LAYOUTS.get(t)
+    mro = t.__mro__
+    if found is not None and found[0] is mro:
+        return found[1]  # type: ignore[no-any-return]
+    base = subclass_base(t)
+    slots = tuple((name, mro[i].__dict__[name]) for i, name in slot_names(t)) if base else ()
+    facts = (base, slots, t.__dictoffset__ != 0)
+    if len(_LAYOUTS) >= 1024:
+        _LAYOUTS.clear()
+    _LAYOUTS[t] = (mro, facts)
+    return facts
+
+
+def _cached_names(t: Any, cache: dict) -> tuple:
+    """:func:`cached_names` of ``t``, memoised per call."""
+    key = (cached_names, t)
+    names = cache.get(key)
+    if names is None:
+        names = cache[key] = cached_names(t)
+    return names  # type: ignore[no-any-return]
+
+
+def _storage(obj: Any, t: Any, base: str, stack: list) -> Any:
+    """The ``data`` of a ``UserDict`` or ``UserList`` instance: an exact dict
+    or list, else TypeError (pytree_kit does not guess how another storage
+    is rebuilt)."""
+    d = _instance_dict(obj)
+    data = None if d is None else d.get("data", _ABSENT)
+    want = dict if base == "UserDict" else list
+    if type(data) is want:
+        return data
+    name = _qualname(t)
+    held = "no data" if data is _ABSENT or d is None else f"data of type {type(data).__qualname__}"
+    fix = rules_fix(t, name, "pytree_kit.Rule(flatten, unflatten)")
+    raise TypeError(
+        f"{where(_path(stack))}: {name} is a {base} with {held}, not a {want.__name__}, so "
+        f"pytree_kit cannot read or rebuild its items (it does not guess); pass {fix}, or "
+        "is_leaf= to keep it whole"
+    )
+
+
+_ABSENT = object()
+
+
+def _carried_state(
+    obj: Any, t: Any, base: str, items: Any, stack: list, cache: dict, layout: tuple
+) -> tuple:
+    """The instance's own attributes, as ``Carried.state`` holds them: its
+    ``__dict__`` (a ``functools.cached_property`` value left out: the
+    rebuilt object computes it again), then its set slots. ``items`` is the
+    mapping's storage (a dict of its items), or None for a sequence;
+    ``layout`` is :func:`subclass_layout`'s."""
+    _base, slots, has_dict = layout
+    d = None
+    if has_dict:
+        if not _reads_instance_dicts():
+            raise TypeError(
+                f"{where(_path(stack))}: torch.compile on this torch (older than 2.12) cannot "
+                f"read the attributes of a {_qualname(t)} instance (its __dict__), which its "
+                "rebuild keeps; flatten it outside the compiled function, or use torch 2.12 "
+                "or newer"
+            )
+        d = _instance_dict(obj)
+    state: list = []
+    others: list = []
+    user = base == "UserDict" or base == "UserList"
+    # the cached properties: while dynamo traces, a class fact; else each
+    # name's own lookup (a few dict reads, where the class fact reads every
+    # class of the MRO)
+    cached: Any = _cached_names(t, cache) if _tracer.compiling() and (d or slots) else None
+    if d:
+        for name, value in list(dict.items(d)):
+            if user and name == "data":
+                state.append((name, DATA, None))
+            elif name in cached if cached is not None else _cached_attribute(t, name):
+                continue
+            elif (
+                items is not None
+                and name in items
+                and type(name) is str
+                and _same_value(value, items[name])
+            ):
+                state.append((name, MIRROR, None))  # (a ModelOutput built bare)
+            else:
+                state.append((name, ATTR, value))
+                others.append(name)
+    for name, desc in slots:
+        try:
+            value = getattr(obj, name) if desc is None else desc.__get__(obj, t)
+        except AttributeError:  # unset
+            continue
+        if name in cached if cached is not None else _cached_attribute(t, name):
+            continue
+        state.append((name, SLOT, value))
+        others.append(name)
+    if others:
+        setters = own_setters(t, base)
+        if setters:
+            raise _follows_items(t, base, setters, others, stack)
+    return tuple(state)
+
+
+def _follows_items(t: Any, base: str, setters: tuple, names: list, stack: list) -> TypeError:
+    """The error for an instance whose class sets its items its own way and
+    that keeps attributes beside them: they may follow its items, and a
+    rebuild that keeps them as they are would not be the same object."""
+    name = _qualname(t)
+    shown = ", ".join(repr(k) for k in names[:5]) + (", ..." if len(names) > 5 else "")
+    fix = rules_fix(t, name, "pytree_kit.Rule(flatten, unflatten)")
+    own = ", ".join(setters)
+    return TypeError(
+        f"{where(_path(stack))}: {name} is a {base} whose class defines its own {own} and "
+        f"whose instance keeps attributes beside its items ({shown}), which may follow the "
+        "items, so an object rebuilt with them as they are might not be the same "
+        f"(pytree_kit does not guess); pass {fix}, or is_leaf= to keep it whole"
+    )
+
+
+def _mapping_node(obj: Any, t: Any, base: str, stack: list, cache: dict) -> tuple:
+    """Node and children of an instance of a dict subclass or of a
+    ``UserDict``: its items as a dict's (a dict's leaf order, an
+    ``OrderedDict``'s insertion order), read from the base's own storage."""
+    layout = subclass_layout(t)
+    if base == "UserDict":
+        items = _storage(obj, t, base, stack)
+        order = _key_order(items)
+    elif _tracer.compiling():
+        solid = NEW[base]
+        order = tuple(list(solid.keys(obj)))
+        items = {k: solid.__getitem__(obj, k) for k in order}
+    else:  # the storage's items, in its order (an OrderedDict's own), in one C call
+        items = dict(NEW[base].items(obj))
+        order = tuple(items)
+    if base == "OrderedDict":
+        keys = order
+    else:
+        keys = tuple(_leaf_order(items))
+    factory = None
+    if base == "defaultdict":
+        factory = obj.default_factory
+        _check_hashable(factory, stack, f"{_qualname(t)} (its default_factory)")
+    state = _carried_state(obj, t, base, items, stack, cache, layout)
+    insertion = None if order == keys else order
+    carried = Carried(insertion, state) if state or insertion is not None else NOTHING_CARRIED
+    children = [items[k] for k in keys]
+    return (MAPPING, t, len(keys), (base, keys, factory, carried)), children, _MAP, keys
+
+
+def _list_items(obj: list) -> tuple:
+    """The items a list subclass stores, whatever its ``__iter__`` says."""
+    if _tracer.compiling() and getattr(type(obj), "__iter__", None) is list.__iter__:
+        return tuple(obj)
+    return tuple(list.__iter__(obj))
+
+
+def _sequence_node(obj: Any, t: Any, base: str, stack: list, cache: dict) -> tuple:
+    """Node and children of an instance of a tuple or list subclass, or of a
+    ``UserList``: its stored items, in order."""
+    if base == "tuple":
+        children = _items(obj)
+    elif base == "list":
+        children = _list_items(obj)
+    else:
+        children = tuple(_storage(obj, t, base, stack))
+    state = _carried_state(obj, t, base, None, stack, cache, subclass_layout(t))
+    carried = Carried(None, state) if state else NOTHING_CARRIED
+    return (SEQUENCE, t, len(children), (base, carried)), children, _SEQ, None
+
+
+def _subclass(obj: Any, t: Any, stack: list, cache: dict) -> Any:
+    """``classify``'s answer for an instance of a class that is none of the
+    kinds before these: a mapping or sequence node, or None (a leaf)."""
+    base = subclass_layout(t)[0]
+    if not base:
+        return None
+    if base in MAPPING_BASES:
+        return _mapping_node(obj, t, base, stack, cache)
+    return _sequence_node(obj, t, base, stack, cache)
+
+
+def _restore_state(obj: Any, t: Any, state: tuple, items: Any, data: Any) -> None:
+    """Give a rebuilt instance the attributes ``Carried.state`` holds:
+    ``items`` the new items by key (a mirror's value), ``data`` the new
+    storage of a ``UserDict`` or ``UserList``."""
+    d = None
+    for name, how, value in state:
+        if how == SLOT:
+            _slot(t, name).__set__(obj, value)
+            continue
+        if d is None:
+            d = _instance_dict(obj)
+        if how == ATTR:
+            d[name] = value
+        elif how == MIRROR:
+            d[name] = items[name]
+        else:  # DATA
+            d[name] = data
+
+
+def _slot(t: Any, name: str) -> Any:
+    """The member descriptor of the slot ``name`` of ``t``, as CPython finds it."""
+    for c in t.__mro__:
+        found = c.__dict__.get(name)
+        if type(found) is types.MemberDescriptorType:
+            return found
+    raise TypeError(f"{_qualname(t)} has no slot {name!r}")  # a spec for another class
+
+
+def _build_mapping(t: Any, aux: tuple, children: list) -> Any:
+    """Rebuild an instance of a dict subclass or ``UserDict``, without calling
+    its ``__new__`` or ``__init__``: made by its builtin base's ``__new__``
+    (``dict.__new__(t)``), given its attributes, and filled with the base's
+    own ``__setitem__`` (a ``UserDict``: its ``data``, a new dict)."""
+    base, keys, factory, carried = aux
+    items = dict(zip(keys, children))
+    if carried.order is not None:
+        items = {k: items[k] for k in carried.order}
+    solid = NEW[base]
+    obj = solid.__new__(t)
+    if base == "defaultdict":
+        defaultdict.__init__(obj, factory)
+    _restore_state(obj, t, carried.state, items, items)
+    if base != "UserDict":
+        setitem = solid.__setitem__
+        for k, v in items.items():
+            setitem(obj, k, v)
+    return obj
+
+
+def _build_sequence(t: Any, aux: tuple, children: list) -> Any:
+    """Rebuild an instance of a tuple or list subclass or of a ``UserList``,
+    without calling its ``__new__`` or ``__init__``: ``tuple.__new__(t,
+    children)``, ``list.__new__(t)`` extended by ``list.extend``, or a
+    ``UserList`` given a new ``data``; then its attributes."""
+    base, carried = aux
+    if base == "tuple":
+        obj = tuple.__new__(t, children)
+    elif base == "list":
+        obj = list.__new__(t)
+        if _tracer.compiling():  # dynamo cannot call list.extend on a subclass
+            if "extend" in own_setters(t, base):
+                raise TypeError(
+                    f"torch.compile cannot rebuild a {_qualname(t)} (a list subclass that "
+                    "defines its own extend) as an eager call does, with list.extend; "
+                    "unflatten it outside the compiled function, or pass rules= for it"
+                )
+            obj.extend(children)  # list.extend itself: the class has no other
+        else:
+            list.extend(obj, children)
+    else:
+        obj = object.__new__(t)
+    _restore_state(obj, t, carried.state, None, list(children))
+    return obj
+
+
 #: the builtin containers ``classify`` reads by exact type
 _BUILTIN_CONTAINERS = frozenset({tuple, list, dict, _NoneType, OrderedDict, defaultdict, deque})
 
@@ -704,12 +1043,14 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
         if _is_namedtuple(obj, t):
             children = _items(obj)
             return (NAMEDTUPLE, t, len(children), t._fields), children, _ATTR, t._fields
-        return None
+        if hasattr(t, "_fields"):  # a namedtuple of another length: a leaf, as before
+            return None
+        return _subclass(obj, t, stack, cache)
     if dataclass:
         return _record_fields(obj, t, DATACLASS, stack, cache)
     if attrs:
         return _record_fields(obj, t, ATTRS, stack, cache)
-    return None
+    return _subclass(obj, t, stack, cache)
 
 
 def class_traits(t: Any) -> tuple:
@@ -863,10 +1204,15 @@ def class_plan(t: Any) -> tuple:
     if issubclass(t, tuple):
         if structseq:
             return (PLAN_PYTHON,)
-        fields = getattr(t, "_fields", None)
-        return (PLAN_NAMEDTUPLE, fields) if type(fields) is tuple else (PLAN_TUPLE_LEAF,)
+        fields = getattr(t, "_fields", _MISSING)
+        if type(fields) is tuple:
+            return (PLAN_NAMEDTUPLE, fields)
+        if fields is _MISSING and subclass_base(t):
+            return (PLAN_PYTHON,)  # a tuple subclass: a sequence node
+        return (PLAN_TUPLE_LEAF,)
     if not (dataclass or attrs):
-        return (PLAN_LEAF,)
+        # a dict, list or UserDict subclass: a mapping or sequence node
+        return (PLAN_PYTHON,) if subclass_base(t) else (PLAN_LEAF,)
     if _customised(t) is not None:
         return (PLAN_PYTHON,)
     fields = record_fields(t)
@@ -1213,6 +1559,8 @@ def build(kind: int, t: Any, aux: Any, children: list, order: Any) -> Any:
         return children
     if kind == DICT:
         return _in_order(aux, children, order)
+    if kind == MAPPING:  # (before the rest: the C engine builds those above itself)
+        return _build_mapping(t, aux, children)
     if kind == NONE:
         return None
     if kind == NAMEDTUPLE:
@@ -1234,6 +1582,8 @@ def build(kind: int, t: Any, aux: Any, children: list, order: Any) -> Any:
         if kind == CUSTOM:
             return t.__tree_unflatten__(tail[0], got)
         return aux[0].unflatten(tail[0], got)
+    if kind == SEQUENCE:
+        return _build_sequence(t, aux, children)
     raise ValueError(f"unknown node kind {kind!r}")  # pragma: no cover - specs are validated
 
 
@@ -1350,6 +1700,12 @@ def _describe_node(node: tuple) -> str:
         return f"dataclass {_qualname(t)}{_fields_text(aux)}"
     if kind == ATTRS:
         return f"attrs class {_qualname(t)}{_fields_text(aux)}"
+    if kind == MAPPING:
+        base, keys, factory, _carried = aux
+        made = f"{base}({_qualname(factory) if factory else None})" if factory else base
+        return f"{_qualname(t)} (a {made}) with keys {_keys_text(keys)}"
+    if kind == SEQUENCE:
+        return f"{_qualname(t)} (a {aux[0]}) of {arity}"
     tail = user_tail(kind, aux)
     how = "__tree_flatten__" if kind == CUSTOM else "a rule"
     if len(tail) == 3:
@@ -1482,6 +1838,16 @@ def _match(node: tuple, obj: Any, stack: list, label: str, other: str) -> tuple:
             children, tail, names, mode = _rule_result(aux[0].flatten(obj), stack, t)
             if len(children) == arity and tail == user_tail(RULE, aux):
                 return children, mode, names
+    elif kind == MAPPING:
+        if ot is t:
+            mine, children, keymode, names = _mapping_node(obj, t, aux[0], stack, {})
+            if mine[2] == arity and mine[3] == aux:  # (what it carries is not compared)
+                return children, keymode, names
+    elif kind == SEQUENCE:
+        if ot is t:
+            mine, children, keymode, names = _sequence_node(obj, t, aux[0], stack, {})
+            if mine[2] == arity and mine[3] == aux:
+                return children, keymode, names
     raise _mismatch(stack, label, node, obj, other)
 
 
@@ -1686,4 +2052,13 @@ def tree_get(tree: Any, path: tuple, is_leaf: Any = None, rules: Any = None, /) 
 #: bools in tuples: while torch.compile traces, the tracer runs each as it
 #: is and takes its result as a constant (``_dynamo`` marks them so), as
 #: dynamo 2.9-2.11 cannot follow the reads of class dicts they make.
-CLASS_FACTS = (class_traits, record_fields, slot_names, data_descriptor, tuple_overrides)
+CLASS_FACTS = (
+    class_traits,
+    record_fields,
+    slot_names,
+    data_descriptor,
+    tuple_overrides,
+    subclass_base,
+    own_setters,
+    cached_names,
+)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from . import _interface, _tracer
 from . import _kinds as kinds
-from ._json import nodes_from_json, nodes_to_json
+from ._json import Unwritable, nodes_from_json, nodes_to_json
 from ._keys import Accessor, DictKey, GetAttrKey, SequenceKey, accessor, where
 from ._kinds import check_rules, user_tail
 
@@ -216,8 +216,10 @@ class TreeSpec:
         """The kind of the root node, as ``to_json`` names it: ``"leaf"``,
         ``"none"``, ``"tuple"``, ``"list"``, ``"dict"``, ``"ordereddict"``,
         ``"defaultdict"``, ``"deque"``, ``"namedtuple"``, ``"structseq"``,
-        ``"dataclass"``, ``"attrs"``, ``"custom"`` (the protocol) or ``"rule"``
-        (optree gives an enum of its own kinds instead).
+        ``"dataclass"``, ``"attrs"``, ``"custom"`` (the protocol), ``"rule"``,
+        ``"mapping"`` (a dict subclass or ``UserDict``) or ``"sequence"`` (a
+        tuple or list subclass or ``UserList``) (optree gives an enum of its
+        own kinds instead).
 
         Examples:
             >>> import pytree_kit as pk
@@ -555,7 +557,11 @@ class TreeSpec:
         """
         if type(self) is not TreeSpec:  # TreeSpec.to_json(x) with x not a spec
             raise TypeError(f"TreeSpec.to_json: expected a TreeSpec, got {type(self).__qualname__}")
-        return nodes_to_json(self._nodes, self._orders, self._num_leaves)
+        try:
+            return nodes_to_json(self._nodes, self._orders, self._num_leaves)
+        except Unwritable as e:
+            path = next(tuple(k) for i, (_n, k) in enumerate(node_paths(self._nodes)) if i == e.at)
+            raise TypeError(f"TreeSpec.to_json: the node at {where(path)}: {e}") from None
 
     @classmethod
     def from_json(
@@ -662,6 +668,8 @@ def child_key(node: tuple, i: int) -> Any:
         return DictKey(aux[i])
     if kind == kinds.DEFAULTDICT:
         return DictKey(aux[1][i])
+    if kind == kinds.MAPPING:
+        return DictKey(aux[1][i])
     if kind == kinds.NAMEDTUPLE:
         return GetAttrKey(aux[i])
     if kind == kinds.DATACLASS or kind == kinds.ATTRS:
@@ -676,7 +684,7 @@ def child_key(node: tuple, i: int) -> Any:
         names = getattr(t, "__match_args__", ())
         if t.n_unnamed_fields == 0 and len(names) == node[2]:
             return GetAttrKey(names[i])
-    return SequenceKey(i)  # tuple, list, deque, other structseqs
+    return SequenceKey(i)  # tuple, list, deque, sequence, other structseqs
 
 
 def _substitute(outer: TreeSpec, inners: list) -> TreeSpec:
@@ -740,6 +748,11 @@ def _parts(node: tuple, order: Any) -> tuple[str, str, list | None]:
         )
     if kind == kinds.DEQUE:
         return "deque([", "])" if aux is None else f"], maxlen={aux})", None
+    if kind == kinds.MAPPING:
+        factory = f"{_name(aux[2]) if aux[2] else None}, " if aux[0] == "defaultdict" else ""
+        return f"{_name(t)}({factory}{{", "})", [f"{k!r}: " for k in aux[1]]
+    if kind == kinds.SEQUENCE:
+        return f"{_name(t)}([", "])", None
     if kind == kinds.NAMEDTUPLE:
         return f"{_name(t)}(", ")", [f"{f}=" for f in aux]
     if kind == kinds.STRUCTSEQ:

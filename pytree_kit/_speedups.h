@@ -42,7 +42,7 @@
 enum {
     K_LEAF = 0, K_NONE = 1, K_TUPLE = 2, K_LIST = 3, K_DICT = 4, K_ORDEREDDICT = 5,
     K_DEFAULTDICT = 6, K_DEQUE = 7, K_NAMEDTUPLE = 8, K_STRUCTSEQ = 9, K_DATACLASS = 10,
-    K_ATTRS = 11, K_CUSTOM = 12, K_RULE = 13, K_COUNT = 14
+    K_ATTRS = 11, K_CUSTOM = 12, K_RULE = 13, K_MAPPING = 14, K_SEQUENCE = 15, K_COUNT = 16
 };
 
 /* kind and arity of a spec node, checked; -1 with ValueError on a malformed one */

@@ -34,8 +34,8 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 #: Modules a page may import that the package itself does not need.
 OPTIONAL = frozenset(
     {
-        "attrs", "hypothesis", "jax", "jaxlib", "numpy", "optree", "tensordict", "torch",
-        "transformers", "tree",
+        "accelerate", "attrs", "hypothesis", "jax", "jaxlib", "lightning", "lightning_utilities",
+        "numpy", "optree", "tensordict", "torch", "transformers", "tree",
     }
 )  # fmt: skip
 #: what each extra installed alone provides (pyproject.toml's extras), and

@@ -254,6 +254,15 @@ def _corpus_trees() -> list:
         ("trees-opaque", tt.Opaque([1, 2, 3], 2)),
         ("trees-model-output", tt.ModelOutput(logits=[1], loss=2)),
         ("testing-tagged", pkt.Tagged(1, "y")),
+        ("trees-dict-subclass", tt._batch([1], 2, ("t", 1))),
+        ("trees-ordered-subclass", tt.Ordered([("b", 1), ("a", [2])])),
+        ("trees-defaultdict-subclass", tt.Counts(list, {"x": 1, 2: 3})),
+        ("trees-userdict", tt._encoded([1, 2], 3, 1)),
+        ("trees-mirrored", tt._mirrored(1, [2])),
+        ("trees-slot-dict", tt._slot_dict(1, "m")),
+        ("trees-tuple-subclass", tt._row(1, (2,), "r")),
+        ("trees-list-subclass", tt.Items([1, [2]])),
+        ("trees-userlist", tt.Rows([1, 2])),
     ]
     rng = random.Random("pytree_kit fuzz_json corpus")
     out += [(f"random-{i}", _random_tree(rng, 4)) for i in range(40)]

@@ -6,6 +6,12 @@ of the migration guides, and report passed / applicable per suite.
     python scripts/peer_suites.py jax PEERS/jax/tests/tree_util_test.py
     python scripts/peer_suites.py torch PEERS/pytorch/test/test_pytree.py
     python scripts/peer_suites.py dmtree PEERS/tree/tree/tree_test.py
+    python scripts/peer_suites.py accelerate PEERS/accelerate/tests/test_utils.py
+    python scripts/peer_suites.py lightning PL/tests/tests_fabric/utilities/test_apply_func.py \
+        PL/tests/tests_fabric/test_fabric.py PL/tests/tests_fabric/utilities/test_optimizer.py
+    python scripts/peer_suites.py lightning_utilities LU/tests/unittests/core/test_apply_func.py \
+        --pythonpath LU/tests
+    python scripts/peer_suites.py transformers HF/tests/utils/test_model_output.py
     python scripts/peer_suites.py optree FILES... --json out.json --show failed
 
 It fetches nothing: it runs the files it is given (from a checkout of the
@@ -40,21 +46,41 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SUITES = ("optree", "jax", "torch", "dmtree")
+SUITES = (
+    "optree",
+    "jax",
+    "torch",
+    "dmtree",
+    "accelerate",
+    "lightning",
+    "lightning_utilities",
+    "transformers",
+)
 
 
 def run(
-    suite: str, files: list[str], extra: list[str] | None = None, baseline: bool = False
+    suite: str,
+    files: list[str],
+    extra: list[str] | None = None,
+    baseline: bool = False,
+    pythonpath: list[str] | None = None,
 ) -> dict[str, dict]:
     """Each test's outcome (``passed``, ``failed``, ``not applicable``,
     ``skipped``) and reason, keyed by pytest node id. ``baseline``: on the
     peer itself, with no shim (only the shim's ``prepare()``, which lets the
-    file import where the installed peer lacks something it imports)."""
+    file import where the installed peer lacks something it imports).
+    ``pythonpath``: directories of the peer's checkout its files import from
+    (lightning-utilities' ``tests``, for its ``unittests.mocks``)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
-            [str(ROOT / "scripts"), str(ROOT), env.get("PYTHONPATH", "")]
+            [
+                str(ROOT / "scripts"),
+                str(ROOT),
+                *(str(Path(d).resolve()) for d in pythonpath or ()),
+                env.get("PYTHONPATH", ""),
+            ]
         )
         cmd = [
             sys.executable, "-m", "pytest", "-q", "-p", "peer_shims.plugin",
@@ -129,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("-k", help="pytest's -k expression")
     parser.add_argument(
+        "--pythonpath",
+        action="append",
+        default=[],
+        help="a directory of the peer's checkout that its files import from",
+    )
+    parser.add_argument(
         "--baseline",
         action="store_true",
         help="also run the files on the peer itself, and give the rate without the tests "
@@ -136,10 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     extra = ["-k", args.k] if args.k else None
-    results = run(args.suite, args.files, extra)
+    results = run(args.suite, args.files, extra, pythonpath=args.pythonpath)
     peer_failures = None
     if args.baseline:
-        base = run(args.suite, args.files, extra, baseline=True)
+        base = run(args.suite, args.files, extra, baseline=True, pythonpath=args.pythonpath)
         peer_failures = {node for node, r in base.items() if r["outcome"] == "failed"}
     s = summary(results, peer_failures)
     print(

@@ -20,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import pytree_kit as pk  # noqa: E402
+from scripts.corpus.trees import Batch, Encoded, Items, Mirrored, Row  # noqa: E402
 from tests.support.tracing_models import EncoderOutput  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +52,25 @@ def _trees():
         "ordereddict": collections.OrderedDict(z=t, a=[t]),
         "return_types": torch.max(torch.ones(2, 3), dim=1),
         "model_output": EncoderOutput(last_hidden_state=t, hidden_states=(t, t + 1)),
+        "dict_subclass": _with(Batch(b=t, a=[t + 1]), tag="train"),
+        "userdict": _with(Encoded(input_ids=t, mask=[t]), _n=1),
+        "bare_model_output": _mirrored(t, t + 1),
+        "sequence": Row(t, Items([t + 1, None])),
     }
+
+
+def _with(obj, **attributes):
+    """``obj`` given these attributes."""
+    for name, value in attributes.items():
+        setattr(obj, name, value)
+    return obj
+
+
+def _mirrored(z, y):
+    """Like transformers' ModelOutput built bare: each item also an attribute."""
+    out = Mirrored()
+    out["z"], out["y"] = z, y
+    return out
 
 
 class CountingBackend:
@@ -278,6 +297,10 @@ STRUCTURES = {
     ),
     "ordereddict": lambda v: collections.OrderedDict([("z", _r()), ("a", [_r()])][:: 1 - 2 * v]),
     "structseq": lambda v: (torch.max, torch.min)[v](torch.randn(2, 3), dim=1),
+    # the mapping and sequence kinds, with attributes that stay the same
+    "dict_subclass": lambda v: _with(Batch(b=_r(), a=[_r()] * (1 + v)), tag="train"),
+    "userdict": lambda v: _with(Encoded({"ids": _r(), **({"mask": _r()} if v else {})}), _n=1),
+    "sequence": lambda v: [Row(_r(), _r()), Items([_r()] * (1 + v))],
 }
 
 
@@ -365,6 +388,31 @@ def test_one_graph_per_structure(function, kind):
     assert backend.graphs == 2
     _run_fresh(compiled, fn, make, 0, 2)  # the first structure's graph is still there
     assert backend.graphs == 2
+
+
+def test_a_mapping_keeps_its_attributes_under_compile_in_one_graph():
+    """A tokenizer's batch, as transformers' BatchEncoding is (a UserDict with
+    its encodings and a __getattr__ that reads its data): each batch's result
+    keeps that batch's own attributes (the very objects), one graph for all."""
+
+    def batch(i):
+        out = Encoded({"input_ids": _r(4, 3), "attention_mask": _r(4, 3)})
+        out._encodings = [object() for _ in range(4)]  # one per sample, new each batch
+        out._n_sequences = 1
+        return out
+
+    fn = _functions(None)["tree_map"]
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(fn, fullgraph=True, backend=backend)
+    for i in range(10):
+        b = batch(i)
+        got = compiled(b)
+        assert type(got) is Encoded and got is not b
+        assert got._encodings is b._encodings and got._n_sequences == 1
+        assert list(vars(got)) == ["data", "_encodings", "_n_sequences"]
+        torch.testing.assert_close(got.input_ids, b.input_ids + 1)
+    assert backend.graphs == 1
 
 
 def test_twenty_batches_under_fullgraph_stay_under_the_recompile_limit():

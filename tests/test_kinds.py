@@ -108,7 +108,8 @@ def test_none_is_a_node_with_no_leaf():
     assert pk.leaves(None) == [] and pk.unflatten(pk.structure(None), []) is None
 
 
-def test_subclasses_of_builtin_containers_are_leaves():
+def test_subclasses_of_builtin_containers_are_nodes_of_their_class():
+    # the mapping and sequence kinds (tests/test_subclasses.py has their rules)
     class MyDict(dict):
         pass
 
@@ -118,8 +119,20 @@ def test_subclasses_of_builtin_containers_are_leaves():
     class MyTuple(tuple):
         pass
 
-    tree = [MyDict(a=1), MyList([1]), MyTuple((1,))]
-    assert pk.leaves(tree) == tree
+    class MyDeque(deque):  # a deque subclass stays a leaf
+        pass
+
+    tree = [MyDict(a=1), MyList([2]), MyTuple((3,)), collections.UserDict(b=4), MyDeque([5])]
+    leaves, spec, rebuilt = round_trip(tree)
+    assert leaves == [1, 2, 3, 4, tree[4]]
+    assert [c.kind for c in spec.children()] == [
+        "mapping",
+        "sequence",
+        "sequence",
+        "mapping",
+        "leaf",
+    ]
+    assert [type(x) for x in rebuilt] == [type(x) for x in tree]
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,10 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
 #: test modules named after no module: what each checks, across modules
 TOPICS: dict[str, str] = {
     "tests/test_engines.py": "the C engine against the pure one, operation by operation",
+    "tests/test_subclasses.py": "subclasses of the builtin containers: the mapping and "
+    "sequence kinds and their rebuild",
+    "tests/torch/test_real_batches.py": "the batches users have (a tokenizer's, a dict "
+    "subclass, an object with .to()) through every torch adapter",
     "tests/test_depth.py": "every traversal at depths the peers cannot reach",
     "tests/test_threads.py": "eight threads on shared trees",
     "tests/test_iter.py": "tree_iter: the C engine's iterator and the pure engine's generator",

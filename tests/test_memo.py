@@ -197,11 +197,13 @@ def test_class_plan_says_what_classify_decides_for_the_class() -> None:
     plan = _pure.class_plan
     assert plan(int) == (_pure.PLAN_LEAF,)
     assert plan(_Pair) == (_pure.PLAN_NAMEDTUPLE, ("x", "y"))
-    assert plan(type("T", (tuple,), {})) == (_pure.PLAN_TUPLE_LEAF,)
+    assert plan(type("N", (tuple,), {"_fields": "x"})) == (_pure.PLAN_TUPLE_LEAF,)
     assert plan(_Rec) == (_pure.PLAN_DATACLASS, ("a", "b"), (True, True), ())
     kind, names, reads, other = plan(_Slotted)
     assert (kind, names, other) == (_pure.PLAN_DATACLASS, ("a", "b"), ())
     assert [type(r).__name__ for r in reads] == ["member_descriptor"] * 2
     assert plan(_Property) == (_pure.PLAN_DATACLASS, ("a",), (True,), ())
-    for python in (_Computed, _ByDescriptor, _Static, collections.deque, type(sys.version_info)):
+    subclasses = (type("T", (tuple,), {}), type("D", (dict,), {}), collections.UserDict)
+    for python in (_Computed, _ByDescriptor, _Static, collections.deque, type(sys.version_info),
+                   *subclasses):  # fmt: skip
         assert plan(python) == (_pure.PLAN_PYTHON,), python

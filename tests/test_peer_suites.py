@@ -134,7 +134,16 @@ def test_runner_counts_each_outcome(tmp_path: Path) -> None:
     assert "without the 2 tests that fail on the peer itself: 2 / 3 passed (66.7 %)" in out
 
 
-_PEERS = {"optree": "optree", "jax": "jax", "torch": "torch", "dmtree": "tree"}
+_PEERS = {
+    "optree": "optree",
+    "jax": "jax",
+    "torch": "torch",
+    "dmtree": "tree",
+    "accelerate": "accelerate",
+    "lightning": "lightning",
+    "lightning_utilities": "lightning_utilities",
+    "transformers": "transformers",
+}
 
 
 @pytest.mark.parametrize("suite", sorted(_PEERS))
@@ -151,7 +160,7 @@ def test_shim_leaves_no_public_function_of_its_peer_unmapped(suite: str) -> None
         shim.install()
         modules = shim.patched_modules()
         assert modules, "no module patched"
-        left = peer_shims.unmapped(modules)
+        left = peer_shims.unmapped(modules) + peer_shims.left_behind()
         print("\\n".join(left))
         sys.exit(1 if left else 0)
     """)

@@ -18,9 +18,9 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Union
 import torch
 from torch.utils.data import get_worker_info
 
-from .. import api
+from .. import _paths, api
 from .._keys import DictKey, GetAttrKey, SequenceKey, keystr, where
-from .._kinds import LEAF_NODE, Rule
+from .._kinds import ATTR, LEAF_NODE, MAPPING, SEQUENCE, SLOT, Carried, Rule
 from .._spec import TreeSpec, _subtree_end, node_paths
 from . import _storage
 from ._hidden import first_hidden, hidden_message
@@ -689,9 +689,129 @@ def collate(
             results.append(SampleList(column))
             continue
         results.append(_collate_column(cols, j, column, mode, pad_value, in_worker, consolidate))
+    spec = _carried_for_batch(spec, samples, rules)
     if consolidate:
         return _consolidated(spec, cols, results)
     return spec.unflatten(results)
+
+
+# --------------------------------------------------------------------------
+# What a batch of subclasses' instances carries (their attributes)
+
+#: the node index and path of each mapping and sequence node of a spec, by
+#: spec (a loader repeats its structures)
+_SUBCLASS_NODES: dict = {}
+
+
+def _subclass_nodes(spec: TreeSpec) -> list[tuple[int, tuple]]:
+    """``(node index, path)`` of the spec's mapping and sequence nodes."""
+    found = _SUBCLASS_NODES.get(spec)
+    if found is None:
+        found = [
+            (i, tuple(keys))
+            for i, (node, keys) in enumerate(node_paths(spec._nodes))
+            if node[0] == MAPPING or node[0] == SEQUENCE
+        ]
+        if len(_SUBCLASS_NODES) >= 256:
+            _SUBCLASS_NODES.clear()
+        _SUBCLASS_NODES[spec] = found
+    return found
+
+
+def _plain(value: Any, data: bool = False) -> bool:
+    """None, a bool, int, float, complex, str or bytes, or a tuple of them
+    (with ``data``, lists and dicts of them too): values that ``==`` compares
+    as values, with no tensor in them."""
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        t = type(v)
+        if t is tuple or (data and t is list):
+            todo.extend(v)
+        elif data and t is dict:
+            todo.extend(v)
+            todo.extend(v.values())
+        elif not (v is None or t in (bool, int, float, complex, str, bytes)):
+            return False
+    return True
+
+
+def _agree(values: list) -> bool:
+    """Whether the samples' values of one attribute are the same object, or
+    equal plain data (``_plain``: a number, a str, a dict of them...)."""
+    first = values[0]
+    if all(v is first for v in values):
+        return True
+    return _plain(first, True) and all(_plain(v, True) and v == first for v in values)
+
+
+def _with_state(node: tuple, carried: Carried) -> tuple:
+    kind, t, arity, aux = node
+    return (kind, t, arity, (*aux[:-1], carried))
+
+
+def _carried_for_batch(spec: TreeSpec, samples: Any, rules: Rules) -> TreeSpec:
+    """The spec that rebuilds the batch: at each mapping or sequence node (a
+    tokenizer's ``BatchEncoding``, a dict subclass), what sample 0 carries
+    there (its insertion order, its attributes), each attribute kept where
+    the samples agree on it (the same object, or equal plain data: a
+    ``BatchEncoding``'s ``_n_sequences``) and None where they differ: one
+    sample's attribute (its tokenizer ``_encodings``) says nothing of the
+    batch. (A cached spec may carry an earlier batch's: each batch's own is
+    read here.)"""
+    found = _subclass_nodes(spec)
+    if not found:
+        return spec
+    nodes = list(spec._nodes)
+    for i, path in found:
+        theirs = [_node_at(sample, path, rules)[3][-1] for sample in samples]
+        state = []
+        for name, how, value in theirs[0].state:
+            if how == ATTR or how == SLOT:
+                values = [_value_of(c, name) for c in theirs]
+                if not _agree(values):
+                    value = None
+            state.append((name, how, value))
+        nodes[i] = _with_state(nodes[i], Carried(theirs[0].order, tuple(state)))
+    return TreeSpec._make(tuple(nodes), spec._orders, spec._num_leaves)
+
+
+_NONE = object()
+
+
+def _value_of(carried: Carried, name: str) -> Any:
+    for n, _how, value in carried.state:
+        if n == name:
+            return value
+    return _NONE
+
+
+def _node_at(tree: Any, path: tuple, rules: Rules) -> tuple:
+    """The node of the container at ``path`` in ``tree``."""
+    obj = _paths.tree_get(tree, path, rules=rules) if path else tree
+    found = api.flatten_one_level(obj, rules=rules)
+    assert found is not None  # a mapping or sequence node of the spec
+    return found[1]._nodes[0]  # type: ignore[no-any-return]
+
+
+def _carried_for_parts(spec: TreeSpec) -> TreeSpec:
+    """The spec that rebuilds a part of a batch (``uncollate``'s samples,
+    ``select``'s): at each mapping or sequence node, the batch's attributes
+    that are plain immutable values (``_plain``: a number, a str, a tuple of
+    them say the same of each part), and None for any other (a list of the
+    batch's tokenizer encodings says nothing of one sample)."""
+    found = _subclass_nodes(spec)
+    if not found:
+        return spec
+    nodes = list(spec._nodes)
+    for i, _path in found:
+        carried = nodes[i][3][-1]
+        state = tuple(
+            (n, how, v if how not in (ATTR, SLOT) or _plain(v) else None)
+            for n, how, v in carried.state
+        )
+        nodes[i] = _with_state(nodes[i], Carried(carried.order, state))
+    return TreeSpec._make(tuple(nodes), spec._orders, spec._num_leaves)
 
 
 def _consolidated(spec: TreeSpec, cols: _Columns, results: list) -> Any:
@@ -781,6 +901,7 @@ def uncollate(batch: Any, *, rules: Rules = None) -> list:
     """
     pairs, spec = api.flatten_with_path(batch, is_leaf=_batched, rules=rules)
     size = _batch_size(pairs)
+    spec = _carried_for_parts(spec)
     columns = [_unbind(x) for _, x in pairs]
     leaves = [x for _, x in pairs]
     out = []
@@ -843,6 +964,7 @@ def select(batch: Any, index: Any, *, rules: Rules = None) -> Any:
     """
     pairs, spec = api.flatten_with_path(batch, is_leaf=_batched, rules=rules)
     size = _batch_size(pairs)
+    spec = _carried_for_parts(spec)
     idx = _index_of(index, size)
     row: list = []
     if isinstance(idx, int):

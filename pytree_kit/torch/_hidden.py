@@ -21,6 +21,7 @@ search here, which writes the path, runs only on a leaf that may hold one.
 
 from __future__ import annotations
 
+import collections
 import enum
 import functools
 import sys
@@ -134,6 +135,8 @@ def _children(x: Any) -> Iterable[tuple[Any, tuple]]:
         return [(c, ("[", i)) for i, c in enumerate(list.__iter__(x))]
     if issubclass(t, tuple):
         return [(c, ("[", i)) for i, c in enumerate(tuple.__iter__(x))]
+    if issubclass(t, collections.deque):  # a subclass: a leaf (only a deque is a node)
+        return [(c, ("[", i)) for i, c in enumerate(collections.deque.__iter__(x))]
     if issubclass(t, dict):
         return [(c, ("[", k)) for k, c in list(dict.items(x))]
     if issubclass(t, set):
@@ -174,23 +177,60 @@ def _slots_of(t: Any) -> tuple:
     return tuple(names)
 
 
-def check_leaves(leaves: list, tree: Any, rules: Rules, who: str, root: str, strict: bool) -> None:
+def check_leaves(
+    leaves: list,
+    tree: Any,
+    rules: Rules,
+    who: str,
+    root: str,
+    strict: bool,
+    method: Optional[str] = None,
+) -> list[int]:
     """Raise TypeError for the first leaf of ``tree`` (flattened to ``leaves``)
     that is not a tensor or a plain value and holds tensors; nothing when
-    ``strict`` is false."""
-    found = first_hidden(leaves) if strict else None
+    ``strict`` is false. With ``method`` (``"to"``, ``"pin_memory"``), a leaf
+    whose class has that method moves itself (:func:`movers`): it is not
+    searched, and the indices of such leaves are returned."""
+    if _PLAIN.issuperset(map(type, leaves)):  # one C loop, the usual case
+        return []
+    at = movers(leaves, method) if method is not None else []
+    found = first_hidden(leaves, at) if strict else None
     if found is not None:
         i, where = found
-        path = api.flatten_with_path(tree, rules=rules)[0][i][0]
-        raise TypeError(hidden_message(who, root + keystr(path), leaves[i], where))
+        raise TypeError(hidden_message(who, root + leaf_path(tree, rules, i), leaves[i], where))
+    return at
 
 
-def first_hidden(leaves: list) -> Optional[tuple[int, str]]:
-    """``(index, where)`` of the first leaf that holds tensors, or None."""
+def leaf_path(tree: Any, rules: Rules, i: int) -> str:
+    """The keystr of leaf ``i`` of ``tree`` (for a message)."""
+    return keystr(api.flatten_with_path(tree, rules=rules)[0][i][0])
+
+
+def movers(leaves: list, method: str) -> list[int]:
+    """The indices of the leaves that are not tensors or plain values and
+    whose class has a callable ``method`` (``.to()``, ``.pin_memory()``):
+    objects that move themselves, as accelerate's ``send_to_device`` and
+    Lightning's ``move_data_to_device`` have them do (a graph of a graph
+    library, a ``PackedSequence`` kept whole by ``is_leaf``). A class object
+    is none: its class, ``type``, has no such method."""
+    tensor = torch.Tensor
+    return [
+        i
+        for i, x in enumerate(leaves)
+        if type(x) not in _PLAIN
+        and not isinstance(x, tensor)
+        and callable(getattr(type(x), method, None))
+    ]
+
+
+def first_hidden(leaves: list, skip: Iterable[int] = ()) -> Optional[tuple[int, str]]:
+    """``(index, where)`` of the first leaf that holds tensors, or None;
+    the leaves at ``skip`` are not searched."""
     if _PLAIN.issuperset(map(type, leaves)):  # one C loop, the usual case
         return None
     if type(leaves) is not list:
         leaves = list(leaves)
+    skipped = frozenset(skip)
     opaque = _opaque()
     pytree = sys.modules.get("torch.utils._pytree")
     registered = frozenset(pytree.SUPPORTED_NODES if pytree else ()) - _BUILTIN_CONTAINERS
@@ -203,6 +243,9 @@ def first_hidden(leaves: list) -> Optional[tuple[int, str]]:
         )
         if i < 0:
             return None
+        if i in skipped:
+            i += 1
+            continue
         where = hidden_tensor(leaves[i])
         if where is not None:
             return i, where

@@ -23,15 +23,17 @@ thread that pins ahead of the consumer is in ``_loader``.)
 
 from __future__ import annotations
 
+import functools
+import inspect
 import warnings
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 import torch
 
 from .. import api
 from .._kinds import Rule
 from . import _pool, _staging
-from ._hidden import check_leaves
+from ._hidden import check_leaves, leaf_path
 from ._pool import PinnedPool, default_pool
 from ._staging import STAGE_LIMIT
 from ._storage import move_storage, storage_groups
@@ -166,20 +168,110 @@ def to_device(
     if type(batch) is _Tensor and not non_blocking and not coalesce:
         return batch.to(device)  # a batch that is one tensor: its own .to, as the rule says
     leaves, spec = api.flatten(batch, rules=rules)
-    check_leaves(leaves, batch, rules, "to_device", "tree", strict)
+    movers = check_leaves(leaves, batch, rules, "to_device", "tree", strict, "to")
+    out: Optional[list] = None
     if coalesce is None and len(leaves) < COALESCE_MIN:
         # fewer leaves than staging needs, none to stream (a tokenizer batch): a .to each
         if not non_blocking:
             out = _few(leaves, device)
-            if out is not None:
-                return spec.unflatten(out)
         elif device.type != "cpu":  # (_moved leaves CPU tensors as they are)
             idx, others = _staging.tensors_in(leaves)
             if device.type not in DMA_DEVICES or not _any_large(leaves, idx):
                 out = list(leaves)
                 _each(leaves, idx + others, device, non_blocking, pool, out)
-                return spec.unflatten(out)
-    return spec.unflatten(_moved(leaves, device, non_blocking, coalesce, pool, spec))
+    if out is None:
+        out = _moved(leaves, device, non_blocking, coalesce, pool, spec)
+    if movers:
+        move = functools.partial(_own_to, device=device, non_blocking=non_blocking)
+        _move_themselves(leaves, movers, out, move, "to_device", ".to", batch, rules)
+    return spec.unflatten(out)
+
+
+def _own_to(x: Any, device: torch.device, non_blocking: bool) -> Any:
+    """``x.to(device, non_blocking=...)``, as accelerate calls it; ``x.to(device)``
+    where its ``.to`` takes no ``non_blocking`` (Lightning's call for an object
+    that is no tensor): the same copy when ``non_blocking`` is False, and a
+    blocking one, which is safe, when it is True."""
+    if _takes_non_blocking(type(x).to):
+        return x.to(device, non_blocking=non_blocking)
+    return x.to(device)
+
+
+def _takes_non_blocking(fn: Any) -> bool:
+    """Whether the function ``fn`` takes a ``non_blocking`` keyword (or any
+    keyword); True where its signature cannot be read (a builtin's)."""
+    try:
+        return _signature_takes(fn, "non_blocking")
+    except TypeError:  # an unhashable callable: read each time
+        return _signature_takes.__wrapped__(fn, "non_blocking")
+
+
+@functools.lru_cache(maxsize=256)
+def _signature_takes(fn: Any, name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD or (p.name == name and p.kind in keyword)
+        for p in params
+    )
+
+
+def _move_themselves(
+    leaves: list,
+    at: list[int],
+    out: list,
+    move: Callable[[Any], Any],
+    who: str,
+    method: str,
+    tree: Any,
+    rules: Rules,
+) -> None:
+    """``out[i] = move(leaves[i])`` for each leaf ``i`` of ``at``, an object
+    that moves itself (``.to()``, ``.pin_memory()``): its result takes its
+    place, or, where it returns None (it moved in place, as Lightning
+    accepts), the object itself. An exception its method raises propagates
+    unchanged, with a note naming the path; a result of another class than
+    the object's raises TypeError naming the path."""
+    for i in at:
+        x = leaves[i]
+        try:
+            got = move(x)
+        except Exception as e:
+            where = "tree" + leaf_path(tree, rules, i)
+            _note(e, f"{who}: raised by the {method}() of the {_name(x)} at {where}")
+            raise
+        if got is None:
+            got = x
+        elif not isinstance(got, type(x)):
+            raise TypeError(
+                f"{who}: tree{leaf_path(tree, rules, i)} is a {_name(x)} whose {method}() "
+                f"returned a {_name(got)}: a {method}() returns the moved object, of its own "
+                f"class (or None, having moved it in place); fix its {method}(), or pass "
+                "rules= for its class so that its tensors are moved as a tree's"
+            )
+        out[i] = got
+
+
+def _name(x: Any) -> str:
+    t = type(x)
+    return f"{t.__module__}.{t.__qualname__}" if t.__module__ != "builtins" else t.__qualname__
+
+
+def _note(e: BaseException, text: str) -> None:
+    """Add ``text`` to ``e``'s notes (PEP 678: shown with its traceback from
+    Python 3.11; kept in ``__notes__`` on 3.10 too)."""
+    add = getattr(e, "add_note", None)
+    if add is not None:
+        add(text)
+        return
+    notes = getattr(e, "__notes__", None)
+    try:
+        e.__notes__ = [*(notes or ()), text]  # type: ignore[attr-defined]
+    except AttributeError:  # pragma: no cover - an exception that takes no attribute
+        pass
 
 
 def _few(leaves: list, device: torch.device) -> Optional[list]:
@@ -444,7 +536,7 @@ def pin_memory(
     """
     leaves, spec = api.flatten(batch, rules=rules)
     # checked with no accelerator too, so a CPU test run sees what a GPU one would
-    check_leaves(leaves, batch, rules, "pin_memory", "tree", strict)
+    movers = check_leaves(leaves, batch, rules, "pin_memory", "tree", strict, "pin_memory")
     if not _pool.pinning_available():
         warnings.warn(
             "pytree_kit.torch.pin_memory: no accelerator is available, so no memory "
@@ -452,7 +544,15 @@ def pin_memory(
             stacklevel=2,
         )
         return batch
-    return spec.unflatten(_pinned(leaves, coalesce, pool))
+    out = _pinned(leaves, coalesce, pool)
+    if movers:
+        _move_themselves(leaves, movers, out, _own_pin, "pin_memory", ".pin_memory", batch, rules)
+    return spec.unflatten(out)
+
+
+def _own_pin(x: Any) -> Any:
+    """``x.pin_memory()``, as torch's own ``pin_memory`` calls it."""
+    return x.pin_memory()
 
 
 def _pin_storage(whole: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import OrderedDict, defaultdict, deque
+from collections import OrderedDict, UserDict, UserList, defaultdict, deque
 from typing import Any
 
 import attrs
@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import pytree_kit as pk
 import pytree_kit.testing as pkt
+from pytree_kit._kinds import subclass_base
 
 # -- classes (module level, so pickle and from_json(allow=) can name them) --
 
@@ -198,6 +199,95 @@ def _model_output(logits: Any, loss: Any) -> ModelOutput:
     return out
 
 
+# -- subclasses of the builtin containers (the mapping and sequence kinds) --
+
+
+class Batch(dict):
+    """A user's dict subclass, whose instances keep an attribute of their own."""
+
+
+class Ordered(OrderedDict):
+    """An OrderedDict subclass: its keys' order is its structure."""
+
+
+class Counts(defaultdict):
+    """A defaultdict subclass: its default_factory is its structure."""
+
+
+class Encoded(UserDict):
+    """Like transformers' BatchEncoding: a UserDict with attributes of its own
+    beside its data, and a __getattr__ that reads the data (so an attribute
+    read before ``data`` is set would recurse)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.data[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class Mirrored(OrderedDict):
+    """Like a transformers ModelOutput built bare, ``ModelOutput({...})``:
+    each item is also an attribute of the same name."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        object.__setattr__(self, key, value)
+
+
+class SlotDict(dict):
+    """A dict subclass whose attribute is a slot."""
+
+    __slots__ = ("meta",)
+
+
+class Row(tuple):
+    """A tuple subclass that is no namedtuple, with an attribute."""
+
+    def __new__(cls, *items: Any) -> Row:  # never called by a rebuild
+        return super().__new__(cls, items)
+
+
+class Items(list):
+    """A list subclass."""
+
+
+class Rows(UserList):
+    """A UserList subclass."""
+
+
+def _batch(a: Any, b: Any, tag: Any) -> Batch:
+    out = Batch(b=b, a=a)
+    out.tag = tag
+    return out
+
+
+def _encoded(a: Any, b: Any, n: Any) -> Encoded:
+    out = Encoded({"input_ids": a, "mask": b})
+    out._n = n
+    return out
+
+
+def _mirrored(a: Any, b: Any) -> Mirrored:
+    out = Mirrored()
+    out["z"] = a
+    out["y"] = b
+    return out
+
+
+def _slot_dict(a: Any, meta: Any) -> SlotDict:
+    out = SlotDict(k=a)
+    if meta is not None:
+        out.meta = meta
+    return out
+
+
+def _row(a: Any, b: Any, tag: Any) -> Row:
+    out = Row(a, b)
+    out.tag = tag
+    return out
+
+
 ALLOW = (
     pkt.Pair,
     pkt.Point,
@@ -215,6 +305,15 @@ ALLOW = (
     Record,
     Span,
     ModelOutput,
+    Batch,
+    Ordered,
+    Counts,
+    Encoded,
+    Mirrored,
+    SlotDict,
+    Row,
+    Items,
+    Rows,
 )
 
 
@@ -246,6 +345,16 @@ EXTRA_KINDS = [
     lambda c: st.builds(Span, c, c, st.sampled_from(["s", "ms"])),
     lambda c: st.builds(Sealed, c, c, st.integers(0, 2)),
     lambda c: st.builds(_model_output, c, st.one_of(st.none(), c)),
+    # the mapping and sequence kinds: attributes that JSON can hold
+    lambda c: st.builds(_batch, c, c, st.sampled_from(["t", 1, None])),
+    lambda c: st.builds(lambda a, b: Ordered([("b", a), ("a", b)]), c, c),
+    lambda c: st.builds(lambda a: Counts(list, {"x": a, 2: a}), c),
+    lambda c: st.builds(_encoded, c, c, st.integers(0, 2)),
+    lambda c: st.builds(_mirrored, c, c),
+    lambda c: st.builds(_slot_dict, c, st.sampled_from([None, "m"])),
+    lambda c: st.builds(_row, c, c, st.sampled_from(["r", 2])),
+    lambda c: st.builds(lambda a, b: Items([a, b]), c, c),
+    lambda c: st.builds(lambda a: Rows([a]), c),
 ]
 
 
@@ -281,6 +390,9 @@ def assert_same_tree(a: Any, b: Any, path: str = "tree", identical_leaves: bool 
     same objects (or equal, with identical_leaves=False)."""
     ta, tb = type(a), type(b)
     assert ta is tb, f"{path}: {ta.__qualname__} != {tb.__qualname__}"
+    if _fields(a) is None and subclass_base(ta):
+        _assert_same_subclass(a, b, path, identical_leaves)
+        return
     if isinstance(a, dict):
         assert list(a.keys()) == list(b.keys()), f"{path}: keys {list(a)} != {list(b)}"
         if isinstance(a, defaultdict):
@@ -331,6 +443,59 @@ def assert_same_tree(a: Any, b: Any, path: str = "tree", identical_leaves: bool 
         assert a is b, f"{path}: leaf {a!r} is not {b!r}"
     else:
         assert a == b or (a != a and b != b), f"{path}: leaf {a!r} != {b!r}"
+
+
+def _attributes(obj: Any) -> dict:
+    """The attributes of an instance of a subclass of a builtin container:
+    its ``__dict__`` (less a UserDict's or UserList's data) and set slots."""
+    out = dict(vars(obj)) if hasattr(obj, "__dict__") else {}
+    if isinstance(obj, (UserDict, UserList)):
+        out.pop("data", None)
+    for c in type(obj).__mro__:
+        for name in c.__dict__.get("__slots__", ()):
+            if name not in ("__dict__", "__weakref__") and hasattr(obj, name):
+                out[name] = getattr(obj, name)
+    return out
+
+
+def _assert_same_subclass(a: Any, b: Any, path: str, identical_leaves: bool) -> None:
+    """Two instances of a subclass of a builtin container: the same items, in
+    the same order, and equal attributes (they travel in the spec, as aux
+    data does); an attribute that is an item is that very item."""
+    base = subclass_base(type(a))
+    if base in ("dict", "OrderedDict", "defaultdict", "UserDict"):
+        da = a.data if base == "UserDict" else a
+        db = b.data if base == "UserDict" else b
+        assert type(da) is type(db)
+        keys = OrderedDict.keys if base == "OrderedDict" else dict.keys  # (its linked order)
+        assert list(keys(da)) == list(keys(db)), f"{path}: keys {list(da)} != {list(db)}"
+        if base == "defaultdict":
+            assert a.default_factory == b.default_factory, f"{path}: default_factory"
+        for k in dict.keys(da):
+            assert_same_tree(dict.__getitem__(da, k), dict.__getitem__(db, k), f"{path}[{k!r}]",
+                             identical_leaves)  # fmt: skip
+    else:
+        ia = (
+            list(a.data)
+            if base == "UserList"
+            else list(tuple.__iter__(a) if base == "tuple" else list.__iter__(a))
+        )
+        ib = (
+            list(b.data)
+            if base == "UserList"
+            else list(tuple.__iter__(b) if base == "tuple" else list.__iter__(b))
+        )
+        assert len(ia) == len(ib), f"{path}: len {len(ia)} != {len(ib)}"
+        for i, (x, y) in enumerate(zip(ia, ib)):
+            assert_same_tree(x, y, f"{path}[{i}]", identical_leaves)
+    attrs_a, attrs_b = _attributes(a), _attributes(b)
+    assert list(attrs_a) == list(attrs_b), f"{path}: attributes {list(attrs_a)} != {list(attrs_b)}"
+    for name, x in attrs_a.items():
+        y = attrs_b[name]
+        if isinstance(a, dict) and name in a and dict.__getitem__(a, name) is x:
+            assert dict.__getitem__(b, name) is y, f"{path}.{name}: not the item of that key"
+        else:
+            assert x == y or x is y, f"{path}.{name}: {x!r} != {y!r}"
 
 
 def resolve(tree: Any, path: tuple) -> Any:

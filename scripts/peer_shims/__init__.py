@@ -128,3 +128,48 @@ class SpecWrapper:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self).wrap, (self.spec,))
+
+
+#: (original, packages) of each function replace_everywhere replaced
+REPLACED: list[tuple[Any, tuple[str, ...]]] = []
+
+
+def replace_everywhere(original: Any, replacement: Any, packages: tuple[str, ...]) -> list[str]:
+    """Put ``replacement`` in place of ``original`` in every loaded module of
+    ``packages`` that holds it (a module that imported it by name keeps its
+    own reference: each is patched); the names of the modules patched."""
+    REPLACED.append((original, packages))
+    return _holding(original, packages, replacement)
+
+
+def _holding(original: Any, packages: tuple[str, ...], replacement: Any = None) -> list[str]:
+    import sys
+
+    found = []
+    for name, module in list(sys.modules.items()):
+        if module is None or name.split(".")[0] not in packages:
+            continue
+        for attr, value in list(vars(module).items()):
+            if value is original:
+                if replacement is not None:
+                    setattr(module, attr, replacement)
+                found.append(f"{name}.{attr}")
+    return sorted(set(found))
+
+
+def left_behind() -> list[str]:
+    """The modules that still hold a function :func:`replace_everywhere`
+    replaced (loaded after it ran, or missed): calls that would reach the peer."""
+    return [place for original, packages in REPLACED for place in _holding(original, packages)]
+
+
+def taken_view(name: str, functions: dict[str, Any]) -> types.ModuleType:
+    """A module named ``name`` (one of the peer's) that holds only the
+    functions a shim takes over, as it put them there: what the check that
+    a shim leaves nothing unmapped reads, for a peer whose tree function is
+    one of many in its module (the others are its own machinery: gathering,
+    padding, logging), which the shim leaves alone."""
+    view = types.ModuleType(name)
+    for attr, value in functions.items():
+        setattr(view, attr, value)
+    return view

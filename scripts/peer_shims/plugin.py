@@ -15,7 +15,12 @@ _RESULTS: dict[str, dict[str, Any]] = {}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--peer-suite", required=True, help="optree, jax, torch or dmtree")
+    parser.addoption(
+        "--peer-suite",
+        required=True,
+        help="optree, jax, torch, dmtree, accelerate, lightning, lightning_utilities or "
+        "transformers",
+    )
     parser.addoption("--peer-report", required=True, help="where to write the outcomes (JSON)")
     parser.addoption(
         "--peer-baseline",

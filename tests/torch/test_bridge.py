@@ -217,8 +217,12 @@ def test_tensordict_through_its_torch_registration():
     td = tensordict.TensorDict(
         {"obs": torch.ones(4, 3), "next": {"reward": torch.zeros(4)}}, batch_size=[4]
     )
+    # without rules: moved by its own .to() (as accelerate and Lightning move
+    # it), and refused by collate, which cannot stack what it does not see
+    alone = pkt.to_device({"td": td}, "meta")["td"]
+    assert type(alone) is tensordict.TensorDict and alone["obs"].is_meta and td["obs"].is_cpu
     with pytest.raises(TypeError, match=r"tree\['td'\] is a .*TensorDict holding tensors"):
-        pkt.to_device({"td": td}, "meta")
+        pkt.collate([{"td": td}, {"td": td}])
     rules = pkt.torch_rules(tensordict.TensorDict)
     leaves, spec = pk.flatten({"td": td}, rules=rules)
     assert len(leaves) == 2 and all(isinstance(t, torch.Tensor) for t in leaves)

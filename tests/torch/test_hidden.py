@@ -5,6 +5,7 @@ passes it through as before."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import warnings
 from typing import Any
@@ -187,8 +188,15 @@ def test_plain_leaves_and_numpy_pass():
     assert moved["p"] is tree["p"] and moved["a"] is tree["a"]
 
 
-class _Sneaky(list):
-    """A list subclass (a leaf to pytree_kit) whose own iteration lies."""
+class _Sneaky(collections.deque):
+    """A deque subclass (a leaf to pytree_kit) whose own iteration lies."""
+
+    def __iter__(self):
+        raise RuntimeError("no")
+
+
+class _SneakyList(list):
+    """A list subclass (a sequence to pytree_kit) whose own iteration lies."""
 
     def __iter__(self):
         raise RuntimeError("no")
@@ -205,4 +213,7 @@ def test_the_search_reads_what_objects_hold_not_what_they_say():
     assert hidden_tensor(sneaky) == "[0]"
     with pytest.raises(TypeError, match=r"tree\['s'\] is a .*_Sneaky holding tensors"):
         to_device({"s": sneaky}, "meta")
+    # a list subclass is a sequence: its stored items are moved, whatever it says
+    moved = to_device({"s": _SneakyList([torch.ones(1)])}, "meta")
+    assert type(moved["s"]) is _SneakyList and list.__getitem__(moved["s"], 0).is_meta
     assert hidden_tensor(_BadDict()) is None  # an odd class costs no crash

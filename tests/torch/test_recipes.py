@@ -13,7 +13,8 @@ recipes import them from there) and a global forward hook records what the
 model receives. The test then asserts that:
 
 - ``to_device`` was called once per step, on the device the framework gives,
-  with the dataclass the DataLoader's ``collate`` made;
+  with the batch the DataLoader's ``collate`` made (or, in the recipe of a
+  tokenizer's batches, the ``BatchEncoding`` transformers' own collator made);
 - each step the model received the very dataclass object ``to_device``
   returned, not the loader's: on the CPU ``to_device`` may give back the
   loader's own tensors, so the new object it builds is what tells its output
@@ -51,15 +52,26 @@ class Recipe:
     model: str  # the class name of the model whose forward gets the batch
     key: Optional[str]  # the batch's dataclass: None, the whole batch (the model's first
     # argument); else the batch's item of that key (the model's keyword argument)
-    dataclass: str  # the class name of that dataclass
+    dataclass: str  # the class name of that dataclass (or of the tensor the model gets)
+    whole: str  # the class name of the batch to_device gets
+    collate: bool = True  # whether the batch is pytree_kit.torch.collate's
 
 
 #: the page's "### " headings, each with its recipe
 RECIPES = {
-    "Lightning": Recipe("lightning", "Regressor", None, "Batch"),
-    "Fabric": Recipe("lightning", "Regressor", None, "Batch"),
-    "accelerate": Recipe("accelerate", "Regressor", None, "Batch"),
-    "transformers Trainer": Recipe("transformers", "Classifier", "text", "Text"),
+    "Lightning": Recipe("lightning", "Regressor", None, "Batch", "Batch"),
+    "Fabric": Recipe("lightning", "Regressor", None, "Batch", "Batch"),
+    "accelerate": Recipe("accelerate", "Regressor", None, "Batch", "Batch"),
+    "transformers Trainer": Recipe("transformers", "Classifier", "text", "Text", "dict"),
+    # transformers' own collator makes the batch: a tokenizer's BatchEncoding
+    "transformers Trainer, with a tokenizer's batches": Recipe(
+        "transformers",
+        "BertForSequenceClassification",
+        "input_ids",
+        "Tensor",
+        "BatchEncoding",
+        collate=False,
+    ),
 }
 
 #: framework noise, not the recipes' doing (a warning not matched here fails the test)
@@ -113,7 +125,8 @@ def test_recipe_moves_each_batch_with_to_device_and_trains(name: str, tmp_path: 
     # the hook ran once per step, on the framework's device, with the loader's batch
     assert report["to_device_calls"] == STEPS
     assert report["devices"] == ["cpu"] * STEPS
-    assert report["given"] == [{"type": recipe.dataclass, "from_collate": True}] * STEPS
+    given = {"type": recipe.dataclass, "whole": recipe.whole, "from_collate": recipe.collate}
+    assert report["given"] == [given] * STEPS
     # the model got what to_device returned, a new object, on the device
     assert report["forward_calls"] == STEPS
     moved = {"type": recipe.dataclass, "is_to_device_output": True, "is_loader_batch": False}
@@ -182,7 +195,7 @@ def main(name: str) -> None:
         if is_dataclass(data)
         for f in fields(data)
         if isinstance(getattr(data, f.name), torch.Tensor)
-    ]
+    ] + [data for data in received if isinstance(data, torch.Tensor)]
     after = model[0].state_dict() if model else {}
     report = {
         "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
@@ -191,6 +204,7 @@ def main(name: str) -> None:
         "given": [
             {
                 "type": type(pick(batch)).__name__,
+                "whole": type(batch).__name__,
                 "from_collate": any(pick(batch) is pick(c) for c in collated),
             }
             for batch, _, _ in moves
