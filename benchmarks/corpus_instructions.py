@@ -64,9 +64,10 @@ def calls_for(size: int, variant: str) -> int:
     return 3 if size >= 1000 or variant == "f" else 10
 
 
-def op(family: str, size: int, variant: str, name: str, n: int) -> None:
+def op(family: str, size: int, variant: str, name: str, n: int) -> Any:
     """What one process under callgrind runs: the tree drawn, one warm call,
-    then ``n`` calls, counted."""
+    then ``n`` calls, counted; the call, for another count of the caller's
+    (benchmarks/fast_paths.py)."""
     corpus = _sibling("corpus")
     stand_ins = tuple(Leaf() for _ in range(16))
     corpus.leaf_pool = lambda: ("stand-in", stand_ins)  # no torch in the counted processes
@@ -85,6 +86,7 @@ def op(family: str, size: int, variant: str, name: str, n: int) -> None:
     }[name]
     call()
     functools.reduce(lambda _, __: call(), range(n), None)
+    return call
 
 
 def points(families: list[str]) -> list[tuple[str, int, str]]:

@@ -8,10 +8,10 @@ checkout's C engine once as it is and once without each fast path that is on
 here (``PYTREE_KIT_WITHOUT=name``, in copies of the checkout), then counts
 callgrind's instructions per call of the operations the path serves, on the
 corpus's trees (seed 0, the first ``--sizes`` sizes of each family, stand-in
-leaves), with and without it. Counting runs inside the engine's entry points
-only (FastCall's and flatten_up_to's), so that a stripped interpreter (Debian's
-3.14 and 3.15) counts as one with symbols does, and the counts are the
-engine's work alone.
+leaves), with and without it. One process under callgrind counts every case
+of a build, each between callgrind's client requests (a small extension built
+for the run, ``CG_CTL``): it needs no symbol of the interpreter's, so a
+stripped one (Debian's 3.14 and 3.15) counts as one with symbols does.
 
 For each path the report gives, per family, the largest ratio of the build
 without it to the build with it (above 1: the path saves that much), with the
@@ -29,6 +29,7 @@ import argparse
 import concurrent.futures
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -53,8 +54,6 @@ SERVES: dict[str, tuple[str, ...]] = {
     "split_values": ("flatten", "flatten_up_to"),
     "odict_links": ("flatten", "flatten_up_to"),
 }
-#: the engine's entry points, where callgrind counts
-TOGGLES = ("fastcall_vectorcall", "sp_flatten_up_to")
 
 
 def build(src: Path, dest: Path, without: str) -> Path:
@@ -91,18 +90,88 @@ def fast_paths_on(checkout: Path) -> dict[str, bool]:
     return eval(out.stdout)  # a dict of str and bool
 
 
-def count(checkout: Path, point: tuple[str, int, str], op: str, work: Path) -> float:
-    """Instructions per call of op on the tree, counted in the entry points."""
-    sys.path.insert(0, str(HERE))
-    from corpus_instructions import calls_for
-    from instructions import count_instructions
+#: a tiny extension for the counted process: callgrind's client requests,
+#: so that one process counts every tree and operation of a build, each in a
+#: dump of its own (a process under callgrind takes ~50 times longer to start)
+CG_CTL = r"""
+#include <Python.h>
+#include <valgrind/callgrind.h>
+static PyObject *zero(PyObject *m, PyObject *a) { CALLGRIND_ZERO_STATS; Py_RETURN_NONE; }
+static PyObject *dump(PyObject *m, PyObject *name) {
+    CALLGRIND_DUMP_STATS_AT(PyUnicode_AsUTF8(name)); Py_RETURN_NONE; }
+static PyMethodDef M[] = {{"zero", zero, METH_NOARGS, ""}, {"dump", dump, METH_O, ""}, {0}};
+static struct PyModuleDef D = {PyModuleDef_HEAD_INIT, "cg_ctl", 0, -1, M};
+PyMODINIT_FUNC PyInit_cg_ctl(void) { return PyModule_Create(&D); }
+"""
 
-    family, size, variant = point
-    n = calls_for(size, variant)
-    out = work / f"{abs(hash((str(checkout), point, op)))}.out"
-    args = ["--run", family, str(size), variant, op, str(n)]
-    script = str(checkout / "benchmarks" / "corpus_instructions.py")
-    return count_instructions(script, args, checkout, out, TOGGLES) / n
+
+def make_cg_ctl(where: Path) -> None:
+    """Builds cg_ctl (CG_CTL) into where, with this Python."""
+    (where / "cg_ctl.c").write_text(CG_CTL)
+    (where / "setup_cg_ctl.py").write_text(
+        "from setuptools import setup, Extension\n"
+        "setup(name='cg_ctl', ext_modules=[Extension('cg_ctl', ['cg_ctl.c'])])\n"
+    )
+    subprocess.run(
+        [sys.executable, "setup_cg_ctl.py", "-q", "build_ext", "--inplace"],
+        cwd=where,
+        check=True,
+        capture_output=True,
+    )
+
+
+def child(pts: list, ops: list) -> None:
+    """What the counted process runs: for each tree and operation, a warm
+    call, then the stats zeroed, n calls, and a dump named by the case."""
+    import cg_ctl  # type: ignore[import-not-found]
+
+    sys.path.insert(0, str(HERE))
+    import corpus_instructions
+
+    for family, size, variant in pts:
+        for op in ops:
+            n = corpus_instructions.calls_for(size, variant)
+            call = corpus_instructions.op(family, size, variant, op, 0)  # drawn, warmed
+            cg_ctl.zero()
+            for _ in range(n):
+                call()
+            cg_ctl.dump(f"{family}|{size}|{variant}|{op}|{n}")
+
+
+def count_all(checkout: Path, pts: list, ops: list, work: Path) -> dict:
+    """Instructions per call of each (tree, op) with checkout's engine."""
+    out = work / f"cg-{checkout.name}"
+    out.mkdir()
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(checkout), str(work)]),
+        PYTHONHASHSEED="0",
+        FAST_PATHS_CASES=repr((pts, ops)),
+    )
+    subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}/cg.%p",
+            sys.executable,
+            str(checkout / "benchmarks" / "fast_paths.py"),
+            "--child",
+        ],
+        check=True,
+        capture_output=True,
+        env=env,
+        cwd=checkout,
+    )
+    got = {}
+    for dump in out.iterdir():
+        text = dump.read_text()
+        desc = re.search(r"^desc: Trigger: Client Request: (.*)$", text, re.MULTILINE)
+        total = re.search(r"^(?:summary|totals): (\d+)", text, re.MULTILINE)
+        if desc is None or total is None:
+            continue
+        family, size, variant, op, n = desc.group(1).split("|")
+        got[((family, int(size), variant), op)] = int(total.group(1)) / int(n)
+    return got
 
 
 def points(sizes: int) -> list[tuple[str, int, str]]:
@@ -121,26 +190,24 @@ def measure(paths: list[str], sizes: int, tmp: Path) -> tuple[dict, list]:
     on = fast_paths_on(full)
     chosen = [p for p in paths if on.get(p)]
     builds = {p: build(ROOT, tmp / p, p) for p in chosen}
+    make_cg_ctl(tmp)
     pts = points(sizes)
-    jobs: dict[Any, Any] = {}
     ops = sorted({op for p in chosen for op in SERVES[p]})
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        for pt in pts:
-            for op in ops:
-                jobs[("full", pt, op)] = pool.submit(count, full, pt, op, tmp)
-            for p in chosen:
-                for op in SERVES[p]:
-                    jobs[(p, pt, op)] = pool.submit(count, builds[p], pt, op, tmp)
+        jobs = {"full": pool.submit(count_all, full, pts, ops, tmp)}
+        for p in chosen:
+            jobs[p] = pool.submit(count_all, builds[p], pts, list(SERVES[p]), tmp)
         got = {key: job.result() for key, job in jobs.items()}
     results = {}
     for p in chosen:
-        rows = {}
+        rows: dict = {}
         for pt in pts:
             for op in SERVES[p]:
-                ratio = got[(p, pt, op)] / got[("full", pt, op)]
+                without, with_ = got[p][(pt, op)], got["full"][(pt, op)]
+                ratio = without / with_
                 best = rows.get(pt[0])
                 if best is None or ratio > best[0]:
-                    rows[pt[0]] = (ratio, pt, op, got[(p, pt, op)], got[("full", pt, op)])
+                    rows[pt[0]] = (ratio, pt, op, without, with_)
         results[p] = rows
     off = [p for p in paths if not on.get(p)]
     return results, off
@@ -186,6 +253,10 @@ def report(results: dict, off: list, sizes: int) -> str:
 
 
 def main(argv: Any = None) -> int:
+    if argv is None and sys.argv[1:] == ["--child"]:
+        pts, ops = eval(os.environ["FAST_PATHS_CASES"])  # tuples of str and int
+        child(pts, ops)
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--paths", default=",".join(SERVES), help="the fast paths to measure")
     parser.add_argument("--sizes", type=int, default=2, help="the first N sizes of each family")

@@ -1565,6 +1565,9 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
         if (rule == NULL && PyErr_Occurred()) {
             return -1;
         }
+        if (rule == as_leaf_rule) {
+            return 0; /* Rule.LEAF: a leaf, whatever it is */
+        }
         if (rule != NULL) {
             Py_INCREF(rule);
             PyObject *fn = PyObject_GetAttr(rule, s_flatten);

@@ -226,6 +226,7 @@ PK_SHARED_DATA PyObject *kind_obj[K_COUNT];
 PK_SHARED_DATA PyObject *LEAF_NODE, *NONE_NODE;
 PK_SHARED_DATA PyTypeObject *TreeSpec_type;
 PK_SHARED_DATA Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash, off_paths, off_recipe;
+PK_SHARED_DATA PyObject *as_leaf_rule;  /* _kinds.AS_LEAF: Rule.LEAF */
 PK_SHARED_DATA PyObject *py_class_plan; /* _pure.class_plan: how a class's instances are read */
 PK_SHARED_DATA PyObject *py_refuse_leaves, *py_refuse_trees; /* _pure's: a str, bytes or mapping given */
 PK_SHARED_DATA PyObject *py_classify, *py_dict_order_differs, *py_custom_result,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict, UserDict, UserList, defaultdict
 from enum import EnumMeta
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 LEAF = 0
 NONE = 1
@@ -253,7 +253,10 @@ class Rule:
 
     Rules are passed per call, as ``rules={SomeType: Rule(...)}``; they apply
     to instances of exactly that type, and a spec made with a rule carries it,
-    so ``unflatten`` needs nothing more.
+    so ``unflatten`` needs nothing more. ``rules={SomeType: Rule.LEAF}`` makes
+    that type's instances leaves in the call, whatever they are (a dict
+    subclass, a dataclass: kept whole, as ``is_leaf`` would keep them, where
+    a call takes no ``is_leaf``, as ``to_device`` and ``collate`` do).
 
     Examples:
         >>> import pytree_kit as pk
@@ -266,11 +269,16 @@ class Rule:
         [1, 2]
         >>> pk.unflatten(spec, [3, 4])["p"].b
         4
+        >>> class Batch(dict): ...
+        >>> pk.leaves([Batch(a=1)]), pk.leaves([Batch(a=1)], rules={Batch: pk.Rule.LEAF})
+        ([1], [{'a': 1}])
     """
 
     __slots__ = ("flatten", "unflatten")
     flatten: Callable[[Any], tuple[Any, Any]]
     unflatten: Callable[[Any, Any], Any]
+    #: the rule that makes a type's instances leaves (set below: ``_AsLeaf``)
+    LEAF: ClassVar[Any]
 
     def __init__(
         self,
@@ -302,6 +310,24 @@ class Rule:
         return (Rule, (self.flatten, self.unflatten))
 
 
+class _AsLeaf:
+    """``Rule.LEAF``, the one rule that makes a type's instances leaves. It
+    pickles by name, so a pickled ``rules=`` keeps it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "pytree_kit.Rule.LEAF"
+
+    def __reduce__(self) -> str:
+        return "AS_LEAF"
+
+
+#: ``Rule.LEAF`` (the C engine reads it from here)
+AS_LEAF = _AsLeaf()
+Rule.LEAF = AS_LEAF
+
+
 def check_rules(rules: Any) -> Any:
     """Validate a ``rules=`` argument; returns it, or None when empty."""
     if not rules:
@@ -316,8 +342,9 @@ def check_rules(rules: Any) -> Any:
     for key, value in rules.items():
         if not isinstance(key, type):
             raise TypeError(f"rules keys must be types, got {key!r}")
-        if type(value) is not Rule:
+        if type(value) is not Rule and value is not AS_LEAF:
             raise TypeError(
-                f"rules[{key.__qualname__}] must be a pytree_kit.Rule, got {type(value).__name__}"
+                f"rules[{key.__qualname__}] must be a pytree_kit.Rule or pytree_kit.Rule.LEAF, "
+                f"got {type(value).__name__}"
             )
     return rules

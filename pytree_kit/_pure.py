@@ -25,6 +25,7 @@ from ._bridge import rules_fix
 from ._errors import StructureError
 from ._keys import _KEY_TYPES, DictKey, GetAttrKey, SequenceKey, where
 from ._kinds import (
+    AS_LEAF,
     ATTR,
     ATTRS,
     CUSTOM,
@@ -765,7 +766,7 @@ def _storage(obj: Any, t: Any, base: str, stack: list) -> Any:
     raise TypeError(
         f"{where(_path(stack))}: {name} is a {base} with {held}, not a {want.__name__}, so "
         f"pytree_kit cannot read or rebuild its items (it does not guess); pass {fix}, or "
-        "is_leaf= to keep it whole"
+        f"rules={{{name}: pytree_kit.Rule.LEAF}} to keep it whole"
     )
 
 
@@ -842,7 +843,8 @@ def _follows_items(t: Any, base: str, setters: tuple, names: list, stack: list) 
         f"{where(_path(stack))}: {name} is a {base} whose class defines its own {own} and "
         f"whose instance keeps attributes beside its items ({shown}), which may follow the "
         "items, so an object rebuilt with them as they are might not be the same "
-        f"(pytree_kit does not guess); pass {fix}, or is_leaf= to keep it whole"
+        f"(pytree_kit does not guess); pass {fix}, or rules={{{name}: pytree_kit.Rule.LEAF}} "
+        "to keep it whole"
     )
 
 
@@ -997,6 +999,8 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
     """
     if rules is not None:
         rule = rules.get(t)
+        if rule is AS_LEAF:
+            return None
         if rule is not None:
             children, tail, names, mode = _rule_result(rule.flatten(obj), stack, t)
             return (RULE, t, len(children), (rule, *tail)), children, mode, names

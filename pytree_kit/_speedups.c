@@ -211,6 +211,7 @@ constants_init(void)
     if (!(LEAF_NODE = get_attr(kinds, "LEAF_NODE")) || !(NONE_NODE = get_attr(kinds, "NONE_NODE")) ||
         !(py_classify = get_attr(pure, "classify")) ||
         !(py_class_plan = get_attr(pure, "class_plan")) ||
+        !(as_leaf_rule = get_attr(kinds, "AS_LEAF")) ||
         !(py_refuse_leaves = get_attr(pure, "refuse_leaves")) ||
         !(py_refuse_trees = get_attr(pure, "refuse_trees")) ||
         !(py_dict_order_differs = get_attr(pure, "dict_order_differs")) ||

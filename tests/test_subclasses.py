@@ -256,7 +256,7 @@ def test_a_userdict_whose_data_is_no_dict_is_refused(data: Any):
         f"tree['x'][0]: {Odd.__qualname__} is a UserDict with {held}, not a dict, so "
         "pytree_kit cannot read or rebuild its items (it does not guess); pass rules={"
     )
-    assert "is_leaf= to keep it whole" in str(e.value)
+    assert ": pytree_kit.Rule.LEAF} to keep it whole" in str(e.value)
 
 
 def test_items_mirrored_as_attributes_follow_the_new_items():
@@ -489,3 +489,60 @@ def test_json_refuses_an_attribute_it_cannot_hold_naming_the_node():
         "(a method), which the JSON of a spec cannot hold"
     )
     assert "pickle the spec instead" in str(e.value)
+
+
+@pytest.mark.parametrize("kind", ["dict", "UserDict", "list", "tuple", "dataclass"])
+def test_rule_leaf_keeps_a_class_whole_in_the_call_that_names_it(kind: str) -> None:
+    """``rules={cls: Rule.LEAF}`` makes cls's instances leaves, on either
+    engine, for every operation that takes rules (the way to keep a dict
+    subclass whole where a call takes no is_leaf, as to_device and collate);
+    other calls still read it as a container, and the caller's tree is left
+    as it was."""
+    import dataclasses
+
+    from pytree_kit import _pure
+
+    @dataclasses.dataclass
+    class Rec:
+        a: Any
+
+    made = {
+        "dict": lambda: Batch({"a": 1, "b": [2]}),
+        "UserDict": lambda: Encoded({"a": 1, "b": [2]}),
+        "list": lambda: Rows([1, [2]]),
+        "tuple": lambda: Row(1, [2]),
+        "dataclass": lambda: Rec([1, 2]),
+    }[kind]
+    tree = {"x": [made(), made()], "y": made(), "z": 3}
+    before = snapshot(tree)
+    cls = type(tree["y"])
+    rules = {cls: pk.Rule.LEAF}
+    engines = [_pure]
+    if pk.ENGINE == "c":
+        from pytree_kit import _speedups
+
+        engines.append(_speedups)
+    for engine in engines:
+        leaves, spec = engine.flatten(tree, None, rules)
+        assert leaves == [tree["x"][0], tree["x"][1], tree["y"], 3]
+        assert all(x is y for x, y in zip(leaves[:3], (tree["x"][0], tree["x"][1], tree["y"])))
+        assert spec.num_leaves == 4
+        assert engine.leaves(tree, None, None) == [1, 2, 1, 2, 1, 2, 3]  # no rule: a container
+        rebuilt = pk.unflatten(spec, leaves)
+        assert rebuilt["y"] is tree["y"]
+    paths = [pk.keystr(p) for p, _ in pk.flatten_with_path(tree, rules=rules)[0]]
+    assert paths == ["['x'][0]", "['x'][1]", "['y']", "['z']"]
+    assert pk.tree_map(id, tree, rules=rules)["y"] == id(tree["y"])
+    assert snapshot(tree) == before
+
+
+def test_rule_leaf_is_checked_and_pickles_as_itself() -> None:
+    with pytest.raises(TypeError, match=r"must be a pytree_kit.Rule or pytree_kit.Rule.LEAF"):
+        pk.leaves([Batch()], rules={Batch: "leaf"})
+    assert pickle.loads(pickle.dumps(pk.Rule.LEAF)) is pk.Rule.LEAF
+    assert repr(pk.Rule.LEAF) == "pytree_kit.Rule.LEAF"
+    # a spec with a rule node cannot be read back with LEAF in the rule's place
+    rule = pk.Rule(lambda b: (list(b.values()), tuple(b)), lambda keys, ch: Batch(zip(keys, ch)))
+    spec = pk.structure(Batch({"a": 1}), rules={Batch: rule})
+    with pytest.raises(ValueError, match="was flattened by a rule"):
+        pk.TreeSpec.from_json(spec.to_json(), allow=[Batch], rules={Batch: pk.Rule.LEAF})

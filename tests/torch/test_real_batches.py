@@ -457,3 +457,26 @@ def test_an_object_with_to_is_moved_by_it_as_the_peers_move_it() -> None:
         "to_device: raised by the .to() of the tests.torch.test_real_batches.Refuses at "
         "tree['b']['c']"
     ]
+
+
+def test_rule_leaf_hands_a_container_with_to_to_its_own_to() -> None:
+    """A tokenizer batch is walked (its tensors coalesced with the rest), but
+    ``rules={cls: Rule.LEAF}`` keeps one whole, moved by its own ``.to()``: the
+    way to ask for the peers' behaviour, where to_device takes no is_leaf."""
+    calls = []
+
+    class Moves(dict):
+        def to(self, device: Any, non_blocking: bool = False) -> Moves:
+            calls.append((str(device), non_blocking))
+            out = Moves({k: v.to(device) for k, v in self.items()})
+            return out
+
+    for fresh in range(3):  # fresh batches, call after call
+        batch = {"m": Moves(a=torch.ones(2) * fresh), "t": torch.zeros(1)}
+        before = batch["m"]["a"]
+        walked = to_device(batch, "meta")
+        assert type(walked["m"]) is Moves and walked["m"]["a"].is_meta and not calls
+        kept = to_device(batch, "meta", non_blocking=True, rules={Moves: pk.Rule.LEAF})
+        assert calls == [("meta", True)] and kept["m"]["a"].is_meta and kept["t"].is_meta
+        assert batch["m"]["a"] is before and not before.is_meta  # the caller's, as it was
+        calls.clear()
