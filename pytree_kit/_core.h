@@ -66,13 +66,18 @@
 /* ------------------------------------------------------------------------ */
 /* Fast paths that read CPython's own layouts
  *
- * Each is compiled only for the CPython versions on which it was validated
- * (PK_VALIDATED_PYTHON below: 3.10 to 3.13, with the GIL), and checked again when the
- * module is imported; a check that fails leaves its path off, and the engine
- * reads through the public API instead, more slowly, with the same results.
- * Building with PYTREE_KIT_NO_FAST_PATHS=1 (which defines PK_NO_FAST_PATHS)
- * leaves every one out, so that the suite can show the fallbacks are right.
- * They are listed, on or off, in FAST_PATHS (pytree_kit.engine_info()):
+ * The engine's core reads through CPython's public API. Each fast path that
+ * reads CPython's own layouts is an add-on, kept only where it buys at least
+ * 10 % on some family of the corpus over the core (benchmarks/fast_paths.py;
+ * its figures per Python in benchmarks/results/python3.X/fast_paths.md),
+ * compiled only for the CPython versions on which its layout was read from
+ * that version's own headers or sources and checked (the gates below, GIL
+ * builds only), and checked again when the module is imported; a check that
+ * fails leaves its path off, and the engine reads through the public API
+ * instead, more slowly, with the same results. Building with
+ * PYTREE_KIT_NO_FAST_PATHS=1 (which defines PK_NO_FAST_PATHS) leaves every
+ * one out, so that the suite can show the fallbacks are right. They are
+ * listed, on or off, in FAST_PATHS (pytree_kit.engine_info()):
  *   type_version_tags  a class's plan is kept across calls while its
  *                      tp_version_tag holds, the tag read where CPython has no
  *                      public way to it (3.10, 3.11; VERSION_TAGS; from 3.12
@@ -84,20 +89,25 @@
  *   instance_values    a record's fields read from its inline values (3.11;
  *                      LAYOUT_311, values_reads_check)
  *   dict_reads         an exact dict's entries read from its table in
- *                      place (3.10-3.13; DICT_READS, dict_reads_check)
+ *                      place (3.10-3.15; DICT_READS, dict_reads_check)
  *   dict_tables        dicts of the same keys copied from a template's
- *                      table (3.10-3.13; DICT_READS, dict_layout_check)
+ *                      table (3.10-3.15; DICT_READS, dict_layout_check)
  *   split_tables       the dicts of a spec's unflatten recipe (up to 21 str
  *                      keys) made as split tables sharing one keys table
  *                      (3.10-3.12; SPLIT_TABLES, split_tables_check)
  *   split_values       a record's field read from its __dict__'s split
  *                      values, at the name's index in the class's shared
- *                      keys (3.10-3.13; on 3.11 for an instance whose
+ *                      keys (3.10-3.15; on 3.11 for an instance whose
  *                      __dict__ was made, as vars() makes it; SPLIT_READS,
  *                      split_reads_check)
  *   odict_links        an OrderedDict's own order read from its linked list
- *                      of keys (3.10-3.13; ODICT_LINKS, odict_links_check) */
-#if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030E0000
+ *                      of keys (3.10-3.15; ODICT_LINKS, odict_links_check)
+ * 3.14 and 3.15 lay out dicts, their keys tables and split values as 3.13
+ * does (Include/internal/pycore_dict.h and Include/cpython/dictobject.h of
+ * each: the same structs, less 3.13's ma_version_tag, which no path reads),
+ * and an OrderedDict's head and links as every version since 3.5 has
+ * (Objects/odictobject.c). */
+#if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x03100000
 #define PK_VALIDATED_PYTHON 1
 #else
 #define PK_VALIDATED_PYTHON 0
@@ -187,6 +197,10 @@ typedef struct {
 #else
 #define DEFER_TRACKING (PY_VERSION_HEX < 0x030C0000)
 #endif
+
+/* Whether every dict is tracked by the collector from its making (3.14 on:
+ * no dict is left untracked for holding no container) */
+#define DICTS_ALWAYS_TRACKED (PY_VERSION_HEX >= 0x030E0000)
 
 static inline void
 untracked_add(Untracked *u, PyObject *o)

@@ -149,7 +149,7 @@ FAST_PATH_NAMES = (
 )
 #: the first and last CPython versions on which they were validated (as the C
 #: engine's PK_VALIDATED_PYTHON; tests/test_versions.py checks the two agree)
-VALIDATED_PYTHONS = ((3, 10), (3, 13))
+VALIDATED_PYTHONS = ((3, 10), (3, 15))
 
 
 def engine_info() -> dict[str, Any]:
@@ -165,7 +165,11 @@ def engine_info() -> dict[str, Any]:
     ``free_threaded``, ``validated_python`` (whether the C engine's fast paths
     were validated on this Python version), ``no_fast_paths`` (a build that
     leaves them out: ``PYTREE_KIT_NO_FAST_PATHS=1``), ``fast_paths`` (each one,
-    on or off), ``extension`` (the C engine's file, or None) and ``platform``.
+    on or off), ``plans_kept`` (whether the C engine keeps what it learnt of a
+    class from one call to the next: from 3.12 through CPython's public
+    ``PyUnstable_Type_AssignVersionTag``, on 3.10 and 3.11 through the
+    ``type_version_tags`` fast path), ``extension`` (the C engine's file, or
+    None) and ``platform``.
 
     Examples:
         >>> import pytree_kit as pk
@@ -191,6 +195,7 @@ def engine_info() -> dict[str, Any]:
         and not free_threaded,
         "no_fast_paths": bool(c_engine.NO_FAST_PATHS) if c else False,
         "fast_paths": {name: bool(fast.get(name, False)) for name in FAST_PATH_NAMES},
+        "plans_kept": bool(getattr(c_engine, "PLANS_KEPT", False)) if c else False,
         "extension": getattr(c_engine, "__file__", None) if c else None,
         "platform": platform.platform(),
     }

@@ -215,13 +215,17 @@ def subclass_base(t: Any) -> str:
     if not t.__flags__ & HEAPTYPE or isinstance(t, EnumMeta):
         return ""
     for c in t.__mro__:
+        # (the builtin bases by identity first: from 3.12 defaultdict is a
+        # heap type, as a class of an extension module with multi-phase init is)
+        solid = _SOLID.get(c)
+        if solid is not None:
+            return solid
         if not c.__flags__ & HEAPTYPE:
             if c is object:
                 for user, name in _USER.items():
                     if user in t.__mro__:
                         return name
-                return ""
-            return _SOLID.get(c, "")
+            return ""
     return ""  # pragma: no cover - every MRO ends with object
 
 

@@ -586,8 +586,13 @@ dict_empty_new(DictKeys **empty, int *failed)
     }
     PyDictObject *mp = (PyDictObject *)d;
     *empty = (DictKeys *)mp->ma_keys;
+    /* the shared empty table: counted up to 3.11, immortal from 3.12 (a
+     * count past any real one up to 3.13; 3.14's immortal keys hold
+     * PY_SSIZE_T_MIN) */
+    Py_ssize_t count = (*empty)->dk_refcnt;
+    int shared = PY_VERSION_HEX >= 0x030E0000 ? count == PY_SSIZE_T_MIN : count >= 2;
     if (mp->ma_used != 0 || (PY_VERSION_HEX >= 0x030B0000 && mp->ma_values != NULL) ||
-        (*empty)->dk_nentries != 0 || (*empty)->dk_refcnt < 2) {
+        (*empty)->dk_nentries != 0 || !shared) {
         Py_DECREF(d);
         return NULL;
     }
@@ -640,11 +645,12 @@ value_tracks(PyObject *v)
 }
 
 /* A made dict d, given out in *out: tracked now when track is set, or noted
- * in later (when not NULL) for its caller to track; 1 */
+ * in later (when not NULL) for its caller to track; 1. (From 3.14 PyDict_New
+ * made it tracked already.) */
 static inline int
 dict_done(PyObject *d, int track, Untracked *later, PyObject **out)
 {
-    if (track) {
+    if (track && !DICTS_ALWAYS_TRACKED) {
         if (later != NULL) {
             untracked_add(later, d);
         }
@@ -1050,7 +1056,7 @@ dict_layout_check(void)
     PyObject *e0 = PyDict_New();
     DictKeys *empty = e0 ? (DictKeys *)((PyDictObject *)e0)->ma_keys : NULL;
     Py_ssize_t empty_count = empty ? empty->dk_refcnt : -1;
-    int ok = dict_reads_ok && e0 != NULL && !PyObject_GC_IsTracked(e0);
+    int ok = dict_reads_ok && e0 != NULL && PyObject_GC_IsTracked(e0) == DICTS_ALWAYS_TRACKED;
     for (int kind = 0; kind < 3 && ok; kind++) {
         /* str keys, int keys, and a float, a tuple (tracked: new) and None */
         PyObject *keys = kind == 0   ? Py_BuildValue("(sss)", "a", "c", "b")
@@ -1081,8 +1087,9 @@ dict_layout_check(void)
                  PyObject_RichCompareBool(d, want, Py_EQ) == 1 &&
                  PyObject_GC_IsTracked(d) == PyObject_GC_IsTracked(want) &&
                  PyObject_GC_IsTracked(d) &&
-                 PyObject_GC_IsTracked(tmpl) == (kind == 2 && PyObject_GC_IsTracked(
-                                                                  PyTuple_GET_ITEM(keys, 1))) &&
+                 PyObject_GC_IsTracked(tmpl) ==
+                     (DICTS_ALWAYS_TRACKED ||
+                      (kind == 2 && PyObject_GC_IsTracked(PyTuple_GET_ITEM(keys, 1)))) &&
                  PyDict_GetItemWithError(tmpl, PyTuple_GET_ITEM(keys, 0)) == Py_None;
             if (ok) {
                 /* of values the collector does not track: tracked for a

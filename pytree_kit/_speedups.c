@@ -308,7 +308,8 @@ add_build_facts(PyObject *m)
         PyModule_AddIntConstant(m, "DICT_TABLES", DICT_READS && dict_layout_ok) < 0 ||
         PyModule_AddIntConstant(m, "VALIDATED_PYTHON", PK_VALIDATED_PYTHON) < 0 ||
         PyModule_AddIntConstant(m, "NO_FAST_PATHS", no_fast_paths) < 0 ||
-        PyModule_AddIntConstant(m, "KEEP_ACROSS_CALLS", KEEP_ACROSS_CALLS) < 0) {
+        PyModule_AddIntConstant(m, "KEEP_ACROSS_CALLS", KEEP_ACROSS_CALLS) < 0 ||
+        PyModule_AddIntConstant(m, "PLANS_KEPT", plans_kept()) < 0) {
         return -1;
     }
     return 0;

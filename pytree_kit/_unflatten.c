@@ -441,7 +441,8 @@ big_dict(PkState *st, PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject 
 #if DICT_READS
     /* a copy of the template's table with the values written in (its keys
      * are exact str or int: big_orders keeps no others) */
-    if (dict_layout_ok && template_plain(t, arity) && !PyObject_GC_IsTracked(t)) {
+    if (dict_layout_ok && template_plain(t, arity) &&
+        (DICTS_ALWAYS_TRACKED || !PyObject_GC_IsTracked(t))) {
         int made = dict_from_template(t, template_size(t), 0, at, ch, arity, 1, &r, later);
         if (made != 0) {
             for (Py_ssize_t i = 0; made > 0 && i < arity; i++) {

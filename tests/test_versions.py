@@ -37,7 +37,7 @@ def expected_fast_paths() -> dict[str, bool]:
     v = sys.version_info[:2]
     on = bool(_speedups.VALIDATED_PYTHON) and not _speedups.NO_FAST_PATHS
     return {
-        "type_version_tags": on,
+        "type_version_tags": on and v <= (3, 11),  # 3.12 on: PyUnstable_Type_AssignVersionTag
         "int_digits": on and v <= (3, 11),  # 3.12 on: PyUnstable_Long_CompactValue
         "instance_values": on and v == (3, 11),
         "dict_reads": on,
@@ -46,6 +46,23 @@ def expected_fast_paths() -> dict[str, bool]:
         "split_values": on,  # 3.11: for an instance whose __dict__ was made
         "odict_links": on,
     }
+
+
+def plans_kept_across_calls() -> bool:
+    """Whether the C engine keeps class plans from one call to the next here:
+    from 3.12 through the public PyUnstable_Type_AssignVersionTag, on 3.10 and
+    3.11 through the type_version_tags fast path."""
+    from pytree_kit import _speedups
+
+    return sys.version_info >= (3, 12) or expected_fast_paths()["type_version_tags"]
+
+
+@needs_c
+def test_class_plans_are_kept_across_calls_where_tags_are_read() -> None:
+    from pytree_kit import _speedups
+
+    assert bool(_speedups.PLANS_KEPT) == plans_kept_across_calls()
+    assert pk.engine_info()["plans_kept"] == plans_kept_across_calls()
 
 
 @needs_c
@@ -102,7 +119,7 @@ def test_the_engine_and_python_agree_on_the_validated_versions() -> None:
     from pytree_kit import _speedups
 
     assert pk.engine_info()["validated_python"] == bool(_speedups.VALIDATED_PYTHON)
-    assert _engine.VALIDATED_PYTHONS == ((3, 10), (3, 13))
+    assert _engine.VALIDATED_PYTHONS == ((3, 10), (3, 15))
 
 
 @needs_c
@@ -130,9 +147,9 @@ def test_a_class_met_again_unchanged_is_not_read_again() -> None:
     before = _speedups._plans_made()
     leaves, spec = pk.flatten(tree)
     again = _speedups._plans_made() - before
-    if expected_fast_paths()["type_version_tags"]:
+    if plans_kept_across_calls():
         assert again == 0
-    else:  # every class is worked out again, each time it is met
+    else:  # every class is worked out again, in each call
         assert again >= 3
     assert leaves == [1, 2, 3, 4, 5]
     # a changed class is read again, and what changed is seen
@@ -358,8 +375,8 @@ def _classes_in_one_set_of_plans() -> tuple[list, int]:
     holds, all going in the same set, and how many that set holds."""
     from pytree_kit import _speedups
 
-    if not expected_fast_paths()["type_version_tags"]:
-        pytest.skip("no version tags: every class is read each time")
+    if not plans_kept_across_calls():
+        pytest.skip("no version tags: every class is read in each call")
     by_set: dict = {}
     kept = []  # every class made stays alive, so no address is reused here
     while True:
