@@ -69,7 +69,15 @@ class BuildExt(build_ext):
 #: difference.
 ENGINE_PARTS = [
     "_core",
-    "_layouts",
+    "_fast_type_version_tags",
+    "_fast_int_digits",
+    "_fast_odict_links",
+    "_fast_dict_reads",
+    "_fast_dict_tables",
+    "_fast_split_tables",
+    "_record_layout",
+    "_fast_instance_values",
+    "_fast_split_values",
     "_memo",
     "_class_plans",
     "_stack",

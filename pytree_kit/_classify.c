@@ -22,7 +22,8 @@
  *                        dict view, each key's field found by field_named
  *                        (also read by _unflatten.c)
  * Anything rare goes to _pure.classify (classify_python).
- * Calls: _class_plans.c (class_entry), _layouts.c (dict_table), _stack.c.
+ * Calls: _class_plans.c (class_entry), _fast_dict_reads.c (dict_table), _fast_split_values.c,
+ * _fast_odict_links.c, _stack.c.
  * Called by _flatten.c and _up_to.c.
  */
 

@@ -35,10 +35,21 @@
  *                 of the traversal stack, the per-call type cache and
  *                 classification; what the parts share
  *   _core.c       the module's constants and the helpers declared here
- *   _layouts.h    CPython's own layouts as _layouts.c reads them (types, macros)
- *   _layouts.c    every read of CPython's own layouts: version tags, record
- *                 fields read in place, 3.11's dict tables and dict templates,
- *                 small ints; each gated by version and checked on import
+ *   _layouts.h    CPython's own layouts as the fast paths read them (types,
+ *                 macros)
+ * Each fast path that reads CPython's own layouts, in a file of its own with
+ * its gate (below), its import-time check and what it buys:
+ *   _fast_type_version_tags.c  a class's version tag (public from 3.12; read
+ *                 on 3.10 and 3.11), the key of the class memo
+ *   _fast_int_digits.c  a small int's value (ob_digit on 3.10 and 3.11)
+ *   _fast_odict_links.c  an OrderedDict's own order, from its list of keys
+ *   _fast_dict_reads.c  an exact dict's entries read in place
+ *   _fast_dict_tables.c  unflatten's dicts copied from a template's table
+ *   _fast_split_tables.c  a recipe's dicts sharing one split keys table
+ *   _record_layout.c  a record's fields as indexes into its class's shared
+ *                 keys, for the two paths that read them:
+ *   _fast_instance_values.c  3.11's inline values
+ *   _fast_split_values.c  a __dict__'s split values
  *   _memo.c       the tables kept across calls: one eviction rule, a clear
  *   _class_plans.c how a class's instances are read, asked of
  *                 _pure.class_plan once per class; the per-call type cache
@@ -91,7 +102,7 @@
  *   dict_reads         an exact dict's entries read from its table in
  *                      place (3.10-3.15; DICT_READS, dict_reads_check)
  *   dict_tables        dicts of the same keys copied from a template's
- *                      table (3.10-3.15; DICT_READS, dict_layout_check)
+ *                      table (3.10-3.15; DICT_TABLES, dict_layout_check)
  *   split_tables       the dicts of a spec's unflatten recipe (up to 21 str
  *                      keys) made as split tables sharing one keys table
  *                      (3.10-3.12; SPLIT_TABLES, split_tables_check)
@@ -128,8 +139,7 @@
 #define KEEP_ACROSS_CALLS 1
 #endif
 /* PYTREE_KIT_WITHOUT=name,... (setup.py) leaves the fast paths named out, one
- * at a time, to measure what each buys (PK_WITHOUT_<NAME>); dict_tables is
- * left out by not running its check (dict_layout_check), the rest here. */
+ * at a time, to measure what each buys (PK_WITHOUT_<NAME>). */
 #if defined(PK_WITHOUT_SPARE_TUPLES)
 #define SPARE_TUPLES 0
 #else
@@ -155,6 +165,11 @@
 #else
 #define DICT_READS PK_VALIDATED
 #endif
+#if defined(PK_WITHOUT_DICT_TABLES)
+#define DICT_TABLES 0
+#else
+#define DICT_TABLES DICT_READS
+#endif
 #if PK_VALIDATED && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && \
     !defined(PK_WITHOUT_INSTANCE_VALUES)
 #define LAYOUT_311 1
@@ -171,12 +186,12 @@
 #if defined(PK_WITHOUT_SPLIT_TABLES)
 #define SPLIT_TABLES 0
 #else
-#define SPLIT_TABLES (DICT_READS && KEEP_ACROSS_CALLS && PY_VERSION_HEX < 0x030D0000)
+#define SPLIT_TABLES (DICT_TABLES && KEEP_ACROSS_CALLS && PY_VERSION_HEX < 0x030D0000)
 #endif
 
 /* A dict of more than BIG_DICT keys has its insertion order remembered
  * across calls (_classify.c's big_orders); up to BIG_DICT keys, an insertion
- * order is served by a template within one call (_layouts.c's templates). */
+ * order is served by a template within one call (_fast_dict_tables.c). */
 #define BIG_DICT 32
 
 /* Containers one unflatten call makes, to be tracked by the collector when
@@ -368,7 +383,10 @@ typedef struct {
     MemoHead head; /* key: a hash of the order's address and the position */
     PyObject *pair;
 } KeptPair;
-#define PAIR_SET_BITS 8
+/* 64 sets of 4 ways: the pairs of one order at up to 4 positions of a tree
+ * are all kept, wherever the hash puts them */
+#define PAIR_SET_BITS 6
+#define PAIR_WAYS 4
 
 /* a dict template (the templates table, _unflatten.c; dict_tables only) */
 typedef struct {
@@ -537,7 +555,7 @@ vec_extend(Vec *a, PyObject *const *src, Py_ssize_t k)
 /* A dict key whose hash and equality run no user code and keep no user
  * object alive: an exact str, int or float, True, False or None, or an exact
  * tuple of those (a label pair, a grid point). Dicts of such keys are made
- * from templates (_layouts.c) and in their insertion order at once
+ * from templates (_fast_dict_tables.c) and in their insertion order at once
  * (_unflatten.c's dict_in_order). */
 static inline int
 key_atom(PyObject *k)
@@ -669,44 +687,66 @@ dict_in_key_order(PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ssize_
 
 #include "_layouts.h"
 
-/* _layouts.c: every read of CPython's own layouts, and their import-time checks */
-/* set on import by each fast path's check (_speedups.c's init calls them) */
+/* The fast paths, a file each (_fast_*.c), and _record_layout.c: each
+ * path's flag is set on import by its check (_speedups.c's init calls them) */
 PK_SHARED_DATA int values_reads_ok, dict_reads_ok, dict_layout_ok,
     split_reads_ok, split_tables_ok, int_digits_ok, odict_links_ok;
-PK_SHARED void layout_field_codes(PyTypeObject *t, PyObject *names, FieldReads *r);
-PK_SHARED int odict_in_dict_order(PyObject *obj);
-PK_SHARED_INLINE const FieldReads *reads_of(PyObject *reads_obj);
+/* _fast_type_version_tags.c: a class's version tag */
+PK_SHARED_INLINE unsigned int class_tag(PyTypeObject *t, int assign);
+PK_SHARED_INLINE unsigned int meta_tag(PyTypeObject *t, int assign);
+PK_SHARED int plans_kept(void);
+PK_SHARED void tags_check(void);
+/* _fast_int_digits.c: small ints */
 PK_SHARED_INLINE Py_ssize_t small_long(PyObject *o);
-#if VERSION_TAGS
-PK_SHARED_INLINE unsigned int type_version(PyTypeObject *t);
-#endif
 #if INT_DIGITS
 PK_SHARED void int_digits_check(void);
 #endif
+/* _fast_odict_links.c: an OrderedDict's own order */
+PK_SHARED int odict_in_dict_order(PyObject *obj);
 #if ODICT_LINKS
 PK_SHARED void odict_links_check(void);
 #endif
+/* _fast_dict_reads.c: a dict's entries in place */
 #if DICT_READS
-PK_SHARED int dict_from_template(PyObject *tmpl, size_t size, int tuples, const Py_ssize_t *at, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step, PyObject **out, Untracked *later);
-PK_SHARED void dict_layout_check(void);
-PK_SHARED void dict_reads_check(void);
 PK_SHARED_INLINE int dict_table(PyObject *d, PyObject ***first, Py_ssize_t *step);
+PK_SHARED void dict_reads_check(void);
+#endif
+/* _fast_dict_tables.c: dicts copied from a template's table */
+#if DICT_TABLES
+PK_SHARED_INLINE int dict_done(PyObject *d, int track, Untracked *later, PyObject **out);
+PK_SHARED_INLINE PyObject *dict_empty_new(DictKeys **empty, int *failed);
+PK_SHARED int dict_from_template(PyObject *tmpl, size_t size, int tuples, const Py_ssize_t *at, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step, PyObject **out, Untracked *later);
+PK_SHARED int dict_items_are(PyObject *d, PyObject *keys, PyObject *const *vals, Py_ssize_t n);
+PK_SHARED void dict_layout_check(void);
+PK_SHARED_INLINE void dict_set_table(PyObject *d, DictKeys *empty, DictKeys *k, PyObject **vals, Py_ssize_t n);
+PK_SHARED_INLINE DictKeys *keys_alloc(size_t size);
 PK_SHARED int template_make(PyObject *ins, Py_ssize_t n, PyObject **dict, size_t *size, int *tuples);
 PK_SHARED int template_plain(PyObject *t, Py_ssize_t n);
 PK_SHARED size_t template_size(PyObject *t);
+PK_SHARED_INLINE int value_tracks(PyObject *v);
 #endif
-#if LAYOUT_311
-PK_SHARED void values_reads_check(void);
-#endif
-#if SPLIT_READS
-PK_SHARED_INLINE int split_key_is(const FieldReads *r, Py_ssize_t ix, PyObject *name);
-PK_SHARED void split_reads_check(void);
-PK_SHARED_INLINE PyObject **split_values(PyObject *dict, const FieldReads *r);
-#endif
+/* _fast_split_tables.c: a recipe's dicts sharing one keys table */
 #if SPLIT_TABLES
 PK_SHARED int dict_split(PyObject *holder, const Py_ssize_t *at, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step, PyObject **out, Untracked *later);
 PK_SHARED int split_holder_make(PyObject *tmpl, size_t size, Py_ssize_t n, PyObject **out);
 PK_SHARED void split_tables_check(void);
+#endif
+/* _record_layout.c: a record's fields as indexes into its class's shared keys */
+PK_SHARED void layout_field_codes(PyTypeObject *t, PyObject *names, FieldReads *r);
+PK_SHARED_INLINE const FieldReads *reads_of(PyObject *reads_obj);
+#if LAYOUT_311 || SPLIT_READS
+PK_SHARED PyObject *probe_reads(PyTypeObject *t, PyObject *names);
+PK_SHARED_INLINE int shares_keys(PyTypeObject *t);
+#endif
+/* _fast_instance_values.c: 3.11's inline values */
+#if LAYOUT_311
+PK_SHARED void values_reads_check(void);
+#endif
+/* _fast_split_values.c: a __dict__'s split values */
+#if SPLIT_READS
+PK_SHARED_INLINE int split_key_is(const FieldReads *r, Py_ssize_t ix, PyObject *name);
+PK_SHARED void split_reads_check(void);
+PK_SHARED_INLINE PyObject **split_values(PyObject *dict, const FieldReads *r);
 #endif
 
 /* _stack.c: the traversal stack, its view for error messages, path keys */
@@ -741,8 +781,6 @@ PK_SHARED MemoHead *memo_victim(MemoTable *t, MemoHead *set);
 PK_SHARED_DATA Py_ssize_t plans_made;
 PK_SHARED TypeEntry *class_entry(Ctx *c, Stack *s, PyTypeObject *t);
 PK_SHARED PyObject *record_reads(PyTypeObject *t, PyObject *names, PyObject *reads, PyObject *other);
-PK_SHARED int plans_kept(void);
-PK_SHARED void tags_check(void);
 PK_SHARED void tc_clear(TypeCache *c);
 PK_SHARED TypeEntry *tc_find(TypeCache *c, PyTypeObject *t);
 

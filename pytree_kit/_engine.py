@@ -136,7 +136,7 @@ else:
 _interface.use(impl)
 ENGINE: str = impl.NAME
 
-#: the C engine's fast paths (_layouts.c says what each reads, _core.h on which versions)
+#: the C engine's fast paths (a file each, pytree_kit/_fast_*.c, says what it reads; _core.h on which versions)
 FAST_PATH_NAMES = (
     "type_version_tags",
     "int_digits",

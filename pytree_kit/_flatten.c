@@ -144,8 +144,8 @@ walk_clear(Walk *w)
  * order) pair in the spec: the same pair, call after call, for the same tree,
  * since flatten gives the same order tuple to dicts of the same keys
  * (_classify.c's dict_orders table). The pairs of the orders that table
- * holds are kept in the memo's pairs table (_memo.c), one way per set, a set
- * chosen by order and position, and given again: a spec's orders share them.
+ * holds are kept in the memo's pairs table (_memo.c), PAIR_WAYS ways a set, a
+ * set chosen by order and position, and given again: a spec's orders share them.
  * That table holds only orders of exact str or int keys, so no user object
  * is kept alive here, and nothing dropped from an entry runs user code; an
  * entry holds its pair, and so its order, alive. Only pairs of the first
@@ -164,20 +164,22 @@ kept_pair(PkState *st, Py_ssize_t position, PyObject *order, int keep)
     }
     MemoTable *t = &st->memo.pairs;
     uintptr_t key = (ptr_hash(order) ^ ((size_t)position * 0x9E3779B97F4A7C15ULL)) | 1;
-    KeptPair *e = (KeptPair *)memo_set(t, key); /* one way a set */
-    PyObject *p = e->pair;
-    if (p != NULL && e->head.key == key && PyTuple_GET_ITEM(p, 1) == order &&
-        small_long(PyTuple_GET_ITEM(p, 0)) == position) {
-        Py_DECREF(order);
-        return Py_NewRef(p);
+    MemoHead *set = memo_set(t, key);
+    for (unsigned int w = 0; w < t->ways; w++) {
+        KeptPair *e = (KeptPair *)memo_way(t, set, w);
+        PyObject *p = e->pair;
+        if (p != NULL && e->head.key == key && PyTuple_GET_ITEM(p, 1) == order &&
+            small_long(PyTuple_GET_ITEM(p, 0)) == position) {
+            memo_touch(t, &e->head);
+            Py_DECREF(order);
+            return Py_NewRef(p);
+        }
     }
     PyObject *pair = order_pair(position, order);
     if (pair != NULL) {
         /* the set as it is now: order_pair's allocations may have run code */
-        e = (KeptPair *)memo_set(t, key);
+        KeptPair *e = (KeptPair *)memo_slot(t, key, 0);
         PyObject *old = e->pair;
-        e->head.key = key;
-        memo_touch(t, &e->head);
         e->pair = Py_NewRef(pair);
         Py_XDECREF(old);
     }

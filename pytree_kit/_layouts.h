@@ -1,7 +1,8 @@
-/* _layouts.h: CPython's own layouts, as _layouts.c reads them: the types
+/* _layouts.h: CPython's own layouts, as the fast paths read them: the types
  * and macros of the fast paths (each gated by version, _core.h), for the
- * parts that read what _layouts.c found (_classify.c's records). The reads
- * themselves, and their import-time checks, are _layouts.c's.
+ * parts that read what the fast paths found (_classify.c's records). The reads
+ * themselves, and their import-time checks, are each path's own file's
+ * (_fast_*.c).
  */
 #ifndef PYTREE_KIT_LAYOUTS_H
 #define PYTREE_KIT_LAYOUTS_H

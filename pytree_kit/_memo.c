@@ -196,7 +196,7 @@ memo_init(Memo *m)
         table_init(&m->dict_orders, DICT_ORDER_SET_BITS, DICT_ORDER_WAYS, sizeof(DictOrder),
                    dict_order_release) < 0 ||
         table_init(&m->big_orders, 0, BIG_ORDER_WAYS, sizeof(BigOrder), big_order_release) < 0 ||
-        table_init(&m->pairs, PAIR_SET_BITS, 1, sizeof(KeptPair), pair_release) < 0 ||
+        table_init(&m->pairs, PAIR_SET_BITS, PAIR_WAYS, sizeof(KeptPair), pair_release) < 0 ||
         table_init(&m->templates, KEPT_SET_BITS, KEPT_WAYS, sizeof(Kept), kept_release) < 0) {
         memo_free(m);
         return -1;

@@ -6,7 +6,7 @@
  *   node_parts     a node's kind and arity, checked (pk_node_parts for the
  *                  other files)
  *   order_index    the node index of an insertion-order entry
- * Calls: _layouts.c (small_long). Called by _unflatten.c, _up_to.c, _specops.c.
+ * Calls: _fast_int_digits.c (small_long). Called by _unflatten.c, _up_to.c, _specops.c.
  */
 
 #include "_core.h"

@@ -4,7 +4,7 @@
  * This file has the module's
  * functions table, its constants (FAST_PATHS, ...) and its init, which reads
  * what the engine needs from pytree_kit._pure, _spec, _keys and _kinds, and
- * runs the fast paths' import-time checks (_layouts.c).
+ * runs the fast paths' import-time checks (_fast_*.c).
  */
 #include "_core.h"
 #include "_for_torch.h"
@@ -262,7 +262,7 @@ constants_init(void)
 #if LAYOUT_311
     values_reads_check();
 #endif
-#if DICT_READS && !defined(PK_WITHOUT_DICT_TABLES)
+#if DICT_TABLES
     dict_layout_check(); /* after dict_reads_check: it needs the reads */
 #endif
 #if SPLIT_TABLES
@@ -292,7 +292,7 @@ add_build_facts(PyObject *m)
         "int_digits", PyBool_FromLong(INT_DIGITS && int_digits_ok), "instance_values",
         PyBool_FromLong(LAYOUT_311 && values_reads_ok), "dict_reads",
         PyBool_FromLong(DICT_READS && dict_reads_ok), "dict_tables",
-        PyBool_FromLong(DICT_READS && dict_layout_ok), "split_tables",
+        PyBool_FromLong(DICT_TABLES && dict_layout_ok), "split_tables",
         PyBool_FromLong(SPLIT_TABLES && split_tables_ok), "split_values",
         PyBool_FromLong(SPLIT_READS && split_reads_ok), "odict_links",
         PyBool_FromLong(ODICT_LINKS && odict_links_ok));
@@ -305,7 +305,7 @@ add_build_facts(PyObject *m)
 #endif
     if (added < 0 ||
         PyModule_AddIntConstant(m, "VALUES_READS", LAYOUT_311 && values_reads_ok) < 0 ||
-        PyModule_AddIntConstant(m, "DICT_TABLES", DICT_READS && dict_layout_ok) < 0 ||
+        PyModule_AddIntConstant(m, "DICT_TABLES", DICT_TABLES && dict_layout_ok) < 0 ||
         PyModule_AddIntConstant(m, "VALIDATED_PYTHON", PK_VALIDATED_PYTHON) < 0 ||
         PyModule_AddIntConstant(m, "NO_FAST_PATHS", no_fast_paths) < 0 ||
         PyModule_AddIntConstant(m, "KEEP_ACROSS_CALLS", KEEP_ACROSS_CALLS) < 0 ||

@@ -5,7 +5,7 @@
  *   sp_unflatten   reads the nodes backwards with a value stack, building
  *                  each node from its children (tuples and lists in place)
  *   dict_of        a dict node whose keys and order were met before, in this
- *                  call or another: a copy of a kept template (_layouts.c)
+ *                  call or another: a copy of a kept template (_fast_dict_tables.c)
  *   build          one node of any other kind: dicts (dict_of, dict_in_order,
  *                  big_dict's copies of a remembered order's template),
  *                  namedtuples, records (new_instance), custom and rule nodes
@@ -15,7 +15,8 @@
  *                  array kept in the spec's _recipe slot (recipe_of, recipe_make),
  *                  which recipe_unflatten follows instead of the nodes
  *   pk_unflatten   the entry point FastCall calls (_speedups.h)
- * Calls: _specread.c, _layouts.c (templates, small_long), _classify.c
+ * Calls: _specread.c, _fast_dict_tables.c (templates), _fast_split_tables.c,
+ * _fast_int_digits.c (small_long), _classify.c
  * (big_orders, key_places), _core.h.
  */
 
@@ -114,7 +115,7 @@ view_places(PyObject *t, PyObject *aux, Py_ssize_t arity, Py_ssize_t *at)
  * with an insertion order of their own, any number in key order) and its
  * insertion order are noted in an entry the first time they are met;
  * the second time, in this call or a later one, the entry gets a template in
- * that order (_layouts.c's template_make), and each further dict of those
+ * that order (_fast_dict_tables.c's template_make), and each further dict of those
  * keys in that order is a copy of it (dict_from_template). flatten gives the
  * same key tuple to dicts of the same key objects, call after call
  * (_classify.c's dict_orders table), so a tree flattened or unflattened
@@ -143,7 +144,7 @@ typedef struct {
     Py_ssize_t at[BIG_DICT]; /* with an order: as dict_of's */
 } LastTemplate;
 
-#if DICT_READS
+#if DICT_TABLES
 /* a and b are the same insertion order: both key order (NULL), or tuples of
  * the same objects */
 static inline int
@@ -238,7 +239,7 @@ static PK_NO_INLINE int
 dict_of(PkState *st, PyObject *keys, PyObject *order, PyObject *const *vals, Py_ssize_t n,
         Py_ssize_t step, PyObject **out, Untracked *later, LastTemplate *last)
 {
-#if DICT_READS
+#if DICT_TABLES
     if (dict_layout_ok && n > 0) {
         MemoTable *table = &st->memo.templates;
         uintptr_t key = kept_key(keys, order, n);
@@ -438,7 +439,7 @@ big_dict(PkState *st, PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject 
         }
     }
     const Py_ssize_t *at = (const Py_ssize_t *)PyBytes_AS_STRING(at_obj);
-#if DICT_READS
+#if DICT_TABLES
     /* a copy of the template's table with the values written in (its keys
      * are exact str or int: big_orders keeps no others) */
     if (dict_layout_ok && template_plain(t, arity) &&
@@ -849,7 +850,7 @@ PK_DATA PyTypeObject Recipe_Type = {
     .tp_clear = (inquiry)recipe_clear,
 };
 
-#if DICT_READS
+#if DICT_TABLES
 /* A template for dicts of these keys (n > 0) in this order, as dict_of makes
  * them: 1 with a new reference in *t, its size and tuples, and at[] (with an
  * order); 0 when none serves; -1 on error. The kept one when there is one. */
@@ -924,7 +925,7 @@ recipe_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_le
     p->at = NULL;
     p->v = PyMem_Calloc((size_t)nn, sizeof(RecipeStep));
     Py_ssize_t sp = 0, oi = no - 1;
-#if DICT_READS
+#if DICT_TABLES
     Py_ssize_t at_n = 0, at_cap = 0; /* p->at's used length and room */
 #endif
 #if SPLIT_TABLES
@@ -974,7 +975,7 @@ recipe_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_le
             next_at = --oi >= 0 ? order_index(orders, oi) : -1;
         }
         pn->order = order;
-#if DICT_READS
+#if DICT_TABLES
         PyObject *aux = PyTuple_GET_ITEM(node, 3);
         if (kind == K_DICT && dict_layout_ok && arity > 0 && PyTuple_CheckExact(aux) &&
             PyTuple_GET_SIZE(aux) == arity &&
@@ -1153,7 +1154,7 @@ recipe_unflatten(PkState *state, Recipe *p, PyObject *seq, int is_list, PyObject
             st[sp++] = v;
             continue;
         }
-#if DICT_READS
+#if DICT_TABLES
         if (pn->tmpl != NULL) {
             const Py_ssize_t *at = pn->order != NULL ? p->at + pn->at : NULL;
 #if SPLIT_TABLES
@@ -1356,7 +1357,7 @@ unflatten(PkState *state, PyObject *spec, PyObject *leaves)
                 /* build()'s dict, read straight off the stack, whose
                  * references move into it, when dict_of makes it */
                 int r = 0;
-#if DICT_READS
+#if DICT_TABLES
                 if (aux == last.keys && order == last.order) {
                     r = dict_from_template(last.dict, last.size, last.tuples,
                                            order != NULL ? last.at : NULL, &st[sp - 1], arity, -1,

@@ -9,7 +9,8 @@
  *                    the node's keys, records by its fields); _pure._match and
  *                    _pure._mismatch for the rest and for the messages
  *   sp_flatten_up_to(_columns)  one tree, or many trees into columns
- * Calls: _specread.c, _classify.c (plans, classify), _stack.c, _layouts.c.
+ * Calls: _specread.c, _classify.c (plans, classify), _stack.c, _fast_dict_reads.c,
+ * _fast_odict_links.c.
  */
 
 #include "_core.h"
