@@ -902,6 +902,61 @@ recipe_template(MemoTable *table, PyObject *keys, PyObject *order, Py_ssize_t n,
 }
 #endif
 
+/* The order of node idx (borrowed, or NULL: key order), the nodes read
+ * from the end: orders[*oi] the next order met, at node *next_at (-1: none
+ * left), both moved past idx; or, for orders flatten did not make, looked up
+ * in order_map. 0, or -1 on error. */
+static inline int
+node_order(PyObject *orders, PyObject *order_map, Py_ssize_t idx, Py_ssize_t *oi,
+           Py_ssize_t *next_at, PyObject **order)
+{
+    while (*next_at > idx) { /* (an order of a node that is not a container) */
+        *next_at = --*oi >= 0 ? order_index(orders, *oi) : -1;
+    }
+    if (*next_at == idx) {
+        *order = PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, *oi), 1);
+        *next_at = --*oi >= 0 ? order_index(orders, *oi) : -1;
+    }
+    if (order_map != NULL) {
+        PyObject *key = PyLong_FromSsize_t(idx);
+        if (key == NULL) {
+            return -1;
+        }
+        *order = PyDict_GetItemWithError(order_map, key);
+        Py_DECREF(key);
+        if (*order == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#if DICT_TABLES
+/* Appends a dict node's at[] (arity places) to the recipe's p->at, of
+ * *at_n used of *at_cap: 0, or -1 with the error set. */
+static int
+recipe_at_add(Recipe *p, const Py_ssize_t *at, Py_ssize_t arity, Py_ssize_t *at_n,
+              Py_ssize_t *at_cap)
+{
+    if (*at_n + arity > *at_cap) {
+        Py_ssize_t cap = *at_cap ? 2 * *at_cap : 64;
+        while (cap < *at_n + arity) {
+            cap *= 2;
+        }
+        Py_ssize_t *grown = PyMem_Realloc(p->at, (size_t)cap * sizeof(Py_ssize_t));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        p->at = grown;
+        *at_cap = cap;
+    }
+    memcpy(p->at + *at_n, at, (size_t)arity * sizeof(Py_ssize_t));
+    *at_n += arity;
+    return 0;
+}
+#endif
+
 /* The recipe of a spec of these nodes, orders and number of leaves: a new
  * reference; NULL with no error set when it gets none (not as flatten makes
  * it, or too large), NULL with an error on error. */
@@ -966,14 +1021,8 @@ recipe_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_le
         if (kind == K_TUPLE || kind == K_LIST) {
             continue;
         }
-        while (next_at > idx) { /* (an order of a node that is not a container) */
-            next_at = --oi >= 0 ? order_index(orders, oi) : -1;
-        }
         PyObject *order = NULL;
-        if (next_at == idx) {
-            order = PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, oi), 1);
-            next_at = --oi >= 0 ? order_index(orders, oi) : -1;
-        }
+        (void)node_order(orders, NULL, idx, &oi, &next_at, &order); /* (no error without a map) */
         pn->order = order;
 #if DICT_TABLES
         PyObject *aux = PyTuple_GET_ITEM(node, 3);
@@ -1043,22 +1092,10 @@ recipe_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_le
                 pn->tuples = (uint8_t)tuples;
             }
             if (order != NULL) {
-                if (at_n + arity > at_cap) {
-                    Py_ssize_t cap = at_cap ? 2 * at_cap : 64;
-                    while (cap < at_n + arity) {
-                        cap *= 2;
-                    }
-                    Py_ssize_t *grown = PyMem_Realloc(p->at, (size_t)cap * sizeof(Py_ssize_t));
-                    if (grown == NULL) {
-                        PyErr_NoMemory();
-                        goto fail;
-                    }
-                    p->at = grown;
-                    at_cap = cap;
+                if (recipe_at_add(p, at, arity, &at_n, &at_cap) < 0) {
+                    goto fail;
                 }
-                memcpy(p->at + at_n, at, (size_t)arity * sizeof(Py_ssize_t));
-                pn->at = at_n;
-                at_n += arity;
+                pn->at = at_n - arity;
             }
         }
 #endif
@@ -1194,6 +1231,93 @@ fail:
     return NULL;
 }
 
+/* The orders of a spec that flatten did not make, as a dict {node index:
+ * order}, as the pure engine reads them: a new reference, or NULL with the
+ * error set. */
+static PyObject *
+order_map_of(PyObject *orders)
+{
+    PyObject *map = PyDict_New();
+    for (Py_ssize_t i = 0; map != NULL && i < PyTuple_GET_SIZE(orders); i++) {
+        PyObject *pr = PyTuple_GET_ITEM(orders, i);
+        if (!PyTuple_Check(pr) || PyTuple_GET_SIZE(pr) != 2 ||
+            PyDict_SetItem(map, PyTuple_GET_ITEM(pr, 0), PyTuple_GET_ITEM(pr, 1)) < 0) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_ValueError, "malformed TreeSpec orders");
+            }
+            Py_CLEAR(map);
+        }
+    }
+    return map;
+}
+
+/* A tuple or list node (kind) of arity children, the first at top and the
+ * rest below it on the value stack: their references move into it. A new
+ * reference, or NULL (the stack's references left as they were). On 3.10 and
+ * 3.11 a list is noted in later (when not NULL) to be tracked when the call
+ * ends. */
+static inline PyObject *
+seq_from_stack(int kind, PyObject **top, Py_ssize_t arity, Untracked *later)
+{
+    PyObject *v = kind == K_TUPLE ? PyTuple_New(arity) : list_to_fill(arity);
+    if (v == NULL) {
+        return NULL;
+    }
+    if (later != NULL && kind == K_LIST) {
+        /* (made tracked by PyList_New. Tuples are left so: a dict that takes
+         * an untracked tuple as a value stays untracked, as it would for a
+         * tuple of atoms) */
+        PyObject_GC_UnTrack(v);
+        untracked_add(later, v);
+    }
+    PyObject **items = kind == K_TUPLE ? ((PyTupleObject *)v)->ob_item : ((PyListObject *)v)->ob_item;
+    for (Py_ssize_t i = 0; i < arity; i++) {
+        items[i] = top[-i];
+    }
+    return v;
+}
+
+/* A dict node (node, its order or NULL) of arity values, the first at top
+ * and the rest below it on the value stack, made by dict_of (or as a copy of
+ * the last template, last) when its keys and order are as dict_of takes
+ * them: 1 with the dict in *v, the values' references now its; 0 when build
+ * must make it; -1 on error. */
+static inline int
+dict_node(PkState *state, PyObject *node, PyObject *order, PyObject **top, Py_ssize_t arity,
+          PyObject **v, Untracked *later, LastTemplate *last)
+{
+    PyObject *aux = PyTuple_GET_ITEM(node, 3);
+    if (!PyTuple_CheckExact(aux) || PyTuple_GET_SIZE(aux) != arity ||
+        (order != NULL &&
+         (arity > BIG_DICT || !PyTuple_CheckExact(order) || PyTuple_GET_SIZE(order) != arity))) {
+        return 0;
+    }
+#if DICT_TABLES
+    if (aux == last->keys && order == last->order) {
+        int r = dict_from_template(last->dict, last->size, last->tuples,
+                                   order != NULL ? last->at : NULL, top, arity, -1, v, later);
+        if (r != 0) {
+            return r;
+        }
+    }
+#endif
+    return dict_of(state, aux, order, top, arity, -1, v, later, last);
+}
+
+/* Tracks the containers an unflatten call left untracked (unless a callback
+ * tracked one: inserting into a dict can), and lets go of them. */
+static void
+untracked_track(Untracked *u)
+{
+    for (Py_ssize_t i = 0; i < u->n; i++) {
+        PyObject *o = u->items[i];
+        if (!PyObject_GC_IsTracked(o)) {
+            PyObject_GC_Track(o);
+        }
+        Py_DECREF(o);
+    }
+}
+
 /* unflatten(spec, leaves), with the module's state */
 static PyObject *
 unflatten(PkState *state, PyObject *spec, PyObject *leaves)
@@ -1235,19 +1359,8 @@ unflatten(PkState *state, PyObject *spec, PyObject *leaves)
     Py_ssize_t no = recipe != NULL ? 0 : PyTuple_GET_SIZE(orders), oi = no - 1;
     if (no > 0 && !orders_as_flatten_makes(orders)) {
         oi = -1;
-        order_map = PyDict_New();
-        if (order_map == NULL) {
+        if ((order_map = order_map_of(orders)) == NULL) {
             goto out;
-        }
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(orders); i++) {
-            PyObject *pr = PyTuple_GET_ITEM(orders, i);
-            if (!PyTuple_Check(pr) || PyTuple_GET_SIZE(pr) != 2 ||
-                PyDict_SetItem(order_map, PyTuple_GET_ITEM(pr, 0), PyTuple_GET_ITEM(pr, 1)) < 0) {
-                if (!PyErr_Occurred()) {
-                    PyErr_SetString(PyExc_ValueError, "malformed TreeSpec orders");
-                }
-                goto out;
-            }
         }
     }
     {
@@ -1309,64 +1422,21 @@ unflatten(PkState *state, PyObject *spec, PyObject *leaves)
                 goto fail;
             }
             if (kind == K_TUPLE || kind == K_LIST) {
-                /* the children's references move from the stack into the new container */
-                PyObject *v = kind == K_TUPLE ? PyTuple_New(arity) : list_to_fill(arity);
+                PyObject *v = seq_from_stack(kind, &st[sp - 1], arity, later);
                 if (v == NULL) {
                     goto fail;
-                }
-                if (later != NULL && kind == K_LIST) {
-                    /* (made tracked by PyList_New. Tuples are left so: a dict
-                     * that takes an untracked tuple as a value stays untracked,
-                     * as it would for a tuple of atoms) */
-                    PyObject_GC_UnTrack(v);
-                    untracked_add(later, v);
-                }
-                PyObject **items = kind == K_TUPLE ? ((PyTupleObject *)v)->ob_item
-                                                   : ((PyListObject *)v)->ob_item;
-                for (Py_ssize_t i = 0; i < arity; i++) {
-                    items[i] = st[sp - 1 - i];
                 }
                 sp -= arity;
                 st[sp++] = v;
                 continue;
             }
             PyObject *order = NULL;
-            while (next_at > idx) { /* (an order of a node that is not a container) */
-                next_at = --oi >= 0 ? order_index(orders, oi) : -1;
-            }
-            if (next_at == idx) {
-                order = PyTuple_GET_ITEM(PyTuple_GET_ITEM(orders, oi), 1);
-                next_at = --oi >= 0 ? order_index(orders, oi) : -1;
-            }
-            if (order_map != NULL) {
-                PyObject *key = PyLong_FromSsize_t(idx);
-                if (key == NULL) {
-                    goto fail;
-                }
-                order = PyDict_GetItemWithError(order_map, key);
-                Py_DECREF(key);
-                if (order == NULL && PyErr_Occurred()) {
-                    goto fail;
-                }
+            if (node_order(orders, order_map, idx, &oi, &next_at, &order) < 0) {
+                goto fail;
             }
             PyObject *v;
-            PyObject *aux = PyTuple_GET_ITEM(node, 3);
-            if (kind == K_DICT && PyTuple_CheckExact(aux) && PyTuple_GET_SIZE(aux) == arity &&
-                (order == NULL || (arity <= BIG_DICT && PyTuple_CheckExact(order) &&
-                                   PyTuple_GET_SIZE(order) == arity))) {
-                /* build()'s dict, read straight off the stack, whose
-                 * references move into it, when dict_of makes it */
-                int r = 0;
-#if DICT_TABLES
-                if (aux == last.keys && order == last.order) {
-                    r = dict_from_template(last.dict, last.size, last.tuples,
-                                           order != NULL ? last.at : NULL, &st[sp - 1], arity, -1,
-                                           &v, later);
-                }
-#endif
-                if (r == 0) {
-                    r = dict_of(state, aux, order, &st[sp - 1], arity, -1, &v, later, &last);
-                }
+            if (kind == K_DICT) {
+                int r = dict_node(state, node, order, &st[sp - 1], arity, &v, later, &last);
                 if (r < 0) {
                     goto fail;
                 }
@@ -1397,14 +1467,7 @@ unflatten(PkState *state, PyObject *spec, PyObject *leaves)
         while (sp > 0) {
             Py_DECREF(st[--sp]);
         }
-        /* (a callback may have tracked one: inserting into a dict can) */
-        for (Py_ssize_t i = 0; i < deferred.n; i++) {
-            PyObject *o = deferred.items[i];
-            if (!PyObject_GC_IsTracked(o)) {
-                PyObject_GC_Track(o);
-            }
-            Py_DECREF(o);
-        }
+        untracked_track(&deferred);
         if (st != inline_buf) {
             PyMem_Free(st);
         }
