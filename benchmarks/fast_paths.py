@@ -122,7 +122,10 @@ def make_cg_ctl(where: Path) -> None:
 
 def child(pts: list, ops: list) -> None:
     """What the counted process runs: for each tree and operation, a warm
-    call, then the stats zeroed, n calls, and a dump named by the case."""
+    call, a collection, then the stats zeroed, n calls, and a dump named by
+    the case."""
+    import gc
+
     import cg_ctl  # type: ignore[import-not-found]
 
     sys.path.insert(0, str(HERE))
@@ -132,6 +135,11 @@ def child(pts: list, ops: list) -> None:
         for op in ops:
             n = corpus_instructions.calls_for(size, variant)
             call = corpus_instructions.op(family, size, variant, op, 0)  # drawn, warmed
+            # every build's window starts with the collector's counts at zero:
+            # builds that measure other operations first would otherwise meet
+            # a collection in other windows (one of the whole heap, in a
+            # window of a few calls, made a path look 95x)
+            gc.collect()
             cg_ctl.zero()
             for _ in range(n):
                 call()

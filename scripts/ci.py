@@ -102,14 +102,13 @@ FULL = "3.11"
 # The pure-engine, no-fast-paths and sanitizer jobs run on the oldest and the
 # newest Python only (every Python runs the C engine's whole suite, with the
 # differential tests of both engines): CI's 60 minutes on 2 cores. A change
-# to the C engine's version-specific layouts (_layouts.c) is run through
+# to the C engine's version-specific layouts (the _fast_*.c files) is run through
 # scripts/sanitize.sh on every Python by hand (docs/development.md).
 # 3.14, no longer the newest, runs the C engine's whole suite and the package
-# job: its C engine is the one 3.15 compiles (no layout-reading fast path, those
-# being validated for 3.10 to 3.13 only, _engine.VALIDATED_PYTHONS; the C
-# files' other version gates are all "from 3.14"), so 3.15's no-fast-paths and
-# sanitizer jobs run the C code 3.14 runs, and its pure-engine job the same
-# Python code.
+# job: its C engine is the one 3.15 compiles (the same fast paths, validated on
+# both against one layout, 3.13's dicts; the C files' other version gates are
+# all "from 3.14"), so 3.15's no-fast-paths and sanitizer jobs run the C code
+# 3.14 runs, and its pure-engine job the same Python code.
 EDGES = (VERSIONS[0], VERSIONS[-1])
 SANITIZED = EDGES
 LOGS = ROOT / "build" / "ci-logs"

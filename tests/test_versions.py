@@ -2,7 +2,7 @@
 
 The fast paths that read CPython's own layouts are compiled only for the
 versions they were validated on and checked on import (the gates are in
-pytree_kit/_core.h, the reads and their checks in pytree_kit/_layouts.c).
+pytree_kit/_core.h, the reads and their checks in pytree_kit/_fast_*.c, a file each).
 These tests pin down which are on for each version, so that a path that
 silently turns off (as the class memo did on 3.13, when CPython stopped
 setting Py_TPFLAGS_VALID_VERSION_TAG) fails here rather than only showing up
