@@ -245,7 +245,11 @@ def report(results: dict, off: list, sizes: int) -> str:
         verdict = "kept" if best is not None and best[0] >= KEEP else "**not kept**"
         lines += [
             f"## {p}: {verdict}"
-            + (f" (at most {best[0]:.2f}×, {best[1][0]} {_label(best[1])}, {best[2]})" if best else ""),
+            + (
+                f" (at most {best[0]:.2f}×, {best[1][0]} {_label(best[1])}, {best[2]})"  # noqa: RUF001
+                if best
+                else ""
+            ),
             "",
             "| family | without ÷ with | tree | op | without | with |",
             "|---|---:|---|---|---:|---:|",

@@ -136,7 +136,8 @@ else:
 _interface.use(impl)
 ENGINE: str = impl.NAME
 
-#: the C engine's fast paths (a file each, pytree_kit/_fast_*.c, says what it reads; _core.h on which versions)
+#: the C engine's fast paths (a file each, pytree_kit/_fast_*.c, says what it reads;
+#: _core.h on which versions)
 FAST_PATH_NAMES = (
     "type_version_tags",
     "int_digits",

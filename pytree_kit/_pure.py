@@ -1136,7 +1136,11 @@ def _fixed_by_dicts(t: Any) -> bool:
             if not name.startswith("__get") and name != "__setattr__":
                 return False
             kind = type(found)
-            if name == "__getattribute__" or hasattr(kind, "__set__") or hasattr(kind, "__delete__"):
+            if (
+                name == "__getattribute__"
+                or hasattr(kind, "__set__")
+                or hasattr(kind, "__delete__")
+            ):
                 return False
     for name in _PLANNED_NAMES:
         found = _in_mro(t, name)

@@ -52,7 +52,6 @@ def plans_kept_across_calls() -> bool:
     """Whether the C engine keeps class plans from one call to the next here:
     from 3.12 through the public PyUnstable_Type_AssignVersionTag, on 3.10 and
     3.11 through the type_version_tags fast path."""
-    from pytree_kit import _speedups
 
     return sys.version_info >= (3, 12) or expected_fast_paths()["type_version_tags"]
 
