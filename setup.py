@@ -70,13 +70,9 @@ class BuildExt(build_ext):
 ENGINE_PARTS = [
     "_core",
     "_fast_type_version_tags",
-    "_fast_int_digits",
     "_fast_odict_links",
     "_fast_dict_reads",
     "_fast_dict_tables",
-    "_fast_split_tables",
-    "_record_layout",
-    "_fast_instance_values",
     "_fast_split_values",
     "_memo",
     "_class_plans",
@@ -100,8 +96,8 @@ if units == "one":
 #: PYTREE_KIT_WITHOUT=dict_tables,split_values,...: those fast paths left out,
 #: one at a time, to measure what each buys (benchmarks/fast_paths.py)
 FAST_PATH_NAMES = (
-    "type_version_tags", "int_digits", "instance_values", "dict_reads", "dict_tables",
-    "split_tables", "split_values", "odict_links", "spare_tuples", "defer_tracking",
+    "type_version_tags", "dict_reads", "dict_tables", "split_values", "odict_links",
+    "spare_tuples", "defer_tracking",
 )  # fmt: skip
 for name in filter(None, os.environ.get("PYTREE_KIT_WITHOUT", "").split(",")):
     if name not in FAST_PATH_NAMES:

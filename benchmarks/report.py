@@ -29,7 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "docs" / "benchmarks.md"
 ASSETS = ROOT / "docs" / "assets"
-VERSIONS = ("3.10", "3.11", "3.12", "3.13")
+VERSIONS = ("3.10", "3.11", "3.12", "3.13", "3.14", "3.15")
+#: the runs of the corpus charted: each Python's release build, then the
+#: portable core (built with PYTREE_KIT_NO_FAST_PATHS=1) on 3.11 and 3.13
+#: (benchmarks/results/python3.X/no_fast_paths/)
+PORTABLE = "no_fast_paths"
+RUNS = (*((v, "") for v in VERSIONS), ("3.11", PORTABLE), ("3.13", PORTABLE))
 OPS = ("flatten", "unflatten", "leaves", "tree_map", "flatten_up_to")
 OP_CALLS = {
     "flatten": "`pk.flatten(tree)` against each peer's `tree_flatten`",
@@ -46,7 +51,16 @@ X = "\N{MULTIPLICATION SIGN}"  # the speedup sign
 CHART_STYLE = {"figure.dpi": 100, "font.size": 12, "svg.hashsalt": "pytree_kit"}
 #: group labels longer than this wrap onto more lines (none is rotated)
 LABEL_WIDTH = 14
-COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
+COLORS = (
+    "#4c72b0",
+    "#dd8452",
+    "#55a868",
+    "#c44e52",
+    "#8172b3",
+    "#937860",
+    "#a9a9a9",
+    "#5f5f5f",
+)
 
 
 class ResultsError(Exception):
@@ -105,9 +119,15 @@ def number(cell: str) -> float:
     return float(m.group(0).replace(",", ""))
 
 
-def corpus(version: str) -> Dict[str, Any]:
-    path = RESULTS / f"python{version}" / "corpus.json"
+def corpus(version: str, build: str = "") -> Dict[str, Any]:
+    path = RESULTS / f"python{version}" / build / "corpus.json"
     return json.loads(_read(path))
+
+
+def run_name(run: Tuple[str, str]) -> str:
+    """A run's name in a chart: 'Python 3.13', 'Python 3.13, no fast paths'."""
+    v, build = run
+    return f"Python {v}" + (", no fast paths" if build else "")
 
 
 def pivot(rows: List[List[str]], series: int, group: int, value: int) -> Tuple[list, dict]:
@@ -238,22 +258,22 @@ DRAW = {"grouped": _grouped, "horizontal": _horizontal}
 
 
 def _corpus_rows(
-    op: str, data: Dict[str, Dict[str, Any]]
-) -> Tuple[List[str], Dict[str, List[float]], List[List[str]]]:
+    op: str, data: Dict[Tuple[str, str], Dict[str, Any]]
+) -> Tuple[List[str], Dict[Tuple[str, str], List[float]], List[List[str]]]:
     """The labels, per-Python values and table rows of one operation: each
     family's worst tree, then the six named trees one by one."""
     labels: List[str] = []
-    values: Dict[str, List[float]] = {v: [] for v in VERSIONS}
-    rows = [["tree"] + [f"Python {data[v]['python']}" for v in VERSIONS]]
-    first = data[VERSIONS[0]]
+    values: Dict[Tuple[str, str], List[float]] = {r: [] for r in RUNS}
+    rows = [["tree"] + [run_name((data[r]["python"], r[1])) for r in RUNS]]
+    first = data[RUNS[0]]
     for family in first["families"]:
         if family == "named":
             continue
         labels.append(f"{family} (worst)")
         cells = [f"{family}, worst of {first['families'][family][op]['trees']} sizes"]
-        for v in VERSIONS:
-            cell = data[v]["families"][family][op]
-            values[v].append(round(cell["worst"], 3))
+        for r in RUNS:
+            cell = data[r]["families"][family][op]
+            values[r].append(round(cell["worst"], 3))
             cells.append(f"{cell['worst']:.2f}{X} ({cell['worst_tree']})")
         rows.append(cells)
     for tree in first["trees"]:
@@ -261,19 +281,19 @@ def _corpus_rows(
             continue
         labels.append(tree["label"])
         cells = [tree["label"]]
-        for v in VERSIONS:
-            (same,) = [t for t in data[v]["trees"] if t["label"] == tree["label"]]
+        for r in RUNS:
+            (same,) = [t for t in data[r]["trees"] if t["label"] == tree["label"]]
             cell = same["ops"][op]
-            values[v].append(round(cell["speedup"], 3))
+            values[r].append(round(cell["speedup"], 3))
             cells.append(f"{cell['speedup']:.2f}{X} ({cell['us']:.3g} µs)")
         rows.append(cells)
     return labels, values, rows
 
 
 def operations() -> Tuple[str, List[Chart]]:
-    data = {v: corpus(v) for v in VERSIONS}
-    pythons = ", ".join(data[v]["python"] for v in VERSIONS)
-    peers = data[VERSIONS[1]]["peers"]
+    data = {r: corpus(*r) for r in RUNS}
+    pythons = ", ".join(data[(v, "")]["python"] for v in VERSIONS)
+    peers = data[(VERSIONS[1], "")]["peers"]
     out = [
         "## The core operations",
         "",
@@ -309,7 +329,7 @@ def operations() -> Tuple[str, List[Chart]]:
                 "title": f"{op}: speedup over {what} (higher is better)",
                 "ylabel": f"speedup ({X})",
                 "groups": labels,
-                "series": {f"Python {v}": values[v] for v in VERSIONS},
+                "series": {run_name(r): values[r] for r in RUNS},
                 "line": 1.0,
             },
         )
@@ -324,10 +344,21 @@ def operations() -> Tuple[str, List[Chart]]:
             table(rows),
             "",
         ]
-    # 3.14, where the engine has none of the layout fast paths: the recorded
-    # comparison with 3.13 with and without them (one session's runs)
-    recorded = (RESULTS / "python3.14" / "fast_paths_cost.md").read_text()
-    out += ["### Python 3.14", "", recorded.split("-->", 1)[1].strip(), ""]
+    out += [
+        "### Without the layout fast paths",
+        "",
+        "The C engine's core reads through CPython's public API; each fast path that"
+        " reads CPython's own layouts is an add-on, kept only where it buys at least"
+        " 10 % on some family (`benchmarks/fast_paths.py`, in callgrind's instructions:"
+        " `benchmarks/results/python3.X/fast_paths.md`). The charts' last two runs are"
+        " the portable core alone, built with `PYTREE_KIT_NO_FAST_PATHS=1` on 3.11 and"
+        " 3.13 (`benchmarks/results/python3.X/no_fast_paths/corpus.md`): what any"
+        " Python the engine was not validated on gets. On 3.10 and 3.11 the portable"
+        " core keeps no class plan from one call to the next (no public API gives a"
+        " class's version tag before 3.12), so trees of records pay for their plans"
+        " in every call.",
+        "",
+    ]
     return "\n".join(out), charts
 
 
@@ -866,12 +897,12 @@ def checkpoint() -> Tuple[str, List[Chart]]:
 
 def readme_chart() -> Chart:
     """The README's one chart: each operation's worst speedup over the 47 trees, per Python."""
-    data = {v: corpus(v) for v in VERSIONS}
+    data = {r: corpus(*r) for r in RUNS}
     series = {
-        f"Python {v}": [
-            round(min(f[op]["worst"] for f in data[v]["families"].values()), 3) for op in OPS
+        run_name(r): [
+            round(min(f[op]["worst"] for f in data[r]["families"].values()), 3) for op in OPS
         ]
-        for v in VERSIONS
+        for r in RUNS
     }
     return Chart(
         "summary",

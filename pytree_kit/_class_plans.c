@@ -23,7 +23,7 @@
  * one call. tags_check (run on import) checks the tags behave so, else no
  * plan is kept across calls.
  * Calls: _pure.class_plan, _fast_type_version_tags.c (class_tag),
- * _record_layout.c (layout_field_codes).
+ * _fast_split_values.c (layout_field_codes).
  */
 
 #include "_core.h"
@@ -85,6 +85,13 @@ tc_add(TypeCache *c, PyTypeObject *t)
 
 /* ------------------------------------------------------------------------ */
 /* _pure.class_plan's answer in C's form */
+
+/* The FieldReads a class's reads_obj (a bytes object, or NULL) holds */
+PK_SHARED_INLINE const FieldReads *
+reads_of(PyObject *reads_obj)
+{
+    return reads_obj == NULL ? NULL : (const FieldReads *)PyBytes_AS_STRING(reads_obj);
+}
 
 /* how many times _pure.class_plan was asked (for tests: _plans_made()) */
 PK_DATA Py_ssize_t plans_made;

@@ -347,8 +347,8 @@ user_node(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *rule, Foun
 
 /* After code ran while a record's fields were read (a getattr), which may
  * have changed the instance: 1 when obj still keeps nothing outside its
- * fields (no slot set that is not a field's; every entry of its __dict__,
- * or on 3.11 of its inline values, a field's), 0 when the pure engine must
+ * fields (no slot set that is not a field's; every entry of its __dict__ a
+ * field's), 0 when the pure engine must
  * decide, -1 on error. Looks at names only: no code runs. */
 static PK_NO_INLINE int
 record_recheck(PyObject *obj, const FieldReads *r, PyObject *names)
@@ -362,23 +362,6 @@ record_recheck(PyObject *obj, const FieldReads *r, PyObject *names)
     if (!r->has_dict) {
         return 1;
     }
-#if LAYOUT_311
-    Py_ssize_t stored = 0;
-    PyObject **values = NULL;
-    if (r->keys != NULL && (void *)SHARED_KEYS(Py_TYPE(obj)) == r->keys) {
-        values = VALUES_OF(obj);
-    }
-    if (values != NULL) {
-        DictKeys *k = r->keys;
-        for (Py_ssize_t j = 0; j < k->dk_nentries; j++) {
-            stored += values[j] != NULL;
-        }
-        for (Py_ssize_t i = 0; i < r->n; i++) {
-            found += r->code[i] < 0 && values[-1 - r->code[i]] != NULL;
-        }
-        return stored == found;
-    }
-#endif
     PyObject *dict = PyObject_GenericGetDict(obj, NULL);
     if (dict == NULL) {
         return -1;
@@ -403,8 +386,8 @@ record_recheck(PyObject *obj, const FieldReads *r, PyObject *names)
 /* Reads the fields of obj, a record whose class's reads are r, into v (new
  * references; NULL for an unset field, counted in *absent) as getattr
  * would, and makes sure that obj keeps no state outside them: nothing in a
- * slot that is not a field's, and nothing in its __dict__ (or, on 3.11, its
- * inline values) but the fields read from there. Returns 1; 2 when obj does
+ * slot that is not a field's, and nothing in its __dict__ but the fields
+ * read from there. Returns 1; 2 when obj does
  * keep, or may keep, such state, for the pure engine to decide (its
  * cached_property values are not state, say) with no reference held; -1 on
  * error with none held. s, when not NULL, is frozen before anything that may
@@ -412,20 +395,17 @@ record_recheck(PyObject *obj, const FieldReads *r, PyObject *names)
  *
  * The __dict__ of an instance of a class with a managed dict (3.11+) is
  * made by PyObject_GenericGetDict when it has none yet, as `vars(obj)`
- * would (on 3.11 the inline values are counted instead). */
+ * would. */
 PK_SHARED_ALWAYS_INLINE int
 record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
             Py_ssize_t *absent, Stack *s)
 {
     Py_ssize_t n = r->n, stored = 0, found = 0, i = 0;
     PyObject *dict = NULL;
-#if LAYOUT_311
-    PyObject **values = NULL;
-#endif
 #if SPLIT_READS
     PyObject **split = NULL;
 #endif
-    int values_all_fields = 0, ran = 0;
+    int ran = 0;
     *absent = 0;
     for (Py_ssize_t j = 0; j < r->n_slots; j++) {
         if (SLOT(obj, READS_SLOT(r, j)) != NULL) {
@@ -433,33 +413,13 @@ record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
         }
     }
     if (r->has_dict) {
-#if LAYOUT_311
-        if (r->keys != NULL && (void *)SHARED_KEYS(Py_TYPE(obj)) == r->keys) {
-            values = VALUES_OF(obj);
+        if ((dict = PyObject_GenericGetDict(obj, NULL)) == NULL) {
+            return -1;
         }
-        if (values != NULL) {
-            DictKeys *k = r->keys;
-            if (k->dk_nentries == r->n_values) {
-                /* every value an instance can hold inline is a field's */
-                values_all_fields = 1;
-            }
-            else {
-                for (Py_ssize_t j = 0; j < k->dk_nentries; j++) {
-                    stored += values[j] != NULL;
-                }
-            }
-        }
-        else
-#endif
-        {
-            if ((dict = PyObject_GenericGetDict(obj, NULL)) == NULL) {
-                return -1;
-            }
-            stored = PyDict_Check(dict) ? PyDict_GET_SIZE(dict) : n + 1;
+        stored = PyDict_Check(dict) ? PyDict_GET_SIZE(dict) : n + 1;
 #if SPLIT_READS
-            split = split_values(dict, r);
+        split = split_values(dict, r);
 #endif
-        }
         if (stored > n) {
             Py_XDECREF(dict);
             return 2;
@@ -471,12 +431,6 @@ record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
         if (code > 0) {
             x = SLOT(obj, code);
         }
-#if LAYOUT_311
-        else if (code < 0 && values != NULL) {
-            x = values[-1 - code];
-            found += x != NULL;
-        }
-#endif
 #if SPLIT_READS
         else if (code < 0 && split != NULL && split_key_is(r, -1 - code, name)) {
             /* the __dict__'s value for name, or NULL where it has none */
@@ -504,9 +458,6 @@ record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
         ran = 1;
         /* the getattr may run code that changes the instance: a values array
          * read above may be gone after it, so the rest are looked up */
-#if LAYOUT_311
-        values = NULL;
-#endif
 #if SPLIT_READS
         split = NULL;
 #endif
@@ -521,7 +472,7 @@ record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
     Py_XDECREF(dict);
     /* what getattr ran may have changed the instance: counted again */
     int kept = ran ? record_recheck(obj, r, names)
-                   : !r->has_dict || values_all_fields || found == stored;
+                   : !r->has_dict || found == stored;
     if (kept != 1) {
         for (Py_ssize_t k = 0; k < n; k++) {
             Py_CLEAR(v[k]);

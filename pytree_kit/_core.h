@@ -41,15 +41,15 @@
  * its gate (below), its import-time check and what it buys:
  *   _fast_type_version_tags.c  a class's version tag (public from 3.12; read
  *                 on 3.10 and 3.11), the key of the class memo
- *   _fast_int_digits.c  a small int's value (ob_digit on 3.10 and 3.11)
  *   _fast_odict_links.c  an OrderedDict's own order, from its list of keys
  *   _fast_dict_reads.c  an exact dict's entries read in place
  *   _fast_dict_tables.c  unflatten's dicts copied from a template's table
- *   _fast_split_tables.c  a recipe's dicts sharing one split keys table
- *   _record_layout.c  a record's fields as indexes into its class's shared
- *                 keys, for the two paths that read them:
- *   _fast_instance_values.c  3.11's inline values
- *   _fast_split_values.c  a __dict__'s split values
+ *   _fast_split_values.c  a record's fields read from its __dict__'s split
+ *                 values, at their indexes in the class's shared keys
+ * (Three paths measured under the 10 % are gone: int_digits, a small int's
+ * digit on 3.10-3.11, 1.08x at most; instance_values, 3.11's inline values,
+ * 1.07x; split_tables, a recipe's dicts sharing one split keys table on
+ * 3.10-3.12, 1.07x: benchmarks/results/python3.11/fast_paths.md.)
  *   _memo.c       the tables kept across calls: one eviction rule, a clear
  *   _class_plans.c how a class's instances are read, asked of
  *                 _pure.class_plan once per class; the per-call type cache
@@ -94,23 +94,13 @@
  *                      public way to it (3.10, 3.11; VERSION_TAGS; from 3.12
  *                      the engine asks PyUnstable_Type_AssignVersionTag:
  *                      _class_plans.c)
- *   int_digits         a one-digit int's value read from ob_digit (3.10, 3.11;
- *                      3.12 on has PyUnstable_Long_CompactValue; INT_DIGITS,
- *                      int_digits_check)
- *   instance_values    a record's fields read from its inline values (3.11;
- *                      LAYOUT_311, values_reads_check)
  *   dict_reads         an exact dict's entries read from its table in
  *                      place (3.10-3.15; DICT_READS, dict_reads_check)
  *   dict_tables        dicts of the same keys copied from a template's
  *                      table (3.10-3.15; DICT_TABLES, dict_layout_check)
- *   split_tables       the dicts of a spec's unflatten recipe (up to 21 str
- *                      keys) made as split tables sharing one keys table
- *                      (3.10-3.12; SPLIT_TABLES, split_tables_check)
  *   split_values       a record's field read from its __dict__'s split
  *                      values, at the name's index in the class's shared
- *                      keys (3.10-3.15; on 3.11 for an instance whose
- *                      __dict__ was made, as vars() makes it; SPLIT_READS,
- *                      split_reads_check)
+ *                      keys (3.10-3.15; SPLIT_READS, split_reads_check)
  *   odict_links        an OrderedDict's own order read from its linked list
  *                      of keys (3.10-3.15; ODICT_LINKS, odict_links_check)
  * 3.14 and 3.15 lay out dicts, their keys tables and split values as 3.13
@@ -150,11 +140,6 @@
 #else
 #define VERSION_TAGS (PK_VALIDATED && PY_VERSION_HEX < 0x030C0000)
 #endif
-#if defined(PK_WITHOUT_INT_DIGITS)
-#define INT_DIGITS 0
-#else
-#define INT_DIGITS (PK_VALIDATED && PY_VERSION_HEX < 0x030C0000)
-#endif
 #if defined(PK_WITHOUT_ODICT_LINKS)
 #define ODICT_LINKS 0
 #else
@@ -170,23 +155,10 @@
 #else
 #define DICT_TABLES DICT_READS
 #endif
-#if PK_VALIDATED && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && \
-    !defined(PK_WITHOUT_INSTANCE_VALUES)
-#define LAYOUT_311 1
-#else
-#define LAYOUT_311 0
-#endif
 #if defined(PK_WITHOUT_SPLIT_VALUES)
 #define SPLIT_READS 0
 #else
 #define SPLIT_READS PK_VALIDATED
-#endif
-/* (made only for recipes, which are kept across calls; 3.13 lays split values
- * out anew) */
-#if defined(PK_WITHOUT_SPLIT_TABLES)
-#define SPLIT_TABLES 0
-#else
-#define SPLIT_TABLES (DICT_TABLES && KEEP_ACROSS_CALLS && PY_VERSION_HEX < 0x030D0000)
 #endif
 
 /* A dict of more than BIG_DICT keys has its insertion order remembered
@@ -307,7 +279,7 @@ typedef struct {
     void *keys;         /* the class's shared keys when the codes were made */
     int has_dict;       /* its instances have a __dict__ */
     Py_ssize_t n;       /* its fields */
-    Py_ssize_t n_values; /* of them, those read from the inline values (3.11) */
+    Py_ssize_t n_values; /* of them, those read from split values */
     Py_ssize_t n_slots; /* its classes' slots that are not fields */
     /* n codes; then n dict flags; then the n_slots slots' offsets */
     Py_ssize_t code[1];
@@ -689,18 +661,12 @@ dict_in_key_order(PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ssize_
 
 /* The fast paths, a file each (_fast_*.c), and _record_layout.c: each
  * path's flag is set on import by its check (_speedups.c's init calls them) */
-PK_SHARED_DATA int values_reads_ok, dict_reads_ok, dict_layout_ok,
-    split_reads_ok, split_tables_ok, int_digits_ok, odict_links_ok;
+PK_SHARED_DATA int dict_reads_ok, dict_layout_ok, split_reads_ok, odict_links_ok;
 /* _fast_type_version_tags.c: a class's version tag */
 PK_SHARED_INLINE unsigned int class_tag(PyTypeObject *t, int assign);
 PK_SHARED_INLINE unsigned int meta_tag(PyTypeObject *t, int assign);
 PK_SHARED int plans_kept(void);
 PK_SHARED void tags_check(void);
-/* _fast_int_digits.c: small ints */
-PK_SHARED_INLINE Py_ssize_t small_long(PyObject *o);
-#if INT_DIGITS
-PK_SHARED void int_digits_check(void);
-#endif
 /* _fast_odict_links.c: an OrderedDict's own order */
 PK_SHARED int odict_in_dict_order(PyObject *obj);
 #if ODICT_LINKS
@@ -725,24 +691,8 @@ PK_SHARED int template_plain(PyObject *t, Py_ssize_t n);
 PK_SHARED size_t template_size(PyObject *t);
 PK_SHARED_INLINE int value_tracks(PyObject *v);
 #endif
-/* _fast_split_tables.c: a recipe's dicts sharing one keys table */
-#if SPLIT_TABLES
-PK_SHARED int dict_split(PyObject *holder, const Py_ssize_t *at, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step, PyObject **out, Untracked *later);
-PK_SHARED int split_holder_make(PyObject *tmpl, size_t size, Py_ssize_t n, PyObject **out);
-PK_SHARED void split_tables_check(void);
-#endif
-/* _record_layout.c: a record's fields as indexes into its class's shared keys */
-PK_SHARED void layout_field_codes(PyTypeObject *t, PyObject *names, FieldReads *r);
-PK_SHARED_INLINE const FieldReads *reads_of(PyObject *reads_obj);
-#if LAYOUT_311 || SPLIT_READS
-PK_SHARED PyObject *probe_reads(PyTypeObject *t, PyObject *names);
-PK_SHARED_INLINE int shares_keys(PyTypeObject *t);
-#endif
-/* _fast_instance_values.c: 3.11's inline values */
-#if LAYOUT_311
-PK_SHARED void values_reads_check(void);
-#endif
 /* _fast_split_values.c: a __dict__'s split values */
+PK_SHARED void layout_field_codes(PyTypeObject *t, PyObject *names, FieldReads *r);
 #if SPLIT_READS
 PK_SHARED_INLINE int split_key_is(const FieldReads *r, Py_ssize_t ix, PyObject *name);
 PK_SHARED void split_reads_check(void);
@@ -780,6 +730,7 @@ PK_SHARED MemoHead *memo_victim(MemoTable *t, MemoHead *set);
 /* how many times _pure.class_plan was asked (for tests) */
 PK_SHARED_DATA Py_ssize_t plans_made;
 PK_SHARED TypeEntry *class_entry(Ctx *c, Stack *s, PyTypeObject *t);
+PK_SHARED_INLINE const FieldReads *reads_of(PyObject *reads_obj);
 PK_SHARED PyObject *record_reads(PyTypeObject *t, PyObject *names, PyObject *reads, PyObject *other);
 PK_SHARED void tc_clear(TypeCache *c);
 PK_SHARED TypeEntry *tc_find(TypeCache *c, PyTypeObject *t);
@@ -815,6 +766,7 @@ PK_SHARED PyObject *sp_iter_leaves(PyObject *self, PyObject *const *args, Py_ssi
 PK_SHARED PyObject *sp_leaves(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* _specread.c: reading a TreeSpec */
+PK_SHARED_INLINE Py_ssize_t small_long(PyObject *o);
 PK_SHARED_INLINE int node_parts(PyObject *node, int *kind, Py_ssize_t *arity);
 PK_NO_INLINE PK_SHARED Py_ssize_t order_index(PyObject *orders, Py_ssize_t i);
 PK_SHARED int spec_parts(PyObject *spec, PyObject **nodes, PyObject **orders, Py_ssize_t *num_leaves);

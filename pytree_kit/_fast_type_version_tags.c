@@ -10,7 +10,9 @@
  * lasts one call. tags_check, run on import, checks that tags behave as the
  * class memo relies on, either way; it failing, or the path off, every plan
  * lasts one call. What it buys over the portable core
- * (benchmarks/fast_paths.py): FIGURE_type_version_tags.
+ * (benchmarks/fast_paths.py): on 3.11.7 up to 53x
+ * (attrs batch of 4, flatten_up_to), 48x on a dataclass batch, 9.5x on a
+ * state_dict of 10 (benchmarks/results/python3.11/fast_paths.md).
  *   class_tag, meta_tag  a class's tag, its metaclass's
  *   tags_check           the import-time check
  *   plans_kept           whether plans are kept across calls

@@ -8,7 +8,7 @@
 #define PYTREE_KIT_LAYOUTS_H
 
 /* (the tables' layout serves the split reads too: each may be left out alone) */
-#if DICT_READS || SPLIT_READS || LAYOUT_311
+#if DICT_READS || SPLIT_READS
 #if PY_VERSION_HEX >= 0x030B0000
 /* A dict's table as CPython 3.11, 3.12 and 3.13 lay it out in GIL builds
  * (Include/internal/pycore_dict.h, the same fields in all three; 3.13 adds a
@@ -75,17 +75,6 @@ typedef struct {
 #define SPLIT_STEP (PY_VERSION_HEX >= 0x030B0000 ? 2 : 3)
 #endif
 
-#if LAYOUT_311
-/* CPython 3.11's layout of an instance (Include/internal/pycore_object.h):
- * an instance of a class with Py_TPFLAGS_MANAGED_DICT has, 4 pointers before
- * the object, a pointer to its values array (NULL once a dict is made for it),
- * and the class's shared keys are a dict table (DictKeys), with dk_nentries
- * entries of (key, value). The module checks these on import
- * (values_reads_check) and leaves the paths that rely on them off if the
- * check fails. */
-#define VALUES_OF(obj) (((PyObject ***)(obj))[-4])
-#endif
-
 #if SPLIT_READS
 /* CPython's split dicts (Include/internal/pycore_dict.h; 3.10:
  * Objects/dictobject.c): the __dict__ of an instance of a heap class may share
@@ -93,9 +82,9 @@ typedef struct {
  * of (hash, key, value)) and keep its own values apart, in ma_values: an array
  * of them in the shared keys' order, at the start of ma_values on 3.10 to
  * 3.12, after four bytes (capacity, size, embedded, valid) on 3.13; NULL where
- * the instance has no value for that key. (On 3.11 an instance keeps its
- * values inline, LAYOUT_311, until its __dict__ is asked for: that dict is a
- * split one over the same array.) On 3.10 the class may let go of its shared
+ * the instance has no value for that key. (From 3.11 an instance keeps its
+ * values inline until its __dict__ is asked for: that dict is a split one
+ * over the same array.) On 3.10 the class may let go of its shared
  * keys, and they may be freed and their memory reused, without a new version
  * tag: split_key_is reads the dict's own table, which is alive. The module
  * checks this on import (split_reads_check) and leaves the path off if it
@@ -108,7 +97,7 @@ typedef struct {
 } SplitValues;
 #endif
 
-#if LAYOUT_311 || SPLIT_READS
+#if SPLIT_READS
 #define SHARED_KEYS(t) ((DictKeys *)((PyHeapTypeObject *)(t))->ht_cached_keys)
 /* The key of entry i of a class's shared keys k */
 #if PY_VERSION_HEX >= 0x030B0000

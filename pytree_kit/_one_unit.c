@@ -6,13 +6,9 @@
  */
 #include "_core.c"
 #include "_fast_type_version_tags.c"
-#include "_fast_int_digits.c"
 #include "_fast_odict_links.c"
 #include "_fast_dict_reads.c"
 #include "_fast_dict_tables.c"
-#include "_fast_split_tables.c"
-#include "_record_layout.c"
-#include "_fast_instance_values.c"
 #include "_fast_split_values.c"
 #include "_memo.c"
 #include "_class_plans.c"

@@ -6,10 +6,26 @@
  *   node_parts     a node's kind and arity, checked (pk_node_parts for the
  *                  other files)
  *   order_index    the node index of an insertion-order entry
- * Calls: _fast_int_digits.c (small_long). Called by _unflatten.c, _up_to.c, _specops.c.
+ * Calls: only the C API. Called by _unflatten.c, _up_to.c, _specops.c, _flatten.c.
  */
 
 #include "_core.h"
+
+/* The value of an exact int known to be small and non-negative, read
+ * without a call where the public API allows (3.12 on); -1 (maybe with an
+ * error set) otherwise. (On 3.10 and 3.11 the int_digits fast path read the
+ * digit itself: at most 8 % on a family, state_dict 10's unflatten, under the
+ * 10 % a fast path must buy: benchmarks/results/python3.11/fast_paths.md.) */
+PK_SHARED_INLINE Py_ssize_t
+small_long(PyObject *o)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    if (PyUnstable_Long_IsCompact((PyLongObject *)o)) {
+        return (Py_ssize_t)PyUnstable_Long_CompactValue((PyLongObject *)o);
+    }
+#endif
+    return PyLong_AsSsize_t(o);
+}
 
 PK_SHARED int
 spec_parts(PyObject *spec, PyObject **nodes, PyObject **orders, Py_ssize_t *num_leaves)

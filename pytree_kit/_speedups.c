@@ -253,20 +253,11 @@ constants_init(void)
     INTERN(s_the_spec, "the spec");
     INTERN(s_the_tree, "the tree");
     tags_check();
-#if INT_DIGITS
-    int_digits_check();
-#endif
 #if DICT_READS
     dict_reads_check();
 #endif
-#if LAYOUT_311
-    values_reads_check();
-#endif
 #if DICT_TABLES
     dict_layout_check(); /* after dict_reads_check: it needs the reads */
-#endif
-#if SPLIT_TABLES
-    split_tables_check(); /* after dict_layout_check: it needs the templates */
 #endif
 #if SPLIT_READS
     split_reads_check();
@@ -288,12 +279,9 @@ static int
 add_build_facts(PyObject *m)
 {
     PyObject *fast = Py_BuildValue(
-        "{sNsNsNsNsNsNsNsN}", "type_version_tags", PyBool_FromLong(VERSION_TAGS && plans_kept()),
-        "int_digits", PyBool_FromLong(INT_DIGITS && int_digits_ok), "instance_values",
-        PyBool_FromLong(LAYOUT_311 && values_reads_ok), "dict_reads",
-        PyBool_FromLong(DICT_READS && dict_reads_ok), "dict_tables",
-        PyBool_FromLong(DICT_TABLES && dict_layout_ok), "split_tables",
-        PyBool_FromLong(SPLIT_TABLES && split_tables_ok), "split_values",
+        "{sNsNsNsNsN}", "type_version_tags", PyBool_FromLong(VERSION_TAGS && plans_kept()),
+        "dict_reads", PyBool_FromLong(DICT_READS && dict_reads_ok), "dict_tables",
+        PyBool_FromLong(DICT_TABLES && dict_layout_ok), "split_values",
         PyBool_FromLong(SPLIT_READS && split_reads_ok), "odict_links",
         PyBool_FromLong(ODICT_LINKS && odict_links_ok));
     int added = fast == NULL ? -1 : PyModule_AddObjectRef(m, "FAST_PATHS", fast);
@@ -304,7 +292,6 @@ add_build_facts(PyObject *m)
     const int no_fast_paths = 0;
 #endif
     if (added < 0 ||
-        PyModule_AddIntConstant(m, "VALUES_READS", LAYOUT_311 && values_reads_ok) < 0 ||
         PyModule_AddIntConstant(m, "DICT_TABLES", DICT_TABLES && dict_layout_ok) < 0 ||
         PyModule_AddIntConstant(m, "VALIDATED_PYTHON", PK_VALIDATED_PYTHON) < 0 ||
         PyModule_AddIntConstant(m, "NO_FAST_PATHS", no_fast_paths) < 0 ||

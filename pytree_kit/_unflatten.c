@@ -15,8 +15,7 @@
  *                  array kept in the spec's _recipe slot (recipe_of, recipe_make),
  *                  which recipe_unflatten follows instead of the nodes
  *   pk_unflatten   the entry point FastCall calls (_speedups.h)
- * Calls: _specread.c, _fast_dict_tables.c (templates), _fast_split_tables.c,
- * _fast_int_digits.c (small_long), _classify.c
+ * Calls: _specread.c (small_long), _fast_dict_tables.c (templates), _classify.c
  * (big_orders, key_places), _core.h.
  */
 
@@ -783,14 +782,12 @@ orders_as_flatten_makes(PyObject *orders)
 typedef struct {
     PyObject *node;  /* borrowed from the recipe's nodes */
     PyObject *order; /* borrowed from the recipe's orders, or NULL */
-    PyObject *tmpl;  /* borrowed from the recipe's templates (or, split, its
-                      * holders), or NULL */
+    PyObject *tmpl;  /* borrowed from the recipe's templates, or NULL */
     Py_ssize_t at;   /* with a template and an order: its places, at[at ..] */
     uint32_t size;   /* with a template: its table's size in bytes */
     int32_t arity;
     uint8_t kind;
     uint8_t tuples; /* with a template: a key is a tuple */
-    uint8_t split;  /* tmpl is the holder of a split table (dict_split) */
 } RecipeStep;
 
 typedef struct {
@@ -798,11 +795,6 @@ typedef struct {
     PyObject *nodes;     /* strong or NULL (cleared): the spec's */
     PyObject *orders;    /* strong or NULL (cleared): the spec's */
     PyObject *templates; /* strong or NULL: a list of the templates */
-    PyObject *holders;   /* strong or NULL: a list of the split tables' holders,
-                          * untracked and not traversed, so that no one can
-                          * reach a holder (gc.get_referents, gc.get_objects)
-                          * and change its table: empty dicts of str keys,
-                          * they hold nothing the collector looks for */
     Py_ssize_t n;        /* nodes in v */
     Py_ssize_t leaves;
     RecipeStep *v;         /* in the loop's order: v[0] is the last node */
@@ -833,7 +825,6 @@ recipe_dealloc(Recipe *p)
 {
     PyObject_GC_UnTrack(p);
     recipe_clear(p);
-    Py_XDECREF(p->holders);
     PyMem_Free(p->v);
     PyMem_Free(p->at);
     PyObject_GC_Del(p);
@@ -974,7 +965,6 @@ recipe_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_le
     p->nodes = Py_NewRef(nodes);
     p->orders = Py_NewRef(orders);
     p->templates = NULL;
-    p->holders = NULL;
     p->n = 0;
     p->leaves = 0;
     p->at = NULL;
@@ -982,10 +972,6 @@ recipe_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_le
     Py_ssize_t sp = 0, oi = no - 1;
 #if DICT_TABLES
     Py_ssize_t at_n = 0, at_cap = 0; /* p->at's used length and room */
-#endif
-#if SPLIT_TABLES
-    PyObject *last_t = NULL;      /* the template of the last dict given one */
-    PyObject *last_holder = NULL; /* its split table's holder, or NULL */
 #endif
     Py_ssize_t next_at = oi >= 0 ? order_index(orders, oi) : -1;
     PyObject_GC_Track(p);
@@ -1042,55 +1028,23 @@ recipe_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_le
                 Py_XDECREF(t);
                 continue;
             }
-            PyObject *holder = NULL; /* a split table's, borrowed from p->holders */
-#if SPLIT_TABLES
-            /* a split table for the first dict of a template, and the same
-             * one for the dicts of that template that follow it (the dicts
-             * of a list of records, a chain) */
-            if (t != last_t) {
-                r = split_holder_make(t, size, arity, &holder);
-                if (r > 0) {
-                    /* out of the collector's reach (see Recipe): holders hold
-                     * only str keys */
-                    if (p->holders == NULL && (p->holders = PyList_New(0)) != NULL) {
-                        PyObject_GC_UnTrack(p->holders);
-                    }
-                    r = p->holders != NULL ? PyList_Append(p->holders, holder) : -1;
-                    Py_DECREF(holder); /* (p->holders keeps it) */
-                }
-                if (r < 0) {
-                    Py_DECREF(t);
-                    goto fail;
-                }
-                Py_XSETREF(last_t, Py_NewRef(t));
-                last_holder = holder;
-            }
-            holder = last_holder;
-#endif
-            if (holder != NULL) {
+            /* the same template for the same keys and order met before
+             * in this recipe (the dicts of a list of records) */
+            Py_ssize_t nt = PyList_GET_SIZE(p->templates);
+            PyObject *last = nt > 0 ? PyList_GET_ITEM(p->templates, nt - 1) : NULL;
+            if (last == t) {
                 Py_DECREF(t);
-                pn->tmpl = holder;
-                pn->split = 1;
             }
             else {
-                /* the same template for the same keys and order met before
-                 * in this recipe (the dicts of a list of records) */
-                Py_ssize_t nt = PyList_GET_SIZE(p->templates);
-                PyObject *last = nt > 0 ? PyList_GET_ITEM(p->templates, nt - 1) : NULL;
-                if (last == t) {
-                    Py_DECREF(t);
+                r = PyList_Append(p->templates, t);
+                Py_DECREF(t);
+                if (r < 0) {
+                    goto fail;
                 }
-                else {
-                    r = PyList_Append(p->templates, t);
-                    Py_DECREF(t);
-                    if (r < 0) {
-                        goto fail;
-                    }
-                }
-                pn->tmpl = PyList_GET_ITEM(p->templates, PyList_GET_SIZE(p->templates) - 1);
-                pn->size = (uint32_t)size;
-                pn->tuples = (uint8_t)tuples;
             }
+            pn->tmpl = PyList_GET_ITEM(p->templates, PyList_GET_SIZE(p->templates) - 1);
+            pn->size = (uint32_t)size;
+            pn->tuples = (uint8_t)tuples;
             if (order != NULL) {
                 if (recipe_at_add(p, at, arity, &at_n, &at_cap) < 0) {
                     goto fail;
@@ -1100,9 +1054,6 @@ recipe_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_le
         }
 #endif
     }
-#if SPLIT_TABLES
-    Py_XDECREF(last_t);
-#endif
     if (sp == 1 && p->leaves == num_leaves) {
         return p;
     }
@@ -1110,9 +1061,6 @@ recipe_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_le
     return NULL;
 none: /* (no recipe: no error set) */
 fail: /* (an error set) */
-#if SPLIT_TABLES
-    Py_XDECREF(last_t);
-#endif
     Py_DECREF(p);
     return NULL;
 }
@@ -1194,14 +1142,8 @@ recipe_unflatten(PkState *state, Recipe *p, PyObject *seq, int is_list, PyObject
 #if DICT_TABLES
         if (pn->tmpl != NULL) {
             const Py_ssize_t *at = pn->order != NULL ? p->at + pn->at : NULL;
-#if SPLIT_TABLES
-            int r = pn->split ? dict_split(pn->tmpl, at, &st[sp - 1], arity, -1, &v, later)
-                              : dict_from_template(pn->tmpl, pn->size, pn->tuples, at,
-                                                   &st[sp - 1], arity, -1, &v, later);
-#else
             int r = dict_from_template(pn->tmpl, pn->size, pn->tuples, at, &st[sp - 1], arity,
                                        -1, &v, later);
-#endif
             if (r < 0) {
                 goto fail;
             }

@@ -1105,11 +1105,11 @@ def test_record_field_reads_take_the_fast_path_where_they_can() -> None:
         return _speedups._field_codes(cls, names, tuple(_pure._field_read(cls, n) for n in names))
 
     _Plain(0), _Described()  # a name enters the shared keys when an instance first sets it
-    if _speedups.VALUES_READS or _speedups.FAST_PATHS["split_values"]:
+    if _speedups.FAST_PATHS["split_values"]:
         assert all(c < 0 for c in codes(_Plain, ("x", "y")))
         assert codes(_Described, ("x", "y"))[0] == 0 and codes(_Described, ("x", "y"))[1] < 0
-    # on for 3.11 (inline values) and every validated version (split __dict__
-    # values) unless built without fast paths (tests/test_versions.py has every path)
+    # on for every validated version (split __dict__ values) unless built
+    # without fast paths (tests/test_versions.py has every path)
     assert (
         _speedups.NO_FAST_PATHS
         or not _speedups.VALIDATED_PYTHON
@@ -1421,9 +1421,8 @@ def _collector_off() -> Iterator[None]:
 
 
 def _same_dicts(a: Any, b: Any) -> None:
-    """Dicts of a and b: same items in the same order, same size in memory (or,
-    b's, smaller: a split table of a plan, where split_tables is on, of str
-    keys), same GC tracking; leaves the same objects."""
+    """Dicts of a and b: same items in the same order, same size in memory,
+    same GC tracking; leaves the same objects."""
     da, db = _dicts(a), _dicts(b)
     assert len(da) == len(db)
     for x, y in zip(da, db):
@@ -1434,12 +1433,8 @@ def _same_dicts(a: Any, b: Any) -> None:
 
 
 def _same_size(x: dict, y: dict) -> None:
-    """y is as large in memory as x, or smaller as a plan's split table can be
-    (where split_tables is on: exact str keys, at most 21)."""
-    if _SPLIT_TABLES and sys.getsizeof(y) < sys.getsizeof(x):
-        assert type(y) is dict and all(type(k) is str for k in y) and len(y) <= 21
-    else:
-        assert sys.getsizeof(x) == sys.getsizeof(y)
+    """y is as large in memory as x."""
+    assert sys.getsizeof(x) == sys.getsizeof(y)
 
 
 def test_dicts_copied_from_templates_match() -> None:
@@ -1997,8 +1992,6 @@ def test_unflatten_recipe_made_on_second_call_and_followed() -> None:
             assert spec.to_json() == again.to_json()
 
 
-_SPLIT_TABLES = _speedups is not None and _speedups.FAST_PATHS.get("split_tables", False)
-
 # operations on a dict, each applied to an unflattened dict and to a plain
 # dict with the same items, which must agree: (name, key index, value)
 _DICT_OPS = st.tuples(
@@ -2020,12 +2013,11 @@ def _dict_key(i: int) -> Any:
     st.lists(st.tuples(st.integers(0, 3), _DICT_OPS), max_size=40),
 )
 def test_unflattened_dicts_of_a_recipe_behave_as_dicts(width: int, ops: list) -> None:
-    """The dicts a spec's recipe makes (split tables sharing one keys table
-    where split_tables is on: 3.10-3.12) are dicts like any other: four of
-    them, and one made again after the others were changed, agree with plain
-    dicts under inserts of new str keys (which may grow the shared table),
-    other keys (which give a dict a table of its own), deletes, pops, copies
-    and clearing: items, order, lookup, size, equality, repr and pickling."""
+    """The dicts a spec's recipe makes (copies of a template's table where
+    dict_tables is on) are dicts like any other: four of them, and one made
+    again after the others were changed, agree with plain dicts under inserts
+    of new str keys, other keys, deletes, pops, copies and clearing: items,
+    order, lookup, size, equality, repr and pickling."""
     # What exists before the example stays out of its collection at the end
     # (with torch and jax loaded, a gc.collect() walking the whole heap took
     # ~1 s an example); the dicts made here are still walked.
@@ -2044,8 +2036,6 @@ def _dicts_of_a_recipe(width: int, ops: list) -> None:
         _speedups.unflatten(spec, leaves)  # the second makes the recipe
     got = _speedups.unflatten(spec, leaves)
     assert type(spec._recipe).__name__ == "Recipe"
-    if _SPLIT_TABLES:  # shared keys: only the values are each dict's own
-        assert sys.getsizeof(got[0]) < sys.getsizeof(dict(tree[0]))
     models = [dict(d) for d in got]
 
     def agree() -> None:
@@ -2126,9 +2116,9 @@ def test_instance_dicts_flatten_as_the_pure_engine_does() -> None:
 
 
 @_KEEPS
-def test_unflatten_split_tables_give_back_their_keys() -> None:
-    """A recipe's split table holds the keys of its dicts while the recipe or a
-    dict lives, and gives them back when the last is gone; a dict that
+def test_unflatten_recipes_give_back_their_keys() -> None:
+    """A recipe's templates hold the keys of its dicts while the recipe or a
+    dict lives, and give them back when the last is gone; a dict that
     outlives its spec stays whole."""
     keys = ["".join(("key", str(i))) for i in range(3)]  # not interned: counts are exact
     tree = [{k: [i] for i, k in enumerate(keys)} for _ in range(5)]
@@ -2140,15 +2130,11 @@ def test_unflatten_split_tables_give_back_their_keys() -> None:
     leaves, spec = _speedups.flatten(tree, None, None)
     for _ in range(3):
         got = _speedups.unflatten(spec, leaves)
-    # the split table's holder (an empty dict of it) is out of anyone's reach
-    reach = gc.get_referents(spec._recipe)
-    reach += [o for r in reach if isinstance(r, list) for o in r]
-    assert not [o for o in reach if type(o) is dict and not o]
     kept = got[2]
     del got, spec
     gc.collect()
     assert list(kept) == keys and [kept[k] for k in keys] == [[0], [1], [2]]
-    kept["extra"] = 1  # into the shared table, if it is one
+    kept["extra"] = 1  # the copy grows as any dict does
     assert list(kept) == [*keys, "extra"]
     del kept
     gc.collect()
@@ -2332,7 +2318,7 @@ def test_dict_copies_keep_refcounts() -> None:
     tree = [dict(zip(keys, vals)) for _ in range(50)]
     leaves, spec = _speedups.flatten(tree, None, None)
     # warm calls: the template kept for these keys holds a reference to each,
-    # and so does the spec's plan (its split table, where split_tables is on)
+    # and so does the spec's recipe (its templates)
     for _ in range(2):
         _speedups.unflatten(spec, leaves)
     before = [sys.getrefcount(x) for x in keys + vals]

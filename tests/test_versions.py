@@ -38,11 +38,8 @@ def expected_fast_paths() -> dict[str, bool]:
     on = bool(_speedups.VALIDATED_PYTHON) and not _speedups.NO_FAST_PATHS
     return {
         "type_version_tags": on and v <= (3, 11),  # 3.12 on: PyUnstable_Type_AssignVersionTag
-        "int_digits": on and v <= (3, 11),  # 3.12 on: PyUnstable_Long_CompactValue
-        "instance_values": on and v == (3, 11),
         "dict_reads": on,
         "dict_tables": on,
-        "split_tables": on and v <= (3, 12),  # 3.13 lays split values out anew
         "split_values": on,  # 3.11: for an instance whose __dict__ was made
         "odict_links": on,
     }
@@ -71,7 +68,6 @@ def test_fast_paths_are_on_where_they_were_validated() -> None:
     assert _speedups.FAST_PATHS == expected_fast_paths()
     assert pk.engine_info()["fast_paths"] == expected_fast_paths()
     assert bool(_speedups.DICT_TABLES) == expected_fast_paths()["dict_tables"]
-    assert bool(_speedups.VALUES_READS) == expected_fast_paths()["instance_values"]
 
 
 def _docs_fast_path_table() -> tuple[list[str], dict[str, set[str]]]:
