@@ -35,6 +35,8 @@ VERSIONS = ("3.10", "3.11", "3.12", "3.13", "3.14", "3.15")
 #: (benchmarks/results/python3.X/no_fast_paths/)
 PORTABLE = "no_fast_paths"
 RUNS = (*((v, "") for v in VERSIONS), ("3.11", PORTABLE), ("3.13", PORTABLE))
+#: the Pythons the tree algebra was recorded on (benchmarks/algebra.py)
+ALGEBRA_VERSIONS = ("3.10", "3.11", "3.12", "3.13")
 OPS = ("flatten", "unflatten", "leaves", "tree_map", "flatten_up_to")
 OP_CALLS = {
     "flatten": "`pk.flatten(tree)` against each peer's `tree_flatten`",
@@ -364,23 +366,26 @@ def operations() -> Tuple[str, List[Chart]]:
 
 def algebra() -> Tuple[str, List[Chart]]:
     tables = {
-        v: md_table(RESULTS / f"python{v}" / "algebra.md", "## Worst ratio") for v in VERSIONS
+        v: md_table(RESULTS / f"python{v}" / "algebra.md", "## Worst ratio")
+        for v in ALGEBRA_VERSIONS
     }
-    cells_of = {v: {r[0]: number(r[1]) for r in tables[v][1:]} for v in VERSIONS}
+    cells_of = {v: {r[0]: number(r[1]) for r in tables[v][1:]} for v in ALGEBRA_VERSIONS}
     # the functions only torch has a peer for are timed where torch is (3.11)
-    functions = list(dict.fromkeys(r[0] for v in ("3.11", *VERSIONS) for r in tables[v][1:]))
-    rows = [["function"] + [f"Python {v}" for v in VERSIONS]]
-    values: Dict[str, List[Optional[float]]] = {v: [] for v in VERSIONS}
+    functions = list(
+        dict.fromkeys(r[0] for v in ("3.11", *ALGEBRA_VERSIONS) for r in tables[v][1:])
+    )
+    rows = [["function"] + [f"Python {v}" for v in ALGEBRA_VERSIONS]]
+    values: Dict[str, List[Optional[float]]] = {v: [] for v in ALGEBRA_VERSIONS}
     for name in functions:
         cells = [name]
-        for v in VERSIONS:
+        for v in ALGEBRA_VERSIONS:
             x = cells_of[v].get(name)
             values[v].append(x)
             cells.append("—" if x is None else f"{x:.2f}{X}")
         rows.append(cells)
     # the outlier the caption explains: jax's flatten_one_level, on the Pythons
     # whose jax has one (3.10's does not: optree is the peer there)
-    below = [v for v in VERSIONS if cells_of[v].get("flatten_one_level", 1.0) < 1.0]
+    below = [v for v in ALGEBRA_VERSIONS if cells_of[v].get("flatten_one_level", 1.0) < 1.0]
     one_level_low = min((cells_of[v]["flatten_one_level"] for v in below), default=1.0)
     chart = Chart(
         "algebra",
@@ -390,7 +395,7 @@ def algebra() -> Tuple[str, List[Chart]]:
             "title": "tree algebra: worst speedup over the fastest peer (log scale)",
             "ylabel": f"speedup ({X})",
             "groups": functions,
-            "series": {f"Python {v}": values[v] for v in VERSIONS},
+            "series": {f"Python {v}": values[v] for v in ALGEBRA_VERSIONS},
             "line": 1.0,
             "log": True,
         },
