@@ -343,7 +343,11 @@ def operations() -> Tuple[str, List[Chart]]:
             "",
             f"{OP_CALLS[op]}.",
             "",
-            table(rows),
+            table([r[: 1 + len(VERSIONS)] for r in rows]),
+            "",
+            "The portable core alone (no layout fast paths):",
+            "",
+            table([[r[0], *r[1 + len(VERSIONS) :]] for r in rows]),
             "",
         ]
     out += [
