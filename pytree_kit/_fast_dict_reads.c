@@ -6,8 +6,9 @@
  * builds). Checked on import by dict_reads_check, which sets dict_reads_ok;
  * off, the callers read with PyDict_Next. What it buys over the portable core
  * (benchmarks/fast_paths.py, callgrind's instructions): up to 2.95x on
- * 3.11.7 and 2.38x on 3.13.0 (a state_dict of 1,000, flatten_up_to;
- * benchmarks/results/python3.1X/fast_paths.md).
+ * 3.11.7 and 2.38x on 3.13.0 (a state_dict of 1,000, flatten_up_to), 1.78x
+ * on 3.14.10 and 1.86x on 3.15.2 (a state_dict of 100: those runs count the
+ * first 2 sizes; benchmarks/results/python3.1X/fast_paths.md).
  *   dict_table        an exact dict's items in place, when it has no holes
  *   dict_reads_check  the import-time check
  * Callers: _classify.c's dict paths, _up_to.c.
