@@ -17,7 +17,7 @@
  *   split_values, split_key_is  the values, and whether an index is a name's
  *   split_reads_check           the import-time check
  * Callers: _classify.c's record reads, _class_plans.c.
- * Calls: only the C API and _core.h.
+ * Calls: _class_plans.c (record_reads).
  */
 
 #include "_core.h"
@@ -118,29 +118,22 @@ layout_field_codes(PyTypeObject *t, PyObject *names, FieldReads *r)
 }
 
 #if SPLIT_READS
-/* The reads of a class made by a fast path's check, whose fields (names, exact
- * strs) the class binds to nothing: as _class_plans.c's record_reads makes
- * them for such a class. A bytes object (reads_of), or NULL. */
+/* The reads of a class made by the check below, whose fields (names, exact
+ * strs) the class binds to nothing: _class_plans.c's record_reads for them,
+ * each read from the instance __dict__. A bytes object (reads_of), or NULL. */
 static PyObject *
 probe_reads(PyTypeObject *t, PyObject *names)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(names);
-    PyObject *b = PyBytes_FromStringAndSize(
-        NULL, offsetof(FieldReads, code) + (2 * n + 1) * sizeof(Py_ssize_t));
-    if (b == NULL) {
-        return NULL;
+    PyObject *reads = PyTuple_New(n), *none = PyTuple_New(0), *b = NULL;
+    if (reads != NULL && none != NULL) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyTuple_SET_ITEM(reads, i, Py_NewRef(Py_True));
+        }
+        b = record_reads(t, names, reads, none);
     }
-    FieldReads *r = (FieldReads *)PyBytes_AS_STRING(b);
-    r->keys = NULL;
-    r->has_dict = t->tp_dictoffset != 0;
-    r->n = n;
-    r->n_values = 0;
-    r->n_slots = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        r->code[i] = 0;
-        READS_DICT_OK(r, i) = 1;
-    }
-    layout_field_codes(t, names, r);
+    Py_XDECREF(reads);
+    Py_XDECREF(none);
     return b;
 }
 #endif
