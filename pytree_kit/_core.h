@@ -679,17 +679,11 @@ PK_SHARED void dict_reads_check(void);
 #endif
 /* _fast_dict_tables.c: dicts copied from a template's table */
 #if DICT_TABLES
-PK_SHARED_INLINE int dict_done(PyObject *d, int track, Untracked *later, PyObject **out);
-PK_SHARED_INLINE PyObject *dict_empty_new(DictKeys **empty, int *failed);
 PK_SHARED int dict_from_template(PyObject *tmpl, size_t size, int tuples, const Py_ssize_t *at, PyObject *const *vals, Py_ssize_t n, Py_ssize_t step, PyObject **out, Untracked *later);
-PK_SHARED int dict_items_are(PyObject *d, PyObject *keys, PyObject *const *vals, Py_ssize_t n);
 PK_SHARED void dict_layout_check(void);
-PK_SHARED_INLINE void dict_set_table(PyObject *d, DictKeys *empty, DictKeys *k, PyObject **vals, Py_ssize_t n);
-PK_SHARED_INLINE DictKeys *keys_alloc(size_t size);
 PK_SHARED int template_make(PyObject *ins, Py_ssize_t n, PyObject **dict, size_t *size, int *tuples);
 PK_SHARED int template_plain(PyObject *t, Py_ssize_t n);
 PK_SHARED size_t template_size(PyObject *t);
-PK_SHARED_INLINE int value_tracks(PyObject *v);
 #endif
 /* _fast_split_values.c: a __dict__'s split values */
 PK_SHARED void layout_field_codes(PyTypeObject *t, PyObject *names, FieldReads *r);

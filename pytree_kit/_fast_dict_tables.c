@@ -13,7 +13,7 @@
  *   dict_from_template  a dict made as a copy of a template's table, its
  *                       values written in, tracked as inserting would
  *   dict_empty_new, dict_set_table, keys_alloc, value_tracks, dict_done
- *                       a new dict given a table
+ *                       a new dict given a table (this file's own)
  *   dict_layout_check   the import-time check
  * Callers: _unflatten.c's dict_of and recipes.
  * Calls: only the C API and _core.h (dict_in_key_order, key_plain, dict_table).
@@ -120,7 +120,7 @@ key_tracked(PyObject *const *p, Py_ssize_t n, Py_ssize_t es)
  * table in *empty; NULL when it is not laid out as expected, with *failed 0
  * (no error set), or on error, with *failed 1 (on 3.10 a new dict's values
  * are a shared empty array, never freed) */
-PK_SHARED_INLINE PyObject *
+static inline PyObject *
 dict_empty_new(DictKeys **empty, int *failed)
 {
     PyObject *d = PyDict_New();
@@ -145,7 +145,7 @@ dict_empty_new(DictKeys **empty, int *failed)
 
 /* Gives a dict from dict_empty_new the table k (one reference, now the
  * dict's) and values vals (NULL: a table of its own) of n items */
-PK_SHARED_INLINE void
+static inline void
 dict_set_table(PyObject *d, DictKeys *empty, DictKeys *k, PyObject **vals, Py_ssize_t n)
 {
     PyDictObject *mp = (PyDictObject *)d;
@@ -169,7 +169,7 @@ dict_set_table(PyObject *d, DictKeys *empty, DictKeys *k, PyObject **vals, Py_ss
  * table with (free_keys_object): PyObject_Free up to 3.12, PyMem_Free from
  * 3.13. The two are one allocator by default, but not under
  * PYTHONMALLOC=debug or an allocator installed for one domain. */
-PK_SHARED_INLINE DictKeys *
+static inline DictKeys *
 keys_alloc(size_t size)
 {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -181,7 +181,7 @@ keys_alloc(size_t size)
 
 /* Whether a value makes a dict holding it one the collector tracks, as
  * dict insertion decides it (MAINTAIN_TRACKING) */
-PK_SHARED_INLINE int
+static inline int
 value_tracks(PyObject *v)
 {
     return PyType_IS_GC(Py_TYPE(v)) && (Py_TYPE(v)->tp_is_gc == NULL || Py_TYPE(v)->tp_is_gc(v)) &&
@@ -191,7 +191,7 @@ value_tracks(PyObject *v)
 /* A made dict d, given out in *out: tracked now when track is set, or noted
  * in later (when not NULL) for its caller to track; 1. (From 3.14 PyDict_New
  * made it tracked already.) */
-PK_SHARED_INLINE int
+static inline int
 dict_done(PyObject *d, int track, Untracked *later, PyObject **out)
 {
     if (track && !DICTS_ALWAYS_TRACKED) {
@@ -257,7 +257,7 @@ dict_from_template(PyObject *tmpl, size_t size, int tuples, const Py_ssize_t *at
 #if DICT_TABLES
 /* Whether d (a dict) has exactly the items of keys and vals (n), in that
  * order, found by lookup too, and its size */
-PK_SHARED int
+static int
 dict_items_are(PyObject *d, PyObject *keys, PyObject *const *vals, Py_ssize_t n)
 {
     Py_ssize_t pos = 0, i = 0;
