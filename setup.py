@@ -78,6 +78,7 @@ ENGINE_PARTS = [
     "_class_plans",
     "_stack",
     "_classify",
+    "_mapping_kind",
     "_flatten",
     "_specread",
     "_unflatten",

@@ -152,6 +152,29 @@ record_reads(PyTypeObject *t, PyObject *names, PyObject *reads, PyObject *other)
     return b;
 }
 
+/* Whether a PLAN_MAPPING answer p has the shape _mapping_kind.c reads:
+ * (code, base str, is_user bool, ((name str, descriptor), ...), has_dict bool,
+ * cached frozenset, setters tuple). */
+static int
+mapping_info_ok(PyObject *p)
+{
+    PyObject *slots = PyTuple_GET_ITEM(p, 3);
+    if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(p, 1)) || !PyBool_Check(PyTuple_GET_ITEM(p, 2)) ||
+        !PyTuple_CheckExact(slots) || !PyBool_Check(PyTuple_GET_ITEM(p, 4)) ||
+        !PyFrozenSet_CheckExact(PyTuple_GET_ITEM(p, 5)) ||
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(p, 6))) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(slots, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 0))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Fills e (its plan NULL-initialised, PLAN_PYTHON) from class_plan's answer
  * for e->type. 0; -1 on error. An answer of a shape C does not take leaves
  * PLAN_PYTHON: the pure engine classifies each instance. */
@@ -209,6 +232,16 @@ plan_from_python(TypeEntry *e)
         e->plan = (int)code;
         break;
     }
+    case PLAN_MAPPING:
+        /* (base, is_user, slots, has_dict, cached, setters), read by _mapping_kind.c */
+        if (size == 7 && mapping_info_ok(p)) {
+            if ((e->info = PyTuple_GetSlice(p, 1, 7)) == NULL) {
+                Py_DECREF(p);
+                return -1;
+            }
+            e->plan = PLAN_MAPPING;
+        }
+        break;
     default:
         break;
     }

@@ -17,13 +17,14 @@
  *                        it differs
  *   big_orders,          large dicts' key orders remembered across calls (also
  *   key_places           read by _unflatten.c), each key's place by identity
+ *   (dict and UserDict subclasses: _mapping_kind.c)
  *   record_fields,       records' fields, and what __tree_flatten__ or a rule
  *   user_node            returned; record_view, a record that is a dict: its
  *                        dict view, each key's field found by field_named
  *                        (also read by _unflatten.c)
  * Anything rare goes to _pure.classify (classify_python).
- * Calls: _class_plans.c (class_entry), _fast_dict_reads.c (dict_table), _fast_split_values.c,
- * _fast_odict_links.c, _stack.c.
+ * Calls: _class_plans.c (class_entry), _mapping_kind.c (mapping_classify),
+ * _fast_dict_reads.c (dict_table), _fast_split_values.c, _fast_odict_links.c, _stack.c.
  * Called by _flatten.c and _up_to.c.
  */
 
@@ -502,13 +503,6 @@ release_values(PyObject *children, PyObject **v, Py_ssize_t n)
     }
 }
 
-/* Before 3.12 a str made by the legacy API may not be ready to read. */
-#if PY_VERSION_HEX < 0x030C0000
-#define STR_READY(o) PyUnicode_IS_READY(o)
-#else
-#define STR_READY(o) 1
-#endif
-
 /* The index of the last of names[0 .. n) equal to k, an exact str (as
  * dict(zip(names, ...))[k] finds it), or -1. Runs no code: a name that is
  * not an exact str is passed over, as it cannot equal k without its own ==;
@@ -775,23 +769,6 @@ dict_values(PyObject *obj, PyObject **keys, Py_ssize_t n)
 }
 
 
-
-/* a < b for two exact str or two exact int keys: never runs user code */
-static inline int
-key_lt(PyObject *a, PyObject *b, int str)
-{
-    if (str) {
-        if (STR_READY(a) && STR_READY(b) && PyUnicode_KIND(a) == PyUnicode_1BYTE_KIND &&
-            PyUnicode_KIND(b) == PyUnicode_1BYTE_KIND) {
-            /* code point order is byte order for one-byte strings */
-            Py_ssize_t la = PyUnicode_GET_LENGTH(a), lb = PyUnicode_GET_LENGTH(b);
-            int r = memcmp(PyUnicode_1BYTE_DATA(a), PyUnicode_1BYTE_DATA(b), la < lb ? la : lb);
-            return r < 0 || (r == 0 && la < lb);
-        }
-        return PyUnicode_Compare(a, b) < 0;
-    }
-    return PyObject_RichCompareBool(a, b, Py_LT);
-}
 
 /* The key orders of small dicts met, across calls
  *
@@ -1646,6 +1623,13 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
         int r = res ? user_node(c, s, res, t, NULL, f) : -1;
         Py_XDECREF(res);
         return r;
+    }
+    case PLAN_MAPPING: {
+        int r = mapping_classify(c, obj, e, f);
+        if (r != 2) {
+            return r;
+        }
+        break;
     }
     default:
         break;

@@ -21,6 +21,9 @@ PK_DATA PyObject *SequenceKey_t, *DictKey_t, *GetAttrKey_t;
 PK_DATA PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
 PK_DATA PyObject *s_tree_flatten, *s_tree_unflatten, *s_new, *s_flatten, *s_len, *s_the_spec,
     *s_the_tree;
+PK_DATA PyObject *Carried_t, *nothing_carried;
+PK_DATA Py_ssize_t off_carried_order, off_carried_state; /* its slots' offsets */
+PK_DATA PyObject *s_dunder_dict, *s_data, *s_dict, *s_userdict;
 PK_DATA PyObject *empty_tuple;
 
 /* ------------------------------------------------------------------------ */

@@ -57,6 +57,8 @@
  *                 messages, and path keys
  *   _classify.c   what a value is, a leaf or a node with children, as
  *                 _pure.classify says
+ *   _mapping_kind.c  the mapping kind of dict and UserDict subclasses (a
+ *                 tokenizer's BatchEncoding): an instance read and rebuilt
  *   _flatten.c    flatten, leaves, flatten_with_path, and iter_leaves's iterator
  *   _specread.c   reading a TreeSpec: its slots, a node's kind and arity
  *   _unflatten.c  unflatten
@@ -236,6 +238,10 @@ PK_SHARED_DATA PyObject *SequenceKey_t, *DictKey_t, *GetAttrKey_t;
 PK_SHARED_DATA PyObject *OrderedDict_t, *defaultdict_t, *deque_t;
 PK_SHARED_DATA PyObject *s_tree_flatten, *s_tree_unflatten, *s_new, *s_flatten, *s_len,
     *s_the_spec, *s_the_tree;
+/* _kinds.Carried, NOTHING_CARRIED; "__dict__", "data", "dict", "UserDict" */
+PK_SHARED_DATA PyObject *Carried_t, *nothing_carried;
+PK_SHARED_DATA Py_ssize_t off_carried_order, off_carried_state; /* its slots' offsets */
+PK_SHARED_DATA PyObject *s_dunder_dict, *s_data, *s_dict, *s_userdict;
 PK_SHARED_DATA PyObject *empty_tuple;
 
 /* ------------------------------------------------------------------------ */
@@ -402,14 +408,15 @@ struct PkState {
 
 enum {
     PLAN_LEAF = 0, PLAN_TUPLE_LEAF = 1, PLAN_NAMEDTUPLE = 2, PLAN_DATACLASS = 3, PLAN_ATTRS = 4,
-    PLAN_CUSTOM = 5, PLAN_PYTHON = 6
+    PLAN_CUSTOM = 5, PLAN_PYTHON = 6, PLAN_MAPPING = 7
 };
 
 typedef struct {
     PyTypeObject *type; /* strong */
     int plan;
     PyObject *info; /* strong or NULL: namedtuple _fields; a record's aux when every field
-                       is set, (names, (), (), None), or NULL if a field is static */
+                       is set, (names, (), (), None), or NULL if a field is static;
+                       a mapping's class_plan answer, less its code */
     PyObject *node; /* strong or NULL: this call's node for the info above */
     PyObject *reads_obj;     /* strong or NULL: a record's FieldReads, in a bytes object */
     const FieldReads *reads; /* its contents, or NULL */
@@ -551,6 +558,30 @@ key_plain(PyObject *k)
         }
     }
     return 1;
+}
+
+/* Before 3.12 a str made by the legacy API may not be ready to read. */
+#if PY_VERSION_HEX < 0x030C0000
+#define STR_READY(o) PyUnicode_IS_READY(o)
+#else
+#define STR_READY(o) 1
+#endif
+
+/* a < b for two exact str or two exact int keys: never runs user code */
+static inline int
+key_lt(PyObject *a, PyObject *b, int str)
+{
+    if (str) {
+        if (STR_READY(a) && STR_READY(b) && PyUnicode_KIND(a) == PyUnicode_1BYTE_KIND &&
+            PyUnicode_KIND(b) == PyUnicode_1BYTE_KIND) {
+            /* code point order is byte order for one-byte strings */
+            Py_ssize_t la = PyUnicode_GET_LENGTH(a), lb = PyUnicode_GET_LENGTH(b);
+            int r = memcmp(PyUnicode_1BYTE_DATA(a), PyUnicode_1BYTE_DATA(b), la < lb ? la : lb);
+            return r < 0 || (r == 0 && la < lb);
+        }
+        return PyUnicode_Compare(a, b) < 0;
+    }
+    return PyObject_RichCompareBool(a, b, Py_LT);
 }
 
 /* The item array of a tuple or a list. */
@@ -749,6 +780,10 @@ PK_SHARED_ALWAYS_INLINE int record_read(PyObject *obj, const FieldReads *r, PyOb
 PK_SHARED void release_direct(Found *f);
 PK_SHARED_INLINE int same_items(PyObject *a, PyObject *b);
 PK_SHARED int user_result(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *helper, PyObject **children, PyObject **tail, PyObject **names, int *keymode);
+
+/* _mapping_kind.c: dict and UserDict subclasses */
+PK_SHARED int mapping_classify(Ctx *c, PyObject *obj, TypeEntry *e, Found *f);
+PK_SHARED PyObject *mapping_build(PyObject *t, PyObject *aux, PyObject *const *ch, Py_ssize_t arity);
 
 /* _flatten.c: flatten, leaves, flatten_with_path, iter_leaves */
 PK_SHARED_DATA PyTypeObject LeafIter_Type;

@@ -14,6 +14,7 @@
 #include "_class_plans.c"
 #include "_stack.c"
 #include "_classify.c"
+#include "_mapping_kind.c"
 #include "_flatten.c"
 #include "_specread.c"
 #include "_unflatten.c"

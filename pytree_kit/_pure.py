@@ -1088,6 +1088,7 @@ PLAN_DATACLASS = 3  # (PLAN_DATACLASS, names, reads, other_slots)
 PLAN_ATTRS = 4  # (PLAN_ATTRS, names, reads, other_slots)
 PLAN_CUSTOM = 5  # __tree_flatten__
 PLAN_PYTHON = 6  # each instance is classified by classify, above
+PLAN_MAPPING = 7  # (PLAN_MAPPING, base, is_user, slots, has_dict, cached, setters)
 
 #: the class attributes class_plan's answer depends on
 _PLANNED_NAMES = (
@@ -1184,6 +1185,14 @@ def class_plan(t: Any) -> tuple:
       (:func:`_field_read`), ``other_slots`` the member descriptors of the
       slots that are no field's (an instance that sets one is left to
       :func:`classify`, which says why it is refused);
+    - ``(PLAN_MAPPING, base, is_user, slots, has_dict, cached, setters)`` for a
+      subclass of ``dict`` or of ``UserDict`` (``base``, its
+      :func:`subclass_base`; ``is_user``, whether it is ``UserDict``): its
+      :func:`subclass_layout`'s slots and ``__dict__``, the names of its
+      ``functools.cached_property`` attributes (:func:`cached_names`, a
+      frozenset) and its own item setters (:func:`own_setters`): what
+      :func:`_mapping_node` reads of the class, which the C engine reads of
+      each instance (``_mapping_kind.c``);
     - ``(PLAN_PYTHON,)`` for anything :func:`classify` must see per instance:
       the rare builtin containers, structseqs, a record class with static
       fields or its own attribute access (classify refuses it, saying why),
@@ -1220,7 +1229,12 @@ def class_plan(t: Any) -> tuple:
         return (PLAN_TUPLE_LEAF,)
     if not (dataclass or attrs):
         # a dict, list or UserDict subclass: a mapping or sequence node
-        return (PLAN_PYTHON,) if subclass_base(t) else (PLAN_LEAF,)
+        base, slots, has_dict = subclass_layout(t)
+        if base == "dict" or base == "UserDict":
+            cached = frozenset(cached_names(t))
+            setters = own_setters(t, base)
+            return (PLAN_MAPPING, base, base == "UserDict", slots, has_dict, cached, setters)
+        return (PLAN_PYTHON,) if base else (PLAN_LEAF,)
     if _customised(t) is not None:
         return (PLAN_PYTHON,)
     fields = record_fields(t)

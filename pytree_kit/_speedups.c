@@ -145,7 +145,8 @@ slot_offset(PyObject *cls, const char *name)
     }
     if (!PyObject_TypeCheck(d, &PyMemberDescr_Type)) {
         Py_DECREF(d);
-        PyErr_Format(PyExc_ImportError, "TreeSpec.%s is not a slot", name);
+        PyErr_Format(PyExc_ImportError, "%s.%s is not a slot", ((PyTypeObject *)cls)->tp_name,
+                     name);
         return -1;
     }
     Py_ssize_t off = ((PyMemberDescrObject *)d)->d_member->offset;
@@ -212,6 +213,8 @@ constants_init(void)
         !(py_classify = get_attr(pure, "classify")) ||
         !(py_class_plan = get_attr(pure, "class_plan")) ||
         !(as_leaf_rule = get_attr(kinds, "AS_LEAF")) ||
+        !(Carried_t = get_attr(kinds, "Carried")) ||
+        !(nothing_carried = get_attr(kinds, "NOTHING_CARRIED")) ||
         !(py_refuse_leaves = get_attr(pure, "refuse_leaves")) ||
         !(py_refuse_trees = get_attr(pure, "refuse_trees")) ||
         !(py_dict_order_differs = get_attr(pure, "dict_order_differs")) ||
@@ -235,7 +238,9 @@ constants_init(void)
         (off_num_leaves = slot_offset((PyObject *)TreeSpec_type, "_num_leaves")) < 0 ||
         (off_hash = slot_offset((PyObject *)TreeSpec_type, "_hash")) < 0 ||
         (off_paths = slot_offset((PyObject *)TreeSpec_type, "_paths")) < 0 ||
-        (off_recipe = slot_offset((PyObject *)TreeSpec_type, "_recipe")) < 0) {
+        (off_recipe = slot_offset((PyObject *)TreeSpec_type, "_recipe")) < 0 ||
+        (off_carried_order = slot_offset(Carried_t, "order")) < 0 ||
+        (off_carried_state = slot_offset(Carried_t, "state")) < 0) {
         goto fail;
     }
     if (PyType_Ready(&StackView_Type) < 0 || PyType_Ready(&LeafIter_Type) < 0 ||
@@ -252,6 +257,10 @@ constants_init(void)
     INTERN(s_flatten, "flatten");
     INTERN(s_the_spec, "the spec");
     INTERN(s_the_tree, "the tree");
+    INTERN(s_dunder_dict, "__dict__");
+    INTERN(s_data, "data");
+    INTERN(s_dict, "dict");
+    INTERN(s_userdict, "UserDict");
     tags_check();
 #if DICT_READS
     dict_reads_check();

@@ -16,7 +16,7 @@
  *                  which recipe_unflatten follows instead of the nodes
  *   pk_unflatten   the entry point FastCall calls (_speedups.h)
  * Calls: _specread.c (small_long), _fast_dict_tables.c (templates), _classify.c
- * (big_orders, key_places), _core.h.
+ * (big_orders, key_places), _mapping_kind.c (mapping_build), _core.h.
  */
 
 #include "_core.h"
@@ -636,6 +636,14 @@ build(PkState *st, int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, Py
     case K_DATACLASS:
     case K_ATTRS: {
         PyObject *r = build_record(t, aux, ch, arity);
+        if (r != Py_None) {
+            return r;
+        }
+        Py_DECREF(r);
+        break;
+    }
+    case K_MAPPING: {
+        PyObject *r = mapping_build(t, aux, ch, arity);
         if (r != Py_None) {
             return r;
         }

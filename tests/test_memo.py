@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import importlib
 import re
 import subprocess
@@ -146,7 +147,7 @@ def test_the_c_engines_plan_codes_are_the_specifications() -> None:
     assert body is not None
     in_c = {m[0]: int(m[1]) for m in re.findall(r"(PLAN_\w+) = (\d+)", body.group(1))}
     in_py = {name: getattr(_pure, name) for name in dir(_pure) if name.startswith("PLAN_")}
-    assert in_c == in_py and len(in_c) == 7
+    assert in_c == in_py and len(in_c) == 8
 
 
 class _Meta(type):
@@ -203,7 +204,23 @@ def test_class_plan_says_what_classify_decides_for_the_class() -> None:
     assert (kind, names, other) == (_pure.PLAN_DATACLASS, ("a", "b"), ())
     assert [type(r).__name__ for r in reads] == ["member_descriptor"] * 2
     assert plan(_Property) == (_pure.PLAN_DATACLASS, ("a",), (True,), ())
-    subclasses = (type("T", (tuple,), {}), type("D", (dict,), {}), collections.UserDict)
+    subclasses = (type("T", (tuple,), {}), type("L", (list,), {}), collections.OrderedDict)
     for python in (_Computed, _ByDescriptor, _Static, collections.deque, type(sys.version_info),
-                   *subclasses):  # fmt: skip
+                   *subclasses, type("O", (collections.OrderedDict,), {})):  # fmt: skip
         assert plan(python) == (_pure.PLAN_PYTHON,), python
+    # dict and UserDict subclasses: what the class decides of the mapping kind
+    assert plan(type("D", (dict,), {})) == (_pure.PLAN_MAPPING, "dict", False, (), True,
+                                            frozenset(), ())  # fmt: skip
+    own_setitem = lambda self, k, v: dict.__setitem__(self, k, v)  # noqa: E731
+    slotted = type("S", (dict,), {"__slots__": ("n",), "__setitem__": own_setitem})
+    kind, base, user, slots, has_dict, cached, setters = plan(slotted)
+    assert (kind, base, user, [n for n, _ in slots], has_dict, setters) == (
+        _pure.PLAN_MAPPING, "dict", False, ["n"], False, ("__setitem__",))  # fmt: skip
+    assert plan(collections.UserDict)[:3] == (_pure.PLAN_MAPPING, "UserDict", True)
+
+    class Cached(collections.UserDict):
+        @functools.cached_property
+        def total(self) -> int:
+            return 0
+
+    assert plan(Cached)[5] == frozenset({"total"})
