@@ -690,7 +690,7 @@ dict_in_key_order(PyObject *keys, PyObject *const *vals, Py_ssize_t n, Py_ssize_
 
 #include "_layouts.h"
 
-/* The fast paths, a file each (_fast_*.c), and _record_layout.c: each
+/* The fast paths, a file each (_fast_*.c): each
  * path's flag is set on import by its check (_speedups.c's init calls them) */
 PK_SHARED_DATA int dict_reads_ok, dict_layout_ok, split_reads_ok, odict_links_ok;
 /* _fast_type_version_tags.c: a class's version tag */
