@@ -132,7 +132,7 @@ carried_state(PyObject *obj, PyTypeObject *t, PyObject *info, const Items *items
     if (!need && !setters) {
         return 1; /* nothing to check: the attributes go into no spec */
     }
-    PyObject *out = PyList_New(0), *d = NULL;
+    PyObject *out = PyList_New(0), *d = NULL, *held = NULL;
     if (out == NULL) {
         return -1;
     }
@@ -144,9 +144,14 @@ carried_state(PyObject *obj, PyTypeObject *t, PyObject *info, const Items *items
         }
     }
     if (d != NULL) {
-        Py_ssize_t pos = 0;
-        PyObject *name, *value;
-        while (PyDict_Next(d, &pos, &name, &value)) {
+        /* its items held first, as list(dict.items(d)) holds them: an
+         * allocation below may collect garbage, whose finalizers could change d */
+        if ((held = PyDict_Items(d)) == NULL) {
+            goto done;
+        }
+        for (Py_ssize_t at = 0; at < PyList_GET_SIZE(held); at++) {
+            PyObject *name = PyTuple_GET_ITEM(PyList_GET_ITEM(held, at), 0);
+            PyObject *value = PyTuple_GET_ITEM(PyList_GET_ITEM(held, at), 1);
             if (!PyUnicode_CheckExact(name)) {
                 r = 0; /* (its == could run code) */
                 goto done;
@@ -185,6 +190,7 @@ carried_state(PyObject *obj, PyTypeObject *t, PyObject *info, const Items *items
             }
             Py_DECREF(entry);
         }
+        Py_CLEAR(held);
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots); i++) {
         PyObject *pair = PyTuple_GET_ITEM(slots, i);
@@ -220,6 +226,7 @@ carried_state(PyObject *obj, PyTypeObject *t, PyObject *info, const Items *items
     }
     r = 1;
 done:
+    Py_XDECREF(held);
     Py_XDECREF(d);
     Py_DECREF(out);
     return r;
