@@ -53,13 +53,14 @@ class Leaf:
         return f"Leaf({self.n!r})"
 
 
-@dataclasses.dataclass
-class Rec:
-    """A record whose ``__dict__`` the mutator changes (a field unset, set again)."""
+#: the fields of Rec
+REC_FIELDS = tuple(f"f{i:02d}" for i in range(12))
 
-    a: Any
-    b: Any
-    c: Any
+#: A record whose ``__dict__`` the mutator changes: its last field unset and
+#: set again, so that the ``__dict__`` holds the fields in their order (read
+#: in one pass, ``_pure._record_fields``) or all but the last.
+Rec = dataclasses.make_dataclass("Rec", REC_FIELDS)
+Rec.__module__ = __name__
 
 
 def gil_enabled() -> bool:
@@ -89,7 +90,7 @@ def _state(obj: Any) -> Any:
     if isinstance(obj, (list, deque)):
         return tuple(id(v) for v in obj)
     if isinstance(obj, Rec):
-        return tuple(id(getattr(obj, n, _UNSET)) for n in ("a", "b", "c"))
+        return tuple(id(getattr(obj, n, _UNSET)) for n in REC_FIELDS)
     raise TypeError(type(obj))
 
 
@@ -154,8 +155,9 @@ def _steps(kind: str, c: Any, values: list) -> list:
         steps += [c.popleft if kind == "deque" else lambda: c.pop(0)]
         return steps
     if kind == "record":
-        b = c.b
-        return [lambda: delattr(c, "b"), lambda: setattr(c, "b", b)]
+        last = REC_FIELDS[-1]
+        value = getattr(c, last)
+        return [lambda: delattr(c, last), lambda: setattr(c, last, value)]
     raise ValueError(kind)
 
 
@@ -181,7 +183,7 @@ def make_race(kind: str, size: int = 40) -> Race:
     elif kind == "deque":
         c = deque((Leaf(i) for i in range(size)), maxlen=size + 10)
     elif kind == "record":
-        c = Rec(Leaf("a"), Leaf("b"), Leaf("c"))
+        c = Rec(*(Leaf(n) for n in REC_FIELDS))
     else:
         raise ValueError(kind)
     tree = {"d": c, "rest": [Leaf("r0"), {"y": Leaf("r1"), "x": (Leaf("r2"), None)}]}
@@ -277,11 +279,14 @@ def race(
     threads: int = THREADS,
     size: int = 40,
     ops: Any = None,
+    stop_after: Any = None,
 ) -> tuple[int, Counter, list]:
     """Run ``threads - 1`` checking threads against one mutator until
-    ``tries`` calls were checked or ``seconds`` passed. Returns (calls
-    checked, Counter of outcomes: "ok", "RuntimeError" (documented) and each
-    failure, examples of failures (at most 5))."""
+    ``tries`` calls were checked or ``seconds`` passed (or, with
+    ``stop_after``, that many failures were seen). ``ops``: the indexes of
+    the operations of :func:`work_items` to run (default all). Returns
+    (calls checked, Counter of outcomes: "ok", "RuntimeError" (documented)
+    and each failure, examples of failures (at most 5))."""
     r = make_race(kind, size)
     states = r.states()
     items = work_items(r, states)
@@ -294,6 +299,17 @@ def race(
     deadline = time.monotonic() + seconds
     per_thread = max(1, tries // max(1, threads - 1))
     barrier = threading.Barrier(threads)
+    seen = [0]  # failures so far, for stop_after
+
+    def failed(what: str, example: str) -> None:
+        with lock:
+            if len(examples) < 5:
+                examples.append(example)
+            seen[0] += 1
+            if stop_after is not None and seen[0] >= stop_after:
+                done.set()
+
+    done = threading.Event()
 
     def mutate() -> None:
         barrier.wait()
@@ -307,26 +323,24 @@ def race(
         barrier.wait()
         try:
             for n in range(per_thread):
-                if n % 64 == 0 and time.monotonic() > deadline:
+                if (n % 64 == 0 and time.monotonic() > deadline) or done.is_set():
                     break
                 try:
                     items[(i + n) % len(items)]()
                     local["ok"] += 1
                 except Failure as f:
                     local[f.what] += 1
-                    with lock:
-                        if len(examples) < 5:
-                            examples.append(str(f))
+                    failed(f.what, str(f))
                 except RuntimeError as e:
                     if documented(e, r.key):
                         local["RuntimeError"] += 1
                     else:
-                        local[f"RuntimeError not documented: {e}"[:120]] += 1
+                        what = f"RuntimeError not documented: {e}"[:120]
+                        local[what] += 1
+                        failed(what, what)
                 except Exception as e:  # any other error is a failure, counted by type
                     local[f"raised {type(e).__name__}"] += 1
-                    with lock:
-                        if len(examples) < 5:
-                            examples.append(f"{type(e).__name__}: {e}"[:300])
+                    failed(type(e).__name__, f"{type(e).__name__}: {e}"[:300])
         finally:
             with lock:
                 counts.update(local)
@@ -359,7 +373,9 @@ def main(argv: Any = None) -> int:
     ap.add_argument("--tries", type=int, default=20_000, help="calls per kind (all threads)")
     ap.add_argument("--seconds", type=float, default=60.0, help="at most, per kind")
     ap.add_argument("--threads", type=int, default=THREADS)
-    ap.add_argument("--ops", default=None, help="e.g. 0,1: flatten, flatten with is_leaf, map, up_to")
+    ap.add_argument(
+        "--ops", default=None, help="e.g. 0,1: flatten, flatten with is_leaf, map, up_to"
+    )
     args = ap.parse_args(argv)
     ops = None if args.ops is None else [int(x) for x in args.ops.split(",")]
     print(describe_interpreter())
@@ -370,7 +386,9 @@ def main(argv: Any = None) -> int:
         f = failures(counts)
         bad += f
         detail = ", ".join(f"{k}: {v}" for k, v in counts.most_common())
-        print(f"{kind:12s} {n:8d} calls, {f:6d} failures ({time.perf_counter() - t0:.1f} s): {detail}")
+        print(
+            f"{kind:12s} {n:8d} calls, {f:6d} failures ({time.perf_counter() - t0:.1f} s): {detail}"
+        )
         for e in examples:
             print(f"    e.g. {e}")
     return 1 if bad else 0
