@@ -197,6 +197,19 @@ classify_python(Ctx *c, Stack *s, PyObject *obj, Found *f)
     long kind = PyLong_AsLong(PyTuple_GET_ITEM(node, 0));
     f->dict_kind = kind == K_DICT || kind == K_DEFAULTDICT;
     Py_DECREF(res);
+    if (f->dict_kind && c->mode != WALK_LEAVES) {
+        /* its insertion order from the one read classify made of it (left in
+         * the call's cache), not from a second read: _pure.dict_order */
+        PyObject *order = PyObject_CallFunctionObjArgs(py_dict_order, node, obj, c->pycache, NULL);
+        if (order == NULL) {
+            Py_CLEAR(f->node);
+            Py_CLEAR(f->children);
+            Py_CLEAR(f->names);
+            return -1;
+        }
+        f->order = order == Py_None ? (Py_DECREF(order), NULL) : order;
+        f->order_known = 1;
+    }
     return 1;
 }
 
@@ -1619,7 +1632,20 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
         break;
     }
     case PLAN_CUSTOM: {
-        PyObject *res = PyObject_CallMethodNoArgs(obj, s_tree_flatten);
+        PyObject *fn = PyObject_GetAttr(obj, s_tree_flatten);
+        if (fn == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                return -1;
+            }
+            /* the class lost it while this call ran (another thread, or an
+             * instance's own __tree_flatten__): read afresh, as _pure.classify
+             * reads it, for the rest of the call */
+            PyErr_Clear();
+            e->plan = PLAN_PYTHON;
+            break;
+        }
+        PyObject *res = PyObject_CallNoArgs(fn);
+        Py_DECREF(fn);
         int r = res ? user_node(c, s, res, t, NULL, f) : -1;
         Py_XDECREF(res);
         return r;

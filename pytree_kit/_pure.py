@@ -103,14 +103,80 @@ def _qualname(t: Any) -> str:
 # Recognising nodes by their structure (no registry)
 
 
-def _leaf_order(obj: dict) -> list:
-    """The keys of a dict in leaf order: sorted when they are mutually orderable."""
+def _leaf_order(obj: Any) -> list:
+    """The keys of a dict (or a list of them, in insertion order) in leaf
+    order: sorted when they are mutually orderable."""
     keys = list(obj)
     try:
         return sorted(keys)
     except Exception:
         # Keys that are not mutually orderable keep insertion order: never an error.
         return keys
+
+
+#: Where ``_dict_read`` leaves, in a walk's ``cache``, the insertion order of
+#: the dict it read last (for ``dict_order``): a tuple, or None when it is to
+#: be read again (``dict_order_differs``).
+_ORDER = "insertion order"
+
+
+def _changed(stack: list, e: RuntimeError) -> RuntimeError:
+    """A container that changed size while it was read (another thread
+    changed it): CPython's message, at the container's path."""
+    return RuntimeError(f"{where(_path(stack))}: {e}")
+
+
+def _read(read: Any, obj: Any, stack: list) -> Any:
+    """``read(obj)``, the one read of a container; CPython's RuntimeError for
+    a container that changed during it (``dictionary changed size during
+    iteration``), at the container's path."""
+    try:
+        return read(obj)
+    except RuntimeError as e:
+        raise _changed(stack, e) from None
+
+
+def _item_list(d: Any) -> list:
+    return list(d.items())
+
+
+def _dict_read(obj: dict, stack: list, cache: dict) -> tuple:
+    """``(keys in leaf order, their values)`` of a dict or defaultdict, from
+    one read of its items (``list(d.items())``, which CPython makes without
+    letting another thread change the dict, with the GIL or without), and
+    its insertion order from the same read, left in ``cache[_ORDER]`` for
+    ``dict_order``: so the spec's keys, values and order are of one state of
+    the dict, whatever other threads do to it.
+
+    Where a key's hash, ``==`` or ``<`` may be Python code (a key of a type
+    outside ``_ATOMS``), that code may change the dict while its keys are
+    sorted, and it is seen as the C engine sees it: the values are None (the
+    caller looks each key up, after what it checks first) and the insertion
+    order is read again (``dict_order_differs``)."""
+    items = _read(_item_list, obj, stack)
+    order = [k for k, _ in items]
+    keys = _leaf_order(order)
+    if not _ATOMS.issuperset(map(type, order)):
+        cache[_ORDER] = None
+        return keys, None
+    cache[_ORDER] = tuple(order)
+    if keys == order:
+        return keys, [v for _, v in items]
+    values = dict(items)
+    return keys, [values[k] for k in keys]
+
+
+def _odict_read(obj: OrderedDict, stack: list) -> tuple:
+    """``(keys in its own order, their values)`` of an OrderedDict, from one
+    read of its items; as ``_dict_read``, the values are None where a key's
+    hash or ``==`` may be Python code (read by the caller, as the C engine
+    does; ``OrderedDict``'s items would turn an error of that code into a
+    KeyError)."""
+    order = _read(_key_order, obj, stack)
+    if not _ATOMS.issuperset(map(type, order)):
+        return order, None
+    items = _read(_item_list, obj, stack)
+    return tuple([k for k, _ in items]), [v for _, v in items]
 
 
 def _plainly_hashable(x: Any) -> bool:
@@ -359,7 +425,7 @@ def _outside(obj: Any, t: Any, cache: dict) -> list:
     computes it again."""
     fields, slots = _outside_layout(t, cache, obj)
     d = getattr(obj, "__dict__", None) if _reads_instance_dicts() else None
-    extra = [] if d is None else [k for k in dict.keys(d) if k not in fields]
+    extra = [] if d is None else [k for k in list(dict.keys(d)) if k not in fields]
     return _outside_slots(obj, t, slots, extra)
 
 
@@ -483,15 +549,19 @@ def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tup
         # reads (_record_plan says when), read with no call, so that
         # torch.compile traces far less. Attribute names are interned: a
         # setattr stores the very str of the field's name.
+        # One read of it (``list(d.items())``): keys and values of one state,
+        # whatever another thread sets or deletes.
         d = getattr(obj, "__dict__", None)
         if type(d) is dict and len(d) == len(plain):
-            for k, name in zip(d, plain):
-                if k is not name:
-                    break
-            else:
-                children = list(d.values())
-                if node is not None and not isinstance(obj, dict):
-                    return node, children, _ATTR, plain
+            items = _read(_item_list, d, stack)
+            if len(items) == len(plain):
+                for (k, _), name in zip(items, plain):
+                    if k is not name:
+                        break
+                else:
+                    children = [v for _, v in items]
+                    if node is not None and not isinstance(obj, dict):
+                        return node, children, _ATTR, plain
     static: list = []
     absent: list = []
     if children is not None:
@@ -1011,35 +1081,46 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
             children = tuple(obj)
             return (LIST, None, len(children), None), children, _SEQ, None
         if t is dict:
-            keys = _leaf_order(obj)
-            children = [obj[k] for k in keys]
+            keys, children = _dict_read(obj, stack, cache)
+            if children is None:
+                children = [obj[k] for k in keys]
             return (DICT, None, len(keys), tuple(keys)), children, _MAP, keys
         if t is _NoneType:
             return NONE_NODE, (), _SEQ, None
         if t is OrderedDict:
-            order = _key_order(obj)
-            return (ORDEREDDICT, None, len(order), order), [obj[k] for k in order], _MAP, order
+            order, children = _odict_read(obj, stack)
+            if children is None:
+                children = [obj[k] for k in order]
+            return (ORDEREDDICT, None, len(order), order), children, _MAP, order
         if t is defaultdict:
-            keys = _leaf_order(obj)
+            keys, children = _dict_read(obj, stack, cache)
             factory = obj.default_factory
             node = (DEFAULTDICT, None, len(keys), (factory, tuple(keys)))
             _check_hashable(factory, stack, "a defaultdict (its default_factory)")
-            return node, [obj[k] for k in keys], _MAP, keys
+            return node, [obj[k] for k in keys] if children is None else children, _MAP, keys
         if t is deque:
-            children = tuple(obj)
+            children = _read(tuple, obj, stack)
             return (DEQUE, None, len(children), obj.maxlen), children, _SEQ, None
     key = (class_traits, t)
     traits = cache.get(key)
     if traits is None:
         traits = cache[key] = class_traits(t)
     custom, structseq, dataclass, attrs = traits
+    while custom:
+        # One read of the method: a class that lost it since this call read
+        # the class (to another thread) is read afresh, not called for it.
+        tree_flatten: Any = getattr(obj, "__tree_flatten__", _MISSING)
+        if tree_flatten is not _MISSING:
+            break
+        traits = cache[key] = class_traits(t)
+        custom, structseq, dataclass, attrs = traits
     if custom:
         if not callable(getattr(t, "__tree_unflatten__", None)):
             raise TypeError(
                 f"{where(_path(stack))}: {_qualname(t)} defines __tree_flatten__ "
                 "but no classmethod __tree_unflatten__"
             )
-        children, tail, names, mode = _custom_result(obj.__tree_flatten__(), stack, t)
+        children, tail, names, mode = _custom_result(tree_flatten(), stack, t)
         return (CUSTOM, t, len(children), tail), children, mode, names
     if isinstance(obj, tuple):
         if structseq:
@@ -1258,10 +1339,33 @@ def _key_order(obj: dict) -> tuple:
 
 
 def dict_order_differs(node: tuple, obj: dict) -> Any:
-    """The insertion order of a dict node, when it differs from its leaf order."""
+    """The insertion order of a dict node, when it differs from its leaf
+    order, read from the dict again (the C engine's dicts, and keys whose
+    hash, ``==`` or ``<`` may be Python code: ``_dict_read``). An order of
+    other keys than the node's (the dict changed since the node was made:
+    another thread, or such code of its keys, changed it) would make a spec
+    its own leaves cannot rebuild: RuntimeError instead."""
     order = _key_order(obj)
     keys = node[3] if node[0] == DICT else node[3][1]
-    return None if order == keys else order
+    if order == keys:
+        return None
+    if not _tracer.compiling() and (
+        len(order) != len(keys) or {id(k) for k in order} != {id(k) for k in keys}
+    ):
+        raise RuntimeError(
+            f"dictionary changed size during iteration: a dict of {len(keys)} keys "
+            f"has {len(order)} (not all the same) after its keys were read"
+        )
+    return order
+
+
+def dict_order(node: tuple, obj: dict, cache: dict) -> Any:
+    """``dict_order_differs`` for the dict just classified, from the read
+    ``_dict_read`` made of it (``cache[_ORDER]``) where it kept one."""
+    order = cache.pop(_ORDER, None)
+    if order is None:
+        return dict_order_differs(node, obj)
+    return None if order == (node[3] if node[0] == DICT else node[3][1]) else order
 
 
 # --------------------------------------------------------------------------
@@ -1427,7 +1531,7 @@ def _walk(tree: Any, is_leaf: Any, rules: Any, mode: int) -> tuple:
             node, children, keymode, names = found
             if mode:
                 if node[0] == DICT or node[0] == DEFAULTDICT:
-                    order = dict_order_differs(node, obj)
+                    order = dict_order(node, obj, cache)
                     if order is not None:
                         orders.append((len(nodes), order))
                 nodes.append(node)
@@ -1531,13 +1635,14 @@ def flatten_one_level(tree: Any, is_leaf: Any = None, rules: Any = None) -> Any:
     t = type(tree)
     if t in _ATOMS and (rules is None or t not in rules):
         return None
-    found = classify(tree, t, rules, [], {})
+    cache: dict = {}
+    found = classify(tree, t, rules, [], cache)
     if found is None:
         return None
     node, children, _keymode, _names = found
     orders: tuple = ()
     if node[0] == DICT or node[0] == DEFAULTDICT:
-        order = dict_order_differs(node, tree)
+        order = dict_order(node, tree, cache)
         if order is not None:
             orders = ((0, order),)
     arity = node[2]
@@ -1809,6 +1914,31 @@ def _mismatch(stack: list, label: str, node: tuple, obj: Any, other: str) -> Str
     )
 
 
+def _dict_match(obj: Any, kind: int, arity: int, aux: Any, keys: Any, stack: list) -> Any:
+    """The values of ``keys`` (a dict node's) in ``obj``, a dict or
+    defaultdict, or None when it has other keys (or another
+    ``default_factory``). When its keys and the node's are of types whose
+    hash and ``==`` run no Python code (``_ATOMS``), from one read of the
+    dict (``_dict_read``); else the dict is asked about each key (``in``,
+    then its value), as the C engine asks, so that what that code does is
+    seen alike."""
+    items = _read(_item_list, obj, stack)
+    if not _ATOMS.issuperset(map(type, keys)) or not _ATOMS.issuperset([type(k) for k, _ in items]):
+        if (
+            len(obj) == arity
+            and (kind == DICT or obj.default_factory == aux[0])
+            and all(k in obj for k in keys)
+        ):
+            return [obj[k] for k in keys]
+        return None
+    if len(items) != arity or (kind != DICT and obj.default_factory != aux[0]):
+        return None
+    values = dict(items)
+    if not all(k in values for k in keys):
+        return None
+    return [values[k] for k in keys]
+
+
 def _match(node: tuple, obj: Any, stack: list, label: str, other: str) -> tuple:
     """Children (in leaf order), keymode and names of obj, which must match node."""
     kind, t, arity, aux = node
@@ -1817,17 +1947,16 @@ def _match(node: tuple, obj: Any, stack: list, label: str, other: str) -> tuple:
         if ot is tuple and len(obj) == arity:
             return obj, _SEQ, None
     elif kind == LIST:
-        if ot is list and len(obj) == arity:
-            return tuple(obj), _SEQ, None
+        if ot is list:
+            items = tuple(obj)  # one read: its length is the one checked
+            if len(items) == arity:
+                return items, _SEQ, None
     elif kind == DICT or kind == DEFAULTDICT:
         keys = aux if kind == DICT else aux[1]
-        if (
-            ot is (dict if kind == DICT else defaultdict)
-            and len(obj) == arity
-            and (kind == DICT or obj.default_factory == aux[0])
-            and all(k in obj for k in keys)
-        ):
-            return [obj[k] for k in keys], _MAP, keys
+        if ot is (dict if kind == DICT else defaultdict):
+            values = _dict_match(obj, kind, arity, aux, keys, stack)
+            if values is not None:
+                return values, _MAP, keys
     elif kind == NONE:
         if obj is None:
             return (), _SEQ, None
@@ -1840,11 +1969,17 @@ def _match(node: tuple, obj: Any, stack: list, label: str, other: str) -> tuple:
             if mine[3] == aux:
                 return children, keymode, names
     elif kind == ORDEREDDICT:
-        if ot is OrderedDict and _key_order(obj) == aux:
-            return [obj[k] for k in aux], _MAP, aux
+        if ot is OrderedDict:
+            order, children = _odict_read(obj, stack)
+            if order == aux:
+                if children is None or not _ATOMS.issuperset(map(type, aux)):
+                    children = [obj[k] for k in aux]
+                return children, _MAP, aux
     elif kind == DEQUE:
-        if ot is deque and len(obj) == arity and obj.maxlen == aux:
-            return tuple(obj), _SEQ, None
+        if ot is deque:
+            children = _read(tuple, obj, stack)
+            if len(children) == arity and obj.maxlen == aux:
+                return children, _SEQ, None
     elif kind == STRUCTSEQ:
         if ot is t:
             mine, children, keymode, names = _structseq_node(obj, t)

@@ -218,6 +218,7 @@ constants_init(void)
         !(py_refuse_leaves = get_attr(pure, "refuse_leaves")) ||
         !(py_refuse_trees = get_attr(pure, "refuse_trees")) ||
         !(py_dict_order_differs = get_attr(pure, "dict_order_differs")) ||
+        !(py_dict_order = get_attr(pure, "dict_order")) ||
         !(py_custom_result = get_attr(pure, "_custom_result")) ||
         !(py_rule_result = get_attr(pure, "_rule_result")) ||
         !(py_cycle_error = get_attr(pure, "_cycle_error")) || !(py_match = get_attr(pure, "_match")) ||

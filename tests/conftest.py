@@ -38,3 +38,12 @@ def ci() -> Any:
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def pytest_report_header(config: Any) -> str:
+    """Which engine runs, and (on a free-threaded CPython) whether the GIL is on."""
+    import pytree_kit as pk
+
+    gil = getattr(sys, "_is_gil_enabled", None)
+    state = "on (no free-threaded build)" if gil is None else ("on" if gil() else "off")
+    return f"pytree_kit: engine {pk.ENGINE}, GIL {state}"

@@ -1,0 +1,166 @@
+"""Threads that change the containers of a tree while eight threads read it.
+
+One thread keeps changing one container of a shared tree (a dict, a
+defaultdict, an OrderedDict, a deque, a list, a record's ``__dict__``) by
+known single steps; seven flatten, ``tree_map`` and ``flatten_up_to`` the
+tree at once, and every result is checked against the states the container
+passed through (``scripts/thread_race.py``): ``unflatten(spec, leaves)``
+rebuilds a tree whose container is one of them, key order and values
+included, or the call raised the documented ``RuntimeError`` at the
+container's path. Each run is bounded in time (``PYTREE_KIT_RACE_SECONDS``
+per case, 2.5 s by default) and says whether the GIL was on.
+
+On a free-threaded CPython without the GIL these run on the pure engine
+(pytree_kit chooses it there); with the GIL, on whichever engine the suite
+runs with (``PYTREE_KIT_PURE=1`` for the pure one).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import pytree_kit as pk
+from scripts import thread_race
+from scripts.thread_race import KINDS, describe_interpreter, failures, gil_enabled, race
+
+SECONDS = float(os.environ.get("PYTREE_KIT_RACE_SECONDS", "2.5"))
+#: at most this many calls per case (they take about SECONDS on 2 cores)
+TRIES = int(os.environ.get("PYTREE_KIT_RACE_TRIES", "200000"))
+
+
+def _report(kind: str, n: int, counts: Any, examples: list) -> str:
+    detail = ", ".join(f"{k}: {v}" for k, v in counts.most_common())
+    lines = [f"{describe_interpreter()}; {kind}: {n} calls ({detail})"]
+    lines += [f"  e.g. {e}" for e in examples]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_container_changing_while_eight_threads_read_the_tree(
+    kind: str, record_property: Any
+) -> None:
+    n, counts, examples = race(kind, TRIES, SECONDS)
+    text = _report(kind, n, counts, examples)
+    record_property("race", text)
+    print(text)
+    assert n > 100, text  # the threads ran
+    assert counts["ok"] > n // 2, text  # mostly answers, not errors
+    assert failures(counts) == 0, text
+
+
+def test_the_race_catches_an_order_read_twice(monkeypatch: Any) -> None:
+    """The check can fail: with the insertion order read from the dict a
+    second time (as before: ``dict_order_differs`` after ``classify``'s read,
+    unchecked), specs that their leaves cannot rebuild are caught."""
+    from pytree_kit import _pure
+
+    if pk.ENGINE != "python":
+        pytest.skip("a break of the pure engine's walk")
+
+    def reread(node: tuple, obj: dict, cache: dict) -> Any:
+        cache.pop(_pure._ORDER, None)
+        order = _pure._key_order(obj)
+        keys = node[3] if node[0] == _pure.DICT else node[3][1]
+        return None if order == keys else order
+
+    monkeypatch.setattr(_pure, "dict_order", reread)
+    n, counts, examples = race("dict", TRIES, 4 * SECONDS, ops=[0, 1], stop_after=3)
+    text = _report("dict, order read twice", n, counts, examples)
+    print(text)
+    assert failures(counts) > 0, text
+
+
+def test_a_class_gaining_and_losing_its_tree_flatten() -> None:
+    """One thread adds and removes ``__tree_flatten__`` on a class while seven
+    flatten and map a list of its instances: each instance comes back as a
+    leaf (the class without the method) or as a node of its children (with
+    it), never anything else, and never an error."""
+
+    class P:
+        def __init__(self, kids: list) -> None:
+            self.kids = kids
+
+        @classmethod
+        def __tree_unflatten__(cls, aux: Any, children: tuple) -> Any:
+            return cls(list(children))
+
+    def tree_flatten(self: P) -> tuple:
+        return self.kids, None
+
+    kids = [[object(), object()] for _ in range(20)]
+    tree = [P(k) for k in kids]
+    stop = threading.Event()
+    errors: list = []
+    counts = {"leaf": 0, "node": 0}
+
+    def toggle() -> None:
+        while not stop.is_set():
+            P.__tree_flatten__ = tree_flatten  # type: ignore[attr-defined]
+            time.sleep(0)
+            del P.__tree_flatten__  # type: ignore[attr-defined]
+            time.sleep(0)
+
+    def check(i: int) -> None:
+        deadline = time.monotonic() + SECONDS
+        while time.monotonic() < deadline:
+            try:
+                if i % 2:
+                    leaves, spec = pk.flatten(tree)
+                    back = pk.unflatten(spec, leaves)
+                else:
+                    back = pk.tree_map(lambda x: x, tree)
+                for p, q in zip(tree, back, strict=True):
+                    if q is p:
+                        counts["leaf"] += 1
+                    elif type(q) is P and q.kids == p.kids and q.kids is not p.kids:
+                        assert all(a is b for a, b in zip(q.kids, p.kids))
+                        counts["node"] += 1
+                    else:
+                        raise AssertionError(f"neither answer: {q!r}")
+            except Exception as e:  # collected, reported below
+                errors.append(e)
+                return
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=check, args=(i,)) for i in range(7)]
+        toggler = threading.Thread(target=toggle)
+        toggler.start()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(SECONDS + 60)
+    finally:
+        stop.set()
+        toggler.join(60)
+        sys.setswitchinterval(old)
+        if "__tree_flatten__" in P.__dict__:
+            del P.__tree_flatten__  # type: ignore[attr-defined]
+    print(f"{describe_interpreter()}: {counts}")
+    assert not errors, f"{describe_interpreter()}: {errors[0]!r}"
+    assert counts["leaf"] and counts["node"], counts  # both answers were seen
+
+
+def test_the_engine_without_the_gil() -> None:
+    """On a free-threaded CPython running without the GIL, pytree_kit runs the
+    pure engine and importing it leaves the GIL off."""
+    if not hasattr(sys, "_is_gil_enabled") or sys._is_gil_enabled():
+        pytest.skip(f"the GIL is on ({describe_interpreter()})")
+    assert pk.ENGINE == "python"
+    assert "pytree_kit._speedups" not in sys.modules
+    assert not gil_enabled()
+
+
+def test_the_race_says_whether_the_gil_is_on() -> None:
+    text = describe_interpreter()
+    assert f"GIL {'on' if gil_enabled() else 'off'}" in text and pk.ENGINE in text
+    assert thread_race.gil_enabled() is (
+        sys._is_gil_enabled() if hasattr(sys, "_is_gil_enabled") else True
+    )
