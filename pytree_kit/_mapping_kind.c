@@ -29,6 +29,9 @@
 /* _kinds' ATTR, MIRROR, DATA, SLOT: how an entry of Carried.state is rebuilt */
 enum { HOW_ATTR = 0, HOW_MIRROR = 1, HOW_DATA = 2, HOW_SLOT = 3 };
 
+/* the attributes an instance read here may carry (more: the pure engine's) */
+#define STATE_MAX 16
+
 /* The instance's __dict__ as object.__getattribute__ reads it, when it is an
  * exact dict: a new reference; NULL with no error set when it has none (or
  * another kind), NULL with an error on failure. */
@@ -132,10 +135,9 @@ carried_state(PyObject *obj, PyTypeObject *t, PyObject *info, const Items *items
     if (!need && !setters) {
         return 1; /* nothing to check: the attributes go into no spec */
     }
-    PyObject *out = PyList_New(0), *d = NULL, *held = NULL;
-    if (out == NULL) {
-        return -1;
-    }
+    /* the entries, each a new reference; more than STATE_MAX: the pure engine's */
+    PyObject *out[STATE_MAX], *d = NULL, *held = NULL;
+    Py_ssize_t n_out = 0;
     int others = 0, r = -1;
     if (has_dict) {
         d = instance_dict(obj);
@@ -143,17 +145,18 @@ carried_state(PyObject *obj, PyTypeObject *t, PyObject *info, const Items *items
             goto done;
         }
     }
-    if (d != NULL) {
-        /* its items held first, as list(dict.items(d)) holds them: an
-         * allocation below may collect garbage, whose finalizers could change d */
-        if ((held = PyDict_Items(d)) == NULL) {
+    if (d != NULL && PyDict_GET_SIZE(d) > 0) {
+        /* its items held first, in a copy of its own, as list(dict.items(d))
+         * holds them: an allocation below may collect garbage, whose
+         * finalizers could change d */
+        if ((held = PyDict_Copy(d)) == NULL) {
             goto done;
         }
-        for (Py_ssize_t at = 0; at < PyList_GET_SIZE(held); at++) {
-            PyObject *name = PyTuple_GET_ITEM(PyList_GET_ITEM(held, at), 0);
-            PyObject *value = PyTuple_GET_ITEM(PyList_GET_ITEM(held, at), 1);
-            if (!PyUnicode_CheckExact(name)) {
-                r = 0; /* (its == could run code) */
+        Py_ssize_t pos = 0;
+        PyObject *name, *value;
+        while (PyDict_Next(held, &pos, &name, &value)) {
+            if (!PyUnicode_CheckExact(name) || n_out == STATE_MAX) {
+                r = 0; /* (its == could run code; or many attributes) */
                 goto done;
             }
             PyObject *entry = NULL;
@@ -184,18 +187,16 @@ carried_state(PyObject *obj, PyTypeObject *t, PyObject *info, const Items *items
                     others = 1;
                 }
             }
-            if (entry == NULL || PyList_Append(out, entry) < 0) {
-                Py_XDECREF(entry);
+            if (entry == NULL) {
                 goto done;
             }
-            Py_DECREF(entry);
+            out[n_out++] = entry;
         }
-        Py_CLEAR(held);
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots); i++) {
         PyObject *pair = PyTuple_GET_ITEM(slots, i);
         PyObject *name = PyTuple_GET_ITEM(pair, 0), *desc = PyTuple_GET_ITEM(pair, 1);
-        if (Py_TYPE(desc) != &PyMemberDescr_Type) {
+        if (Py_TYPE(desc) != &PyMemberDescr_Type || n_out == STATE_MAX) {
             r = 0;
             goto done;
         }
@@ -210,25 +211,28 @@ carried_state(PyObject *obj, PyTypeObject *t, PyObject *info, const Items *items
         int in_cached = PySet_Contains(cached, name);
         PyObject *entry = in_cached == 0 ? state_entry(name, HOW_SLOT, value) : NULL;
         Py_DECREF(value);
-        if (in_cached < 0 || (in_cached == 0 && (entry == NULL || PyList_Append(out, entry) < 0))) {
-            Py_XDECREF(entry);
+        if (in_cached < 0 || (in_cached == 0 && entry == NULL)) {
             goto done;
         }
-        Py_XDECREF(entry);
-        others |= in_cached == 0;
+        if (entry != NULL) {
+            out[n_out++] = entry;
+            others = 1;
+        }
     }
     if (others && setters) {
         r = 0; /* the pure engine says why it is refused (_follows_items) */
         goto done;
     }
-    if (need && (*state = PyList_AsTuple(out)) == NULL) {
+    if (need && (*state = seq_of(0, out, n_out)) == NULL) {
         goto done;
     }
     r = 1;
 done:
+    for (Py_ssize_t i = 0; i < n_out; i++) {
+        Py_DECREF(out[i]);
+    }
     Py_XDECREF(held);
     Py_XDECREF(d);
-    Py_DECREF(out);
     return r;
 }
 

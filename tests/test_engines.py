@@ -222,6 +222,7 @@ def _mapping_cases() -> dict[str, Any]:
     return {
         "plain": Batch(items),
         "attributes": _with(Batch(items), tag="train", n=3),
+        "many attributes": _with(Batch(items), **{f"a{i}": i for i in range(20)}),
         "in order": _with(Batch(a=1, b=2), tag=leaf),
         "empty": Batch(),
         "int keys": _with(Batch({3: "x", 1: "y", 2: "z"}), tag=1),
