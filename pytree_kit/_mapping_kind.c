@@ -20,7 +20,7 @@
  * rebuild) is left to the pure engine, which reads it or says why not: the
  * answer is the same either way, and so are the errors. OrderedDict and
  * defaultdict subclasses and the sequence kind are the pure engine's.
- * Calls: _core.c (make_node).
+ * Calls: _core.c (make_node, seq_of), _classify.c (field_named, same_items).
  * Called by _classify.c (classify) and _unflatten.c (build).
  */
 
@@ -236,18 +236,6 @@ done:
     return r;
 }
 
-/* Whether the tuples a and b hold the same objects in the same order. */
-static int
-same_objects(PyObject *a, PyObject *b)
-{
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(a); i++) {
-        if (PyTuple_GET_ITEM(a, i) != PyTuple_GET_ITEM(b, i)) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* A storage of at most SMALL_DICT items whose keys are all exact str or all
  * exact int: its keys and values in leaf order (*keys, *values: new tuples)
  * and its insertion order (*order: a new tuple, or None when it is the leaf
@@ -322,7 +310,7 @@ all_items(PyObject *storage, PyObject **items, PyObject **keys, PyObject **value
         goto fail;
     }
     Py_CLEAR(ins);
-    if (same_objects(*order, *keys)) {
+    if (same_items(*order, *keys)) {
         Py_SETREF(*order, Py_NewRef(Py_None));
     }
     if ((*values = PyTuple_New(n)) == NULL) {
