@@ -267,15 +267,20 @@ plan_kept(Memo *m, TypeEntry *e)
     if (tag == 0) {
         return 0;
     }
+    unsigned int mtag = meta_tag(t, 0);
+    PLANS_LOCK(m);
     KeptPlan *k = memo_find(&m->plans, (uintptr_t)t, tag);
-    if (k == NULL || k->meta_tag != meta_tag(t, 0)) {
-        return 0;
+    int found = k != NULL && k->meta_tag == mtag;
+    if (found) {
+        e->plan = k->plan;
+        e->info = Py_XNewRef(k->info);
+        e->reads_obj = Py_XNewRef(k->reads_obj);
     }
-    e->plan = k->plan;
-    e->info = Py_XNewRef(k->info);
-    e->reads_obj = Py_XNewRef(k->reads_obj);
-    e->reads = reads_of(e->reads_obj);
-    return 1;
+    PLANS_UNLOCK(m);
+    if (found) {
+        e->reads = reads_of(e->reads_obj);
+    }
+    return found;
 }
 
 /* Keep e's plan in the memo under its class's tag and its metaclass's, in
@@ -283,12 +288,14 @@ plan_kept(Memo *m, TypeEntry *e)
 static void
 plan_keep(Memo *m, TypeEntry *e, unsigned int tag, unsigned int mtag)
 {
+    PLANS_LOCK(m);
     KeptPlan *k = memo_slot(&m->plans, (uintptr_t)e->type, tag);
     PyObject *old_info = k->info, *old_reads = k->reads_obj;
     k->meta_tag = mtag;
     k->plan = e->plan;
     k->info = Py_XNewRef(e->info);
     k->reads_obj = Py_XNewRef(e->reads_obj);
+    PLANS_UNLOCK(m);
     Py_XDECREF(old_info);
     Py_XDECREF(old_reads);
 }

@@ -245,12 +245,23 @@ user_result(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *helper,
             }
             if (h != -1) {
                 /* a dict: its keys name the children, in insertion order
-                 * (nothing below runs Python code, so the dict cannot change) */
+                 * (nothing below runs Python code, so the dict cannot change;
+                 * READ_SNAPSHOTS: another thread could, and a snapshot is read) */
+#if READ_SNAPSHOTS
+                PyObject *snap = PyDict_Copy(ch);
+                if (snap == NULL) {
+                    return -1;
+                }
+                ch = snap;
+#endif
                 Py_ssize_t n = PyDict_GET_SIZE(ch), pos = 0, k = 0;
                 PyObject *kt = PyTuple_New(n), *vt = PyTuple_New(n), *key, *val;
                 if (kt == NULL || vt == NULL) {
                     Py_XDECREF(kt);
                     Py_XDECREF(vt);
+#if READ_SNAPSHOTS
+                    Py_DECREF(snap);
+#endif
                     return -1;
                 }
                 while (k < n && PyDict_Next(ch, &pos, &key, &val)) {
@@ -260,6 +271,9 @@ user_result(Ctx *c, Stack *s, PyObject *res, PyTypeObject *t, PyObject *helper,
                     PyTuple_SET_ITEM(vt, k, val);
                     k++;
                 }
+#if READ_SNAPSHOTS
+                Py_DECREF(snap);
+#endif
                 if (tail != NULL && (*tail = PyTuple_Pack(2, ax, kt)) == NULL) {
                     Py_DECREF(kt);
                     Py_DECREF(vt);
@@ -430,6 +444,14 @@ record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
         if ((dict = PyObject_GenericGetDict(obj, NULL)) == NULL) {
             return -1;
         }
+#if READ_SNAPSHOTS
+        if (PyDict_Check(dict)) {
+            Py_SETREF(dict, dict_snapshot(dict));
+            if (dict == NULL) {
+                return -1;
+            }
+        }
+#endif
         stored = PyDict_Check(dict) ? PyDict_GET_SIZE(dict) : n + 1;
 #if SPLIT_READS
         split = split_values(dict, r);
@@ -443,7 +465,16 @@ record_read(PyObject *obj, const FieldReads *r, PyObject *names, PyObject **v,
         PyObject *name = PyTuple_GET_ITEM(names, i), *x = NULL;
         Py_ssize_t code = r->code[i];
         if (code > 0) {
+#if READ_SNAPSHOTS
+            if ((v[i] = slot_ref(obj, code)) != NULL) {
+                continue;
+            }
+            if (PyErr_Occurred()) {
+                goto fail;
+            }
+#else
             x = SLOT(obj, code);
+#endif
         }
 #if SPLIT_READS
         else if (code < 0 && split != NULL && split_key_is(r, -1 - code, name)) {
@@ -577,7 +608,7 @@ odict_same_order(PyObject *obj)
  * from the dict's own table, and an OrderedDict's order by its own iterator,
  * whose lookups of exact str keys run none. */
 static PK_NO_INLINE int
-record_view(PyObject *obj, PyObject *names, PyObject *const *v, PyObject **keys)
+record_view_held(PyObject *obj, PyObject *names, PyObject *const *v, PyObject **keys)
 {
     Py_ssize_t m = PyDict_GET_SIZE(obj), n = PyTuple_GET_SIZE(names), pos = 0, i = 0;
     PyObject *k, *x, *ks = NULL;
@@ -613,6 +644,22 @@ record_view(PyObject *obj, PyObject *names, PyObject *const *v, PyObject **keys)
 other:
     Py_XDECREF(ks);
     return 2;
+}
+
+/* record_view_held, under the dict's own lock where the GIL can be off
+ * (READ_SNAPSHOTS: its table and an OrderedDict's links read as one state) */
+static int
+record_view(PyObject *obj, PyObject *names, PyObject *const *v, PyObject **keys)
+{
+    int r;
+#if READ_SNAPSHOTS
+    Py_BEGIN_CRITICAL_SECTION(obj);
+    r = record_view_held(obj, names, v, keys);
+    Py_END_CRITICAL_SECTION();
+#else
+    r = record_view_held(obj, names, v, keys);
+#endif
+    return r;
 }
 
 /* _pure._record_fields for the common case: no static field, and, for a
@@ -997,6 +1044,9 @@ keys_sorted(PyObject *keys)
 PK_SHARED int
 big_order_note(PkState *st, PyObject *keys, PyObject *order, const Py_ssize_t *at, Py_ssize_t n)
 {
+    if (!KEEP_ACROSS_CALLS) {
+        return 0;
+    }
     PyObject *b = PyBytes_FromStringAndSize((const char *)at, n * (Py_ssize_t)sizeof(Py_ssize_t));
     if (b == NULL) {
         return -1;
@@ -1027,7 +1077,7 @@ big_order_for(PkState *st, PyObject *obj, PyObject *keys)
 {
     Py_ssize_t n = PyDict_GET_SIZE(obj), pos = 0;
     PyObject *k, *v;
-    if (n <= BIG_DICT || (keys != NULL && PyTuple_GET_SIZE(keys) != n) ||
+    if (!KEEP_ACROSS_CALLS || n <= BIG_DICT || (keys != NULL && PyTuple_GET_SIZE(keys) != n) ||
         !PyDict_Next(obj, &pos, &k, &v)) {
         return NULL;
     }
@@ -1211,7 +1261,7 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
     uint8_t perm[SMALL_DICT];
     MemoTable *table = &c->st->memo.dict_orders;
     uintptr_t key = dict_order_key(ins, n);
-    DictOrder *m = dict_order_find(table, key, ins, n);
+    DictOrder *m = KEEP_ACROSS_CALLS ? dict_order_find(table, key, ins, n) : NULL;
     f->node = NULL;
     if (m != NULL) {
         /* the memo's keys, in the memo's insertion order: its order serves
@@ -1235,7 +1285,7 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
         /* insertion sort; at[j] is where the j-th key in key order was
          * inserted, kept while this call may still write the memo */
         uint8_t at[SMALL_DICT];
-        remember = c->dict_misses < DICT_ORDER_MISSES;
+        remember = KEEP_ACROSS_CALLS && c->dict_misses < DICT_ORDER_MISSES;
         c->dict_misses += remember; /* stops at DICT_ORDER_MISSES */
         for (i = 0; i < n; i++) {
             at[i] = (uint8_t)i;
@@ -1311,7 +1361,8 @@ classify_small_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
     if (remember) {
         m = dict_order_write(table, key, ins, tkeys, perm, permuted, f->node, order);
     }
-    else if ((made_order || made_node) && (m = dict_order_find(table, key, ins, n)) != NULL) {
+    else if (KEEP_ACROSS_CALLS && (made_order || made_node) &&
+             (m = dict_order_find(table, key, ins, n)) != NULL) {
         if (made_node && m->node == NULL) {
             m->node = Py_NewRef(f->node);
         }
@@ -1440,6 +1491,47 @@ classify_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
     return 1;
 }
 
+#if READ_SNAPSHOTS
+/* classify_dict of a snapshot of obj (dict_snapshot), every part of f that
+ * its read gives found from the snapshot: its order too (found_order would
+ * read obj again), and its direct leaves held (they are the snapshot's). */
+static int
+classify_dict_snapshot(Ctx *c, Stack *s, PyObject *obj, Found *f)
+{
+    PyObject *copy = dict_snapshot(obj);
+    if (copy == NULL) {
+        return -1;
+    }
+    int r = classify_dict(c, s, copy, f);
+    if (r == 1 && f->direct_n && !f->direct_owned) {
+        for (Py_ssize_t i = 0; i < f->direct_n; i++) {
+            Py_INCREF(f->direct[i]);
+        }
+        f->direct_owned = 1;
+    }
+    if (r == 1 && f->dict_kind && !f->order_known && f->node != NULL) {
+        PyObject *order = stack_freeze(s) < 0 ? NULL : dict_order(f->node, copy, f->names);
+        if (order == NULL) {
+            release_direct(f);
+            Py_CLEAR(f->node);
+            Py_CLEAR(f->children);
+            Py_CLEAR(f->names);
+            Py_DECREF(copy);
+            return -1;
+        }
+        if (order == Py_None) {
+            Py_DECREF(order);
+        }
+        else {
+            f->order = order;
+        }
+        f->order_known = 1;
+    }
+    Py_DECREF(copy);
+    return r;
+}
+#endif
+
 /* An exact OrderedDict's keys and values in its own order, in one pass over
  * its dict, when every key is an exact str or every key an exact int (their
  * hash and == run no Python code) and its own order is its dict's insertion
@@ -1447,8 +1539,8 @@ classify_dict(Ctx *c, Stack *s, PyObject *obj, Found *f)
  * which finds each key by its hash. Returns 1 with *keys and *values new
  * tuples, 0 when it is not such a dict (the pure engine reads it), -1 on
  * error. Shared by classify and flatten_up_to (_up_to.c). */
-PK_SHARED int
-odict_items(PyObject *obj, PyObject **keys_out, PyObject **values_out)
+static int
+odict_items_held(PyObject *obj, PyObject **keys_out, PyObject **values_out)
 {
     Py_ssize_t n = PyDict_GET_SIZE(obj), pos = 0, i = 0;
     PyObject *keys = PyTuple_New(n), *values = keys ? PyTuple_New(n) : NULL, *k, *v;
@@ -1478,6 +1570,22 @@ odict_items(PyObject *obj, PyObject **keys_out, PyObject **values_out)
     *keys_out = keys;
     *values_out = values;
     return 1;
+}
+
+/* odict_items_held, under the OrderedDict's own lock where the GIL can be off
+ * (READ_SNAPSHOTS: its dict and its links read as one state) */
+PK_SHARED int
+odict_items(PyObject *obj, PyObject **keys_out, PyObject **values_out)
+{
+    int r;
+#if READ_SNAPSHOTS
+    Py_BEGIN_CRITICAL_SECTION(obj);
+    r = odict_items_held(obj, keys_out, values_out);
+    Py_END_CRITICAL_SECTION();
+#else
+    r = odict_items_held(obj, keys_out, values_out);
+#endif
+    return r;
 }
 
 /* An exact OrderedDict, as _pure.classify reads it, where odict_items can:
@@ -1535,19 +1643,23 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
         return 1;
     }
     if (t == &PyList_Type) {
-        f->node = want_node ? seq_node(c->st, K_LIST, PyList_GET_SIZE(obj)) : NULL;
-        if (want_node && f->node == NULL) {
-            return -1;
-        }
-        if (c->is_leaf != NULL) {
-            f->children = PyList_AsTuple(obj);
-            if (f->children == NULL) {
-                Py_XDECREF(f->node);
+        if (c->is_leaf != NULL || READ_SNAPSHOTS) {
+            /* a snapshot (READ_SNAPSHOTS: taken under the list's lock) */
+            if ((f->children = PyList_AsTuple(obj)) == NULL) {
+                return -1;
+            }
+            f->node = want_node ? seq_node(c->st, K_LIST, PyTuple_GET_SIZE(f->children)) : NULL;
+            if (want_node && f->node == NULL) {
+                Py_CLEAR(f->children);
                 return -1;
             }
             f->live = 0;
         }
         else {
+            f->node = want_node ? seq_node(c->st, K_LIST, PyList_GET_SIZE(obj)) : NULL;
+            if (want_node && f->node == NULL) {
+                return -1;
+            }
             Py_INCREF(obj);
             f->children = obj;
             f->live = 1;
@@ -1558,7 +1670,11 @@ classify(Ctx *c, Stack *s, PyObject *obj, Found *f)
         return 1;
     }
     if (t == &PyDict_Type) {
+#if READ_SNAPSHOTS
+        return classify_dict_snapshot(c, s, obj, f);
+#else
         return classify_dict(c, s, obj, f);
+#endif
     }
     if (obj == Py_None) {
         f->node = want_node ? (Py_INCREF(NONE_NODE), NONE_NODE) : NULL;

@@ -172,17 +172,29 @@ seq_of(int list, PyObject **ch, Py_ssize_t n)
     return r;
 }
 
+/* Where the GIL can be off (Py_GIL_DISABLED), a list's item array is not a
+ * plain PyMem block (its allocation carries a header of its own): vec_to_list
+ * and list_to_fill make their lists by PyList_New there, and hand them no
+ * array. */
 PK_SHARED PyObject *
 vec_to_list(Vec *a)
 {
     PyObject *l;
-    if (a->v == a->inline_v) {
+#ifdef Py_GIL_DISABLED
+    const int hand_over = 0;
+#else
+    const int hand_over = a->v != a->inline_v;
+#endif
+    if (!hand_over) {
         l = PyList_New(a->n);
         if (l == NULL) {
             return NULL;
         }
         if (a->n) {
             memcpy(((PyListObject *)l)->ob_item, a->v, a->n * sizeof(PyObject *));
+        }
+        if (a->v != a->inline_v) {
+            PyMem_Free(a->v);
         }
     }
     else {
@@ -208,7 +220,12 @@ vec_to_list(Vec *a)
 PK_SHARED PyObject *
 list_to_fill(Py_ssize_t n)
 {
-    if (n == 0 || (size_t)n > PY_SSIZE_T_MAX / sizeof(PyObject *)) {
+#ifdef Py_GIL_DISABLED
+    const int plain = 1;
+#else
+    const int plain = 0;
+#endif
+    if (plain || n == 0 || (size_t)n > PY_SSIZE_T_MAX / sizeof(PyObject *)) {
         return PyList_New(n);
     }
     PyObject *items = PyMem_Malloc(n * sizeof(PyObject *));
@@ -225,3 +242,25 @@ list_to_fill(Py_ssize_t n)
     Py_SET_SIZE(l, n);
     return l;
 }
+
+#if READ_SNAPSHOTS
+PK_SHARED PyObject *
+dict_snapshot(PyObject *d)
+{
+    if (PyDict_CheckExact(d)) {
+        return PyDict_Copy(d); /* under d's lock */
+    }
+    /* a subclass: its storage's items (PyDict_Items reads the storage under
+     * d's lock, whatever the class's methods say), then a dict of them, which
+     * no other thread can see */
+    PyObject *items = PyDict_Items(d), *m = items ? PyDict_New() : NULL;
+    for (Py_ssize_t i = 0; m != NULL && i < PyList_GET_SIZE(items); i++) {
+        PyObject *kv = PyList_GET_ITEM(items, i);
+        if (PyDict_SetItem(m, PyTuple_GET_ITEM(kv, 0), PyTuple_GET_ITEM(kv, 1)) < 0) {
+            Py_CLEAR(m);
+        }
+    }
+    Py_XDECREF(items);
+    return m;
+}
+#endif

@@ -120,15 +120,33 @@
 #else
 #define PK_VALIDATED PK_VALIDATED_PYTHON
 #endif
-/* What is kept across calls in the module's statics (tuple and list nodes,
- * order pairs, spare tuples) or in a spec (its unflatten recipe) is read and
- * written with no lock: the GIL guards it. Where the GIL can be off, nothing
- * of it is kept. Spare tuples are emptied and filled again, which holds only
- * while a tuple caches nothing of its items (from 3.14 it caches its hash). */
+/* What is kept across calls in the module's state (tuple and list nodes,
+ * order pairs, the dict order and template tables, spare tuples) or in a
+ * spec (its unflatten recipe) is read and written with no lock: the GIL
+ * guards it. Where the GIL can be off (Py_GIL_DISABLED), none of it is kept
+ * but class plans, whose table a mutex guards (Memo's plans_lock: held
+ * only to look an entry up and take references to what it holds, or to
+ * write one, never while code runs). Spare tuples are emptied and filled
+ * again, which holds only while a tuple caches nothing of its items (from
+ * 3.14 it caches its hash). */
 #ifdef Py_GIL_DISABLED
 #define KEEP_ACROSS_CALLS 0
 #else
 #define KEEP_ACROSS_CALLS 1
+#endif
+/* Where the GIL can be off, another thread may change a caller's list, dict
+ * or object while this one reads it, and a borrowed reference read from it
+ * may be freed before it is taken. There each container's children are read
+ * from a snapshot taken under the container's own lock (PyList_AsTuple,
+ * PyDict_Copy, PyDict_Items, PyDict_GetItemRef: each holds the object's
+ * critical section while it reads), a state that existed, and a record's
+ * slots through PyMember_GetOne (which takes its reference safely):
+ * READ_SNAPSHOTS. With the GIL no other thread runs while no code of ours
+ * calls out, and the containers are read in place. */
+#ifdef Py_GIL_DISABLED
+#define READ_SNAPSHOTS 1
+#else
+#define READ_SNAPSHOTS 0
 #endif
 /* PYTREE_KIT_WITHOUT=name,... (setup.py) leaves the fast paths named out, one
  * at a time, to measure what each buys (PK_WITHOUT_<NAME>). */
@@ -382,7 +400,21 @@ typedef struct {
 
 typedef struct {
     MemoTable plans, dict_orders, big_orders, pairs, templates;
+#ifdef Py_GIL_DISABLED
+    PyMutex plans_lock; /* plans, where the GIL can be off (KEEP_ACROSS_CALLS) */
+#endif
 } Memo;
+
+/* Held around a look-up of the plans table and the taking of references to
+ * what its entry holds, or a write of one; never while code may run (a
+ * release of references is done after). Nothing where the GIL guards it. */
+#ifdef Py_GIL_DISABLED
+#define PLANS_LOCK(m) PyMutex_Lock(&(m)->plans_lock)
+#define PLANS_UNLOCK(m) PyMutex_Unlock(&(m)->plans_lock)
+#else
+#define PLANS_LOCK(m) ((void)0)
+#define PLANS_UNLOCK(m) ((void)0)
+#endif
 
 /* Emptied tuples kept for the next frame of their size (_stack.c's spares,
  * where SPARE_TUPLES): a pool, not keyed */
@@ -607,6 +639,32 @@ PK_SHARED PyObject *vec_to_list(Vec *a);
  * (PyList_New(0), then items from malloc, as vec_to_list hands a list its
  * array). New reference. */
 PK_SHARED PyObject *list_to_fill(Py_ssize_t n);
+
+/* READ_SNAPSHOTS: a private exact dict of d's items (a dict, or a subclass
+ * read as its storage, whatever its methods say), taken under d's lock; a
+ * new reference. Elsewhere it is not compiled. */
+#if READ_SNAPSHOTS
+PK_SHARED PyObject *dict_snapshot(PyObject *d);
+#endif
+
+/* The object in obj's slot at offset off (a member of Py_T_OBJECT_EX), a new
+ * reference, or NULL when the slot is empty, with an error set only on
+ * failure. READ_SNAPSHOTS: read by PyMember_GetOne, which takes its
+ * reference safely while another thread may set the slot. */
+static inline PyObject *
+slot_ref(PyObject *obj, Py_ssize_t off)
+{
+#if READ_SNAPSHOTS
+    PyMemberDef m = {"", Py_T_OBJECT_EX, off, 0, NULL};
+    PyObject *x = PyMember_GetOne((const char *)obj, &m);
+    if (x == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+    }
+    return x;
+#else
+    return Py_XNewRef(SLOT(obj, off));
+#endif
+}
 
 /* Append a new reference to x. */
 static inline int

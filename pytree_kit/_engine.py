@@ -18,11 +18,12 @@ Python implementation) does not warn.
 ``engine_info()`` says which engine runs, why, and which of the C engine's
 fast paths are on for this interpreter.
 
-On a free-threaded CPython (PEP 703) running without the GIL, the pure engine
-is chosen too: the C engine relies on the GIL (its per-type cache and its
-reads of the caller's lists are not guarded by locks), so CPython would turn
-the GIL back on for the whole process when it is imported. ``PYTREE_KIT_PURE=0``
-asks for the C engine anyway, and with it the GIL. See docs/reliability.md.
+On a free-threaded CPython (PEP 703) the C engine runs with the GIL off: its
+module declares that it does not need the GIL (``Py_MOD_GIL_NOT_USED``), it
+reads each of the caller's containers from a snapshot taken under the
+container's own lock, keeps nothing from one call to the next but class
+plans (under a mutex), and ``engine_info()["gil_enabled"]`` says whether the
+GIL is on. See docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -42,21 +43,14 @@ from ._interface import Engine
 from ._version import __version__
 
 
-def wants_c(setting: Optional[str], gil_enabled: Optional[Callable[[], bool]]) -> bool:
-    """Whether to use the C engine, given ``PYTREE_KIT_PURE`` (None when unset)
-    and ``sys._is_gil_enabled`` (None before Python 3.13).
+def wants_c(setting: Optional[str]) -> bool:
+    """Whether to use the C engine, given ``PYTREE_KIT_PURE`` (None when unset).
 
     Examples:
-        >>> wants_c(None, None), wants_c("1", None), wants_c("0", None)
-        (True, False, True)
-        >>> wants_c(None, lambda: False), wants_c("0", lambda: False)
-        (False, True)
+        >>> wants_c(None), wants_c("1"), wants_c("0"), wants_c("")
+        (True, False, True, True)
     """
-    if setting not in (None, "", "0"):
-        return False
-    if setting == "0":
-        return True
-    return gil_enabled is None or gil_enabled()
+    return setting in (None, "", "0")
 
 
 def _fallback_warning(reason: str) -> None:
@@ -96,7 +90,7 @@ c_engine: Any = None
 #: why ``impl`` is the engine it is, in words (``engine_info()["reason"]``)
 _reason = ""
 _setting = os.environ.get("PYTREE_KIT_PURE")
-if wants_c(_setting, getattr(sys, "_is_gil_enabled", None)):
+if wants_c(_setting):
     try:
         _speedups = importlib.import_module("pytree_kit._speedups")
     except ModuleNotFoundError as exc:  # not built (no compiler, or not CPython)
@@ -126,10 +120,8 @@ if wants_c(_setting, getattr(sys, "_is_gil_enabled", None)):
         _reason = "the C extension is built and imported"
         if _setting == "0":
             _reason += " (PYTREE_KIT_PURE=0)"
-elif _setting not in (None, "", "0"):
-    _reason = f"PYTREE_KIT_PURE={_setting} is set"
 else:
-    _reason = "this free-threaded Python runs without the GIL, which the C engine relies on"
+    _reason = f"PYTREE_KIT_PURE={_setting} is set"
 
 # The one place the engine is handed to the rest of the package: every
 # module reads it at call time as _interface.engine.
@@ -160,7 +152,8 @@ def engine_info() -> dict[str, Any]:
 
     Keys: ``pytree_kit`` (its version), ``engine`` (``"c"`` or ``"python"``,
     as ``ENGINE``), ``reason``, ``python``, ``implementation``,
-    ``free_threaded``, ``validated_python`` (whether the C engine's fast paths
+    ``free_threaded``, ``gil_enabled`` (whether the GIL is on now: always
+    True but on a free-threaded build), ``validated_python`` (whether the C engine's fast paths
     were validated on this Python version), ``no_fast_paths`` (a build that
     leaves them out: ``PYTREE_KIT_NO_FAST_PATHS=1``), ``fast_paths`` (each one,
     on or off), ``plans_kept`` (whether the C engine keeps what it learnt of a
@@ -187,6 +180,7 @@ def engine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "free_threaded": free_threaded,
+        "gil_enabled": bool(getattr(sys, "_is_gil_enabled", lambda: True)()),
         "validated_python": VALIDATED_PYTHONS[0] <= sys.version_info[:2] <= VALIDATED_PYTHONS[1]
         and platform.python_implementation() == "CPython"
         and not free_threaded,

@@ -53,11 +53,19 @@ class_tag(PyTypeObject *t, int assign)
         return 0;
     }
 #if PY_VERSION_HEX >= 0x030C0000
-    /* 0 is never a valid tag; PyType_Modified sets it to 0 */
-    if (t->tp_version_tag == 0 && (!assign || !PyUnstable_Type_AssignVersionTag(t))) {
+    /* 0 is never a valid tag; PyType_Modified sets it to 0. Where the GIL
+     * can be off another thread may set it while it is read: read
+     * atomically there, as CPython reads it */
+#ifdef Py_GIL_DISABLED
+#define TAG_NOW(t) __atomic_load_n(&(t)->tp_version_tag, __ATOMIC_RELAXED)
+#else
+#define TAG_NOW(t) ((t)->tp_version_tag)
+#endif
+    if (TAG_NOW(t) == 0 && (!assign || !PyUnstable_Type_AssignVersionTag(t))) {
         return 0;
     }
-    return t->tp_version_tag;
+    return TAG_NOW(t);
+#undef TAG_NOW
 #elif VERSION_TAGS
     (void)assign;
     return type_version(t);

@@ -352,15 +352,32 @@ mapping_classify(Ctx *c, PyObject *obj, TypeEntry *e, Found *f)
         if ((d = instance_dict(obj)) == NULL) {
             return PyErr_Occurred() ? -1 : 2;
         }
-        storage = PyDict_GetItemWithError(d, s_data);
-        if (storage == NULL || !PyDict_CheckExact(storage)) {
+#if READ_SNAPSHOTS
+        /* (a new reference: another thread may set the instance's data) */
+        if (PyDict_GetItemRef(d, s_data, &storage) < 0) {
             Py_DECREF(d);
+            return -1;
+        }
+        Py_SETREF(d, storage);
+#else
+        storage = PyDict_GetItemWithError(d, s_data);
+#endif
+        if (storage == NULL || !PyDict_CheckExact(storage)) {
+            Py_XDECREF(d);
             return PyErr_Occurred() ? -1 : 2;
         }
     }
     else {
         storage = obj; /* the dict's own storage, whatever its methods say */
     }
+#if READ_SNAPSHOTS
+    /* its items as they were at one moment (taken under its lock) */
+    if ((storage = dict_snapshot(storage)) == NULL) {
+        Py_XDECREF(d);
+        return -1;
+    }
+    Py_XSETREF(d, storage);
+#endif
     int r = small_items(storage, &m.keys, &m.values, &order);
     if (r == 0) {
         r = all_items(storage, &m.items, &m.keys, &m.values, &order);

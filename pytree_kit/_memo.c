@@ -43,9 +43,11 @@ table_init(MemoTable *t, unsigned int set_bits, unsigned int ways, size_t size,
     return 0;
 }
 
-/* Let go of every entry of t, leaving them empty. */
+/* Let go of every entry of t, leaving them empty; m, when not NULL, is the
+ * memo whose plans table t is (PLANS_LOCK held while an entry is taken out,
+ * not while its references go). */
 static void
-table_clear(MemoTable *t)
+table_clear(MemoTable *t, Memo *m)
 {
     if (t->entries == NULL) {
         return;
@@ -53,12 +55,21 @@ table_clear(MemoTable *t)
     size_t n = ((size_t)1 << t->set_bits) * t->ways;
     for (size_t i = 0; i < n; i++) {
         MemoHead *h = (MemoHead *)(t->entries + i * t->size);
-        if (h->key != 0) {
-            /* emptied before its references go: a finalizer they run may
-             * look the table up */
-            char copy[MEMO_ENTRY_MAX];
+        /* emptied before its references go: a finalizer they run may look
+         * the table up */
+        char copy[MEMO_ENTRY_MAX];
+        if (m != NULL) {
+            PLANS_LOCK(m);
+        }
+        int held = h->key != 0;
+        if (held) {
             memcpy(copy, h, t->size);
             memset(h, 0, t->size);
+        }
+        if (m != NULL) {
+            PLANS_UNLOCK(m);
+        }
+        if (held) {
             t->release((MemoHead *)copy);
         }
     }
@@ -208,11 +219,11 @@ memo_init(Memo *m)
 PK_SHARED void
 memo_clear(Memo *m)
 {
-    table_clear(&m->plans);
-    table_clear(&m->dict_orders);
-    table_clear(&m->big_orders);
-    table_clear(&m->pairs);
-    table_clear(&m->templates);
+    table_clear(&m->plans, m);
+    table_clear(&m->dict_orders, NULL);
+    table_clear(&m->big_orders, NULL);
+    table_clear(&m->pairs, NULL);
+    table_clear(&m->templates, NULL);
 }
 
 /* Frees the tables (the module's state going). */

@@ -296,6 +296,21 @@ pk_first_reaching(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
         }
     }
+#ifdef Py_GIL_DISABLED
+    /* Where the GIL can be off another thread may change an object while its
+     * tp_traverse visits it here: the specification's search is run instead
+     * (gc.get_referents, which stops the other threads while it reads), on
+     * the arguments checked as above */
+    {
+        PyObject *spec = PyImport_ImportModule("pytree_kit._reach"), *fn = NULL, *r = NULL;
+        if (spec != NULL && (fn = PyObject_GetAttrString(spec, "first_reaching")) != NULL) {
+            r = PyObject_Vectorcall(fn, args, (size_t)nargs, NULL);
+        }
+        Py_XDECREF(fn);
+        Py_XDECREF(spec);
+        return r;
+    }
+#endif
     Search s = {0};
     s.target = (PyTypeObject *)target;
     s.skip = skip;

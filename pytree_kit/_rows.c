@@ -225,31 +225,46 @@ leaf(Bufs *bufs, long long j, const long long plan[5], long long row, PyObject *
 /* ------------------------------------------------------------------------ */
 /* Packing: number_list and leaf_codes (_rows.py) */
 
+/* x an exact non-empty list of ints only or of floats only: C_INTS or
+ * C_FLOATS; else 0; -1 on error. Where the GIL can be off another thread
+ * may change the list while it is read: a snapshot of it is read there,
+ * taken under its lock. */
 static int
-is_number_list(PyObject *x)
+number_list_code(PyObject *x)
 {
-    Py_ssize_t n;
-    PyTypeObject *t;
-    if (!PyList_CheckExact(x) || (n = PyList_GET_SIZE(x)) == 0) {
+    if (!PyList_CheckExact(x)) {
         return 0;
     }
-    t = Py_TYPE(PyList_GET_ITEM(x, 0));
-    if (t != &PyFloat_Type && t != &PyLong_Type) {
-        return 0;
+#ifdef Py_GIL_DISABLED
+    PyObject *held = PyList_AsTuple(x);
+    if (held == NULL) {
+        return -1;
     }
-    for (Py_ssize_t k = 1; k < n; k++) {
-        if (Py_TYPE(PyList_GET_ITEM(x, k)) != t) {
-            return 0;
+    PyObject *const *items = ((PyTupleObject *)held)->ob_item;
+    Py_ssize_t n = PyTuple_GET_SIZE(held);
+#else
+    PyObject *const *items = ((PyListObject *)x)->ob_item;
+    Py_ssize_t n = PyList_GET_SIZE(x);
+#endif
+    PyTypeObject *t = n ? Py_TYPE(items[0]) : NULL;
+    int code = t == &PyLong_Type ? C_INTS : t == &PyFloat_Type ? C_FLOATS : 0;
+    for (Py_ssize_t k = 1; code && k < n; k++) {
+        if (Py_TYPE(items[k]) != t) {
+            code = 0;
         }
     }
-    return 1;
+#ifdef Py_GIL_DISABLED
+    Py_DECREF(held);
+#endif
+    return code;
 }
 
 /* number_list(x) -> bool */
 PyObject *
 pk_number_list(PyObject *self, PyObject *x)
 {
-    return Py_NewRef(is_number_list(x) ? Py_True : Py_False);
+    int code = number_list_code(x);
+    return code < 0 ? NULL : Py_NewRef(code ? Py_True : Py_False);
 }
 
 static PyObject *code_obj[C_COUNT];
@@ -258,7 +273,14 @@ static PyObject *code_obj[C_COUNT];
 PyObject *
 pk_leaf_codes(PyObject *self, PyObject *leaves)
 {
-    PyObject *seq = PySequence_Fast(leaves, "leaf_codes expects a list"), *out;
+#ifdef Py_GIL_DISABLED
+    /* (a snapshot, taken under the list's lock: see number_list_code) */
+    PyObject *seq = PyList_CheckExact(leaves) ? PyList_AsTuple(leaves)
+                                              : PySequence_Fast(leaves, "leaf_codes expects a list");
+#else
+    PyObject *seq = PySequence_Fast(leaves, "leaf_codes expects a list");
+#endif
+    PyObject *out;
     if (seq == NULL) {
         return NULL;
     }
@@ -285,11 +307,14 @@ pk_leaf_codes(PyObject *self, PyObject *leaves)
         else if (t == &PyBytes_Type) {
             code = code_obj[C_BYTES];
         }
-        else if (is_number_list(x)) {
-            code = code_obj[Py_TYPE(PyList_GET_ITEM(x, 0)) == &PyLong_Type ? C_INTS : C_FLOATS];
-        }
         else {
-            code = Py_None;
+            int c = number_list_code(x);
+            if (c < 0) {
+                Py_DECREF(out);
+                Py_DECREF(seq);
+                return NULL;
+            }
+            code = c ? code_obj[c] : Py_None;
         }
         PyTuple_SET_ITEM(out, k, Py_NewRef(code));
     }

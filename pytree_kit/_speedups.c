@@ -386,6 +386,10 @@ static PyModuleDef_Slot module_slots[] = {
 #if PY_VERSION_HEX >= 0x030C0000
     {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
 #endif
+#ifdef Py_GIL_DISABLED
+    /* safe with the GIL off: READ_SNAPSHOTS and KEEP_ACROSS_CALLS (_core.h) */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
     {0, NULL},
 };
 

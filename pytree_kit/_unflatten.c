@@ -403,6 +403,9 @@ static PyObject *
 big_dict(PkState *st, PyObject *keys, PyObject **ch, Py_ssize_t arity, PyObject *order,
          Untracked *later)
 {
+    if (!KEEP_ACROSS_CALLS) {
+        Py_RETURN_NONE;
+    }
     MemoTable *table = &st->memo.big_orders;
     MemoHead *set = memo_set(table, (uintptr_t)PyTuple_GET_ITEM(order, 0));
     BigOrder *e = NULL;
@@ -685,6 +688,9 @@ build(PkState *st, int kind, PyObject *node, PyObject **ch, Py_ssize_t arity, Py
 static PyObject *
 read_leaves(PyObject *leaves, Py_ssize_t n)
 {
+    if (PyList_CheckExact(leaves) && READ_SNAPSHOTS) {
+        return PyList_AsTuple(leaves); /* (under the list's lock) */
+    }
     if (PyList_CheckExact(leaves) || PyTuple_CheckExact(leaves)) {
         Py_INCREF(leaves);
         return leaves;

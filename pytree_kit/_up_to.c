@@ -499,6 +499,9 @@ dict_children_match(PyObject *res, Py_ssize_t arity, PyObject *aux, int kind,
                     PyObject **children, PyObject **names, int *keymode)
 {
     Py_ssize_t at = kind == K_CUSTOM ? 0 : 1;
+    if (READ_SNAPSHOTS) {
+        return 0; /* (the dict is read in place: the general path reads a snapshot) */
+    }
     if (!PyTuple_CheckExact(res) || PyTuple_GET_SIZE(res) != 2 ||
         !PyDict_CheckExact(PyTuple_GET_ITEM(res, 0)) || !PyTuple_CheckExact(aux) ||
         PyTuple_GET_SIZE(aux) != at + 2 || !PyTuple_CheckExact(PyTuple_GET_ITEM(aux, at + 1))) {
@@ -719,7 +722,7 @@ big_dict_leaves(PkState *st, int kind, Py_ssize_t arity, PyObject *node, PyObjec
 {
     PyObject *keys = PyTuple_GET_ITEM(node, 3);
     PyTypeObject *want = kind == K_DICT ? &PyDict_Type : (PyTypeObject *)OrderedDict_t;
-    if (Py_TYPE(obj) != want || !PyTuple_CheckExact(keys) || PyTuple_GET_SIZE(keys) != arity ||
+    if (Py_TYPE(obj) != want || (kind != K_DICT && READ_SNAPSHOTS) || !PyTuple_CheckExact(keys) || PyTuple_GET_SIZE(keys) != arity ||
         PyDict_GET_SIZE(obj) != arity || !leaf_run(nodes, i, arity)) {
         return 0;
     }
@@ -791,6 +794,18 @@ up_to_into(PyObject *nodes, PyObject *obj, Vec *out, Up *u, Ctx *c, Stack *s)
             PyObject *children = NULL, *names = NULL;
             int keymode, live;
             Py_ssize_t nones;
+#if READ_SNAPSHOTS
+            /* a caller's list or dict read from a snapshot, taken under its
+             * lock (an OrderedDict's, a dict subclass's: the pure engine's) */
+            if (PyList_CheckExact(obj) || PyDict_CheckExact(obj)) {
+                PyObject *copy = PyList_CheckExact(obj) ? PyList_GetSlice(obj, 0, PY_SSIZE_T_MAX)
+                                                        : PyDict_Copy(obj);
+                if (copy == NULL) {
+                    goto error;
+                }
+                Py_SETREF(obj, copy);
+            }
+#endif
             if (kind == K_DICT && arity <= 32 && i + arity <= nn && PyDict_CheckExact(obj) &&
                 PyDict_GET_SIZE(obj) == arity && (nones = leaf_or_none_run(nodes, i, arity)) >= 0) {
                 /* a dict of leaves (and None) with str or int keys: one pass,

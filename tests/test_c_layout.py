@@ -16,6 +16,7 @@ import ast
 import re
 import shutil
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -99,12 +100,27 @@ def _compiler() -> list[str]:
     return cc.split()
 
 
+#: whether this Python is a free-threaded build (its headers define Py_GIL_DISABLED)
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+@pytest.mark.parametrize("gil_disabled", [False, True], ids=["headers", "free-threaded"])
 @pytest.mark.parametrize("part", [*mapped_parts(), "_one_unit.c"])
-def test_each_part_compiles_alone(part: str, tmp_path: Path) -> None:
+def test_each_part_compiles_alone(part: str, gil_disabled: bool, tmp_path: Path) -> None:
     """A part compiled on its own, against _core.h and nothing of another
     part, with every warning an error; _one_unit.c with the parts in the
-    opposite order too (no part depends on the order of the others)."""
+    opposite order too (no part depends on the order of the others).
+
+    ``free-threaded``: the same with ``Py_GIL_DISABLED`` defined, as a
+    free-threaded build of this version compiles it (its object layouts,
+    critical sections, ``PyMutex``, ``Py_mod_gil``), from 3.13 on, so that a
+    misuse of the free-threaded API fails on a Python that has no such build
+    here (3.14t, 3.15t); on a free-threaded build, its own headers do that."""
+    if gil_disabled and (sys.version_info < (3, 13) or FREE_THREADED):
+        pytest.skip("free-threaded builds are from 3.13; this one's headers define it already")
     flags = ["-c", "-fPIC", "-O1", "-Wall", "-Werror", f"-I{sysconfig.get_paths()['include']}"]
+    if gil_disabled:
+        flags.append("-DPy_GIL_DISABLED=1")
     source = PKG / part
     if part == "_one_unit.c":
         source = tmp_path / "reversed.c"

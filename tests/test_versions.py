@@ -16,6 +16,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import sysconfig
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,11 @@ def test_the_docs_table_of_fast_paths_says_what_this_python_has(ci: Any) -> None
     assert on["rows"] == set(expected_fast_paths())
     if _speedups.NO_FAST_PATHS:
         pytest.skip("a build without the fast paths: the table is of the release build")
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        # the columns are of the builds with the GIL: a free-threaded one has none
+        assert not any(expected_fast_paths().values())
+        assert not any(_speedups.FAST_PATHS.values())
+        return
     here = "{}.{}".format(*sys.version_info[:2])
     assert on[here] == {name for name, yes in expected_fast_paths().items() if yes}
 
