@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import sysconfig
 import types
 from collections import OrderedDict, defaultdict, deque
 from collections.abc import Mapping
@@ -119,6 +120,12 @@ def _leaf_order(obj: Any) -> list:
 #: be read again (``dict_order_differs``).
 _ORDER = "insertion order"
 
+#: On a free-threaded build the C engine reads each dict from a copy
+#: (``READ_SNAPSHOTS`` in ``_core.h``), so a key's ``<`` or ``==`` that
+#: changes the dict while its keys are sorted changes nothing it reads: this
+#: engine then reads the values and order from its one read of the items too.
+_SNAPSHOT_READS = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
 
 def _changed(stack: list, e: RuntimeError) -> RuntimeError:
     """A container that changed size while it was read (another thread
@@ -152,11 +159,21 @@ def _dict_read(obj: dict, stack: list, cache: dict) -> tuple:
     outside ``_ATOMS``), that code may change the dict while its keys are
     sorted, and it is seen as the C engine sees it: the values are None (the
     caller looks each key up, after what it checks first) and the insertion
-    order is read again (``dict_order_differs``)."""
-    items = _read(_item_list, obj, stack)
+    order is read again (``dict_order_differs``). On a free-threaded build
+    (``_SNAPSHOT_READS``) the dict is read as the C engine reads it there: as
+    one copy (``dict.copy``, which runs no hash), whose values are looked up
+    and whose order is kept, since no code of the caller's can change it."""
+    if _SNAPSHOT_READS:
+        snapshot = _read(dict.copy, obj, stack)
+        items = list(snapshot.items())
+    else:
+        items = _read(_item_list, obj, stack)
     order = [k for k, _ in items]
     keys = _leaf_order(order)
     if not _ATOMS.issuperset(map(type, order)):
+        if _SNAPSHOT_READS:
+            cache[_ORDER] = tuple(order)
+            return keys, [snapshot[k] for k in keys]
         cache[_ORDER] = None
         return keys, None
     cache[_ORDER] = tuple(order)
@@ -482,10 +499,7 @@ _NO_ATTRIBUTE = object()
 def _is_cached_property(t: Any, name: Any) -> bool:
     """Whether the class attribute ``name`` of ``t`` (as a lookup finds it,
     first in the MRO) is a ``functools.cached_property``."""
-    for c in t.__mro__:
-        if name in c.__dict__:
-            return isinstance(c.__dict__[name], functools.cached_property)
-    return False
+    return isinstance(_in_mro(t, name), functools.cached_property)
 
 
 def _record_plan(t: Any, kind: int, cache: dict, obj: Any) -> tuple:
@@ -526,11 +540,11 @@ def data_descriptor(t: Any, name: str) -> bool:
     """Whether the class attribute ``name`` of ``t`` (the first in its MRO)
     is a data descriptor, which ``getattr`` reads before the instance's dict.
     A fact about the class alone (one of ``CLASS_FACTS``)."""
-    for c in t.__mro__:
-        if name in c.__dict__:
-            kind = type(c.__dict__[name])
-            return hasattr(kind, "__set__") or hasattr(kind, "__delete__")
-    return False
+    found = _in_mro(t, name)
+    if found is _MISSING:
+        return False
+    kind = type(found)
+    return hasattr(kind, "__set__") or hasattr(kind, "__delete__")
 
 
 def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tuple:
@@ -1191,9 +1205,10 @@ _IMMUTABLETYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: no attribute of the type ca
 def _in_mro(t: Any, name: str) -> Any:
     """What ``t.__mro__``'s class dicts bind ``name`` to, the first; else ``_MISSING``."""
     for c in t.__mro__:
-        d = c.__dict__
-        if name in d:
-            return d[name]
+        # one read of each dict (another thread may delete the name meanwhile)
+        found = c.__dict__.get(name, _MISSING)
+        if found is not _MISSING:
+            return found
     return _MISSING
 
 
@@ -1748,8 +1763,12 @@ def _read_leaves(leaves: Any, n: int) -> Any:
     """The leaves as a list or tuple. A sized iterable is read whole, so the
     error can count it; an iterator only up to one leaf more than the spec
     needs, so an endless one is an error, not a hang. A str, bytes or
-    mapping is refused (``refuse_leaves``)."""
-    if type(leaves) is list or type(leaves) is tuple:
+    mapping is refused (``refuse_leaves``). A list is read as it is, as it
+    changes, but on a free-threaded build it is copied first, as the C engine
+    copies it there (``_SNAPSHOT_READS``)."""
+    if type(leaves) is list:
+        return tuple(leaves) if _SNAPSHOT_READS else leaves
+    if type(leaves) is tuple:
         return leaves
     refuse_leaves(leaves)
     if hasattr(type(leaves), "__len__"):
