@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,8 +30,11 @@ RECORDED = ROOT / "benchmarks" / "results"
 """The published figures, read by benchmarks/report.py (tracked)."""
 SCRATCH = ROOT / "build" / "benchmarks"
 """Where a run writes by default (build/ is ignored by git)."""
-PYTHON = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-"""The sub-folder of a per-Python script's reports, for the running Python."""
+PYTHON = "python{}.{}{}".format(
+    *sys.version_info[:2], "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
+)
+"""The sub-folder of a per-Python script's reports, for the running Python
+(``python3.13t`` for a free-threaded 3.13)."""
 
 
 def _shown(path: Path) -> str:

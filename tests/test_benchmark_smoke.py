@@ -660,3 +660,12 @@ def test_corpus_before_after_times_both_checkouts_and_reports_each_cell(tmp_path
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert bad.returncode != 0 and "not the checkout" in bad.stderr + bad.stdout
+
+
+def test_threads_benchmark_smoke(tmp_path: Path) -> None:
+    _run_quick("threads.py", tmp_path)
+    report = (tmp_path / "threads.md").read_text()
+    assert re.search(r"GIL (on|off), engine (c|python)", report)
+    rows = re.findall(r"^\| (\d) \| ([\d,]+) \| ([\d.]+) \| ([\d, ]+) \|$", report, re.M)
+    assert [r[0] for r in rows] == ["1", "2"]
+    assert rows[0][2] == "1.00" and all(int(r[1].replace(",", "")) > 0 for r in rows)

@@ -10,15 +10,15 @@ included, or the call raised the documented ``RuntimeError`` at the
 container's path. Each run is bounded in time (``PYTREE_KIT_RACE_SECONDS``
 per case, 2.5 s by default) and says whether the GIL was on.
 
-On a free-threaded CPython without the GIL these run on the pure engine
-(pytree_kit chooses it there); with the GIL, on whichever engine the suite
-runs with (``PYTREE_KIT_PURE=1`` for the pure one).
+They run on whichever engine the suite runs with (``PYTREE_KIT_PURE=1`` for
+the pure one), with the GIL or, on a free-threaded CPython, without it.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 import threading
 import time
 from typing import Any
@@ -41,7 +41,26 @@ def _report(kind: str, n: int, counts: Any, examples: list) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+#: CPython 3.13's OrderedDict is not itself thread-safe without the GIL: with
+#: one thread changing it and others reading it, its own ``pop`` of a key it
+#: holds raises KeyError, and reads crash (python/cpython#125996, made safe in
+#: 3.14 by python/cpython#133734); whatever the engine, there is nothing to check
+_ODICT_UNSAFE = bool(sysconfig.get_config_var("Py_GIL_DISABLED")) and sys.version_info < (3, 14)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(
+            k,
+            marks=pytest.mark.skipif(
+                k == "ordereddict" and _ODICT_UNSAFE,
+                reason="CPython 3.13t's OrderedDict is not thread-safe (python/cpython#125996)",
+            ),
+        )
+        for k in KINDS
+    ],
+)
 def test_a_container_changing_while_eight_threads_read_the_tree(
     kind: str, record_property: Any
 ) -> None:
@@ -74,6 +93,52 @@ def test_the_race_catches_an_order_read_twice(monkeypatch: Any) -> None:
     text = _report("dict, order read twice", n, counts, examples)
     print(text)
     assert failures(counts) > 0, text
+
+
+def test_a_fresh_specs_first_unflattens_raced_by_eight_threads() -> None:
+    """Eight threads released at once unflatten a spec that none has
+    unflattened before, three times each (the first call notes the spec, the
+    second makes the plan it keeps, where the engine keeps one), and map the
+    tree: each gets the tree back, its leaves the very objects given."""
+    import pickle
+
+    rounds = 0
+    deadline = time.monotonic() + SECONDS
+    while time.monotonic() < deadline or rounds < 20:
+        n = 2 + rounds % 9
+        tree = {
+            "xs": [object() for _ in range(n)],
+            "d": {f"k{n - i}": (i, None, [float(i)]) for i in range(n)},
+            "big": {i: object() for i in range(40 + n)},
+        }
+        leaves, spec = pk.flatten(tree)
+        spec = pickle.loads(pickle.dumps(spec))  # a spec object no call has seen
+        barrier = threading.Barrier(8)
+        results: list = [None] * 8
+        errors: list = []
+
+        def go(i: int) -> None:
+            try:
+                barrier.wait(60)
+                got = [pk.unflatten(spec, leaves) for _ in range(3)]
+                got.append(pk.tree_map(lambda x: x, tree))
+                results[i] = got
+            except Exception as e:  # collected, reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, f"{describe_interpreter()}: {errors[0]!r}"
+        for got in results:
+            for back in got:
+                assert back == tree
+                assert list(back["d"]) == list(tree["d"])  # the insertion order too
+                assert all(a is b for a, b in zip(pk.leaves(back), leaves, strict=True))
+        rounds += 1
+    print(f"{describe_interpreter()}: {rounds} fresh specs")
 
 
 def test_a_class_gaining_and_losing_its_tree_flatten() -> None:
@@ -149,13 +214,20 @@ def test_a_class_gaining_and_losing_its_tree_flatten() -> None:
 
 
 def test_the_engine_without_the_gil() -> None:
-    """On a free-threaded CPython running without the GIL, pytree_kit runs the
-    pure engine and importing it leaves the GIL off."""
+    """On a free-threaded CPython running without the GIL, the C engine runs
+    (unless ``PYTREE_KIT_PURE=1`` asks for the pure one), and importing and
+    using it leaves the GIL off: its module declares it needs none."""
     if not hasattr(sys, "_is_gil_enabled") or sys._is_gil_enabled():
         pytest.skip(f"the GIL is on ({describe_interpreter()})")
-    assert pk.ENGINE == "python"
-    assert "pytree_kit._speedups" not in sys.modules
+    wanted = "python" if os.environ.get("PYTREE_KIT_PURE") not in (None, "", "0") else "c"
+    assert pk.ENGINE == wanted
+    assert ("pytree_kit._speedups" in sys.modules) is (wanted == "c")
+    tree = {"a": [1, (2, 3)], "b": {"c": None}}
+    leaves, spec = pk.flatten(tree)
+    assert pk.unflatten(spec, leaves) == tree
+    assert pk.tree_map(lambda x: x, tree) == tree
     assert not gil_enabled()
+    assert pk.engine_info()["gil_enabled"] is False
 
 
 def test_the_race_says_whether_the_gil_is_on() -> None:
