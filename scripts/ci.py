@@ -145,7 +145,8 @@ def job_log(job: str) -> Path:
 
 
 def _version_of(python: str) -> Optional[str]:
-    """'3.X' for a working GIL CPython interpreter, else None."""
+    """'3.X' for a working GIL CPython interpreter, '3.Xt' for a free-threaded
+    one, else None."""
     code = (
         "import platform, sys, sysconfig; "
         "print('%d.%d' % sys.version_info[:2], platform.python_implementation(), "
@@ -157,9 +158,9 @@ def _version_of(python: str) -> Optional[str]:
         ).stdout.split()
     except (OSError, subprocess.SubprocessError):
         return None
-    if len(out) != 3 or out[1] != "CPython" or out[2] != "False":
+    if len(out) != 3 or out[1] != "CPython" or out[2] not in ("False", "True"):
         return None
-    return out[0]
+    return out[0] + ("t" if out[2] == "True" else "")
 
 
 def _pyenv_root() -> Optional[Path]:
@@ -174,14 +175,46 @@ def _pyenv_root() -> Optional[Path]:
 #: the versions scripts/python_debian.sh makes from Debian sid's packages,
 #: for a machine with none installed (Debian 12 ships 3.11)
 DEBIAN_PYTHONS = ("3.14", "3.15")
+#: free-threaded builds (``--disable-gil``), each made by scripts/python313t.sh
+#: when it is missing, as DEBIAN_PYTHONS are: only the C-engine suite runs on
+#: them (``job_free_threaded``)
+FREE_THREADED = ("3.13t",)
+#: a free-threaded build's test tools, by binary wheels only: the test extra's
+#: newer hypothesis is built from source with Rust there, and its jax, torch and
+#: dm-tree have no cp313t wheels (their tests skip)
+FREE_THREADED_TOOLS = (
+    "pytest==9.2.0",
+    "pytest-timeout==2.4.0",
+    "hypothesis==6.155.7",  # the newest that is one pure wheel
+    "attrs==26.1.0",
+    "numpy==2.4.6",
+    "optree==0.20.0",
+    "setuptools==84.2.1",
+)
 
 
 def debian_prefix(version: str) -> Path:
     """Where scripts/python_debian.sh makes its interpreter of version '3.X':
     ``$PYTREE_KIT_PY3X_PREFIX`` (``PYTREE_KIT_PY315_PREFIX`` for 3.15), by
     default ``~/.cache/pytree_kit/python3.X``."""
-    prefix = os.environ.get(f"PYTREE_KIT_PY{version.replace('.', '')}_PREFIX")
+    prefix = os.environ.get(f"PYTREE_KIT_PY{version.replace('.', '').upper()}_PREFIX")
     return Path(prefix) if prefix else Path.home() / ".cache" / "pytree_kit" / f"python{version}"
+
+
+def make_python(version: str) -> Optional[str]:
+    """A missing 3.14 or 3.15 from Debian's packages (make_debian_python), a
+    3.13t built from Debian's source (scripts/python313t.sh: ~10 minutes)."""
+    if version not in FREE_THREADED:
+        return make_debian_python(version)
+    log(f"Python {version} not found: making it with scripts/python313t.sh (~10 minutes)")
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "python313t.sh")], capture_output=True, text=True
+    )
+    lines = proc.stdout.split()
+    if proc.returncode != 0 or not lines or _version_of(lines[-1]) != version:
+        log(f"scripts/python313t.sh failed ({proc.returncode}): {proc.stderr.strip()[-1000:]}")
+        return None
+    return lines[-1]
 
 
 def make_debian_python(version: str) -> Optional[str]:
@@ -225,7 +258,7 @@ def find_python(version: str) -> Optional[str]:
             return int(m.group(1)) if m else -1
 
         candidates += sorted(found, key=patch, reverse=True)
-    if version in DEBIAN_PYTHONS:
+    if version in DEBIAN_PYTHONS or version in FREE_THREADED:
         candidates.append(str(debian_prefix(version) / "bin" / f"python{version}"))
     for python in candidates:
         if _version_of(python) == version:
@@ -257,14 +290,19 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def sh(cmd: list, log_path: Path, *, env: Optional[dict] = None, cwd: Path = ROOT) -> None:
-    """Runs cmd, appending its output to the log; raises Failed on a nonzero exit."""
+    """Runs cmd, appending its output to the log; raises Failed on a nonzero exit.
+    A variable that env maps to None is removed."""
     full_env = dict(os.environ)
     # two jobs at a time on 2 cores: torch's and the BLAS libraries' thread
     # pools (a thread a core by default) in both jobs' processes, DataLoader
     # workers included, would oversubscribe the cores; one thread each
     for name in THREAD_VARS:
         full_env.setdefault(name, "1")
-    full_env.update(env or {})
+    for name, value in (env or {}).items():
+        if value is None:
+            full_env.pop(name, None)
+        else:
+            full_env[name] = value
     with open(log_path, "a") as f:
         f.write(f"\n$ {' '.join(map(str, cmd))}\n")
         f.flush()
@@ -356,6 +394,42 @@ def install_checkout(v: str, extras: str, logp: Path) -> None:
     pip = [venv_python(v), "-m", "pip", "install", "-q", "-c", "constraints.txt"]
     sh([*pip, "-e", f".[{extras}]"], logp, env=BUILD_ENV)
     sh([venv_python(v), "-c", "import pytree_kit as pk; assert pk.ENGINE == 'c'"], logp)
+
+
+#: after import and use, the GIL must still be off (a module that does not
+#: declare Py_MOD_GIL_NOT_USED would have turned it on, with a warning)
+GIL_STAYS_OFF = (
+    "import sys, warnings; warnings.simplefilter('error'); "
+    "import pytree_kit as pk; from pytree_kit import _speedups; "
+    "t = {'a': [1, (2, None)], 'b': {'c': 3.0}}; leaves, spec = pk.flatten(t); "
+    "assert pk.unflatten(spec, leaves) == t == pk.tree_map(lambda x: x, t); "
+    "info = pk.engine_info(); "
+    "assert pk.ENGINE == 'c' and info['free_threaded'], info; "
+    "assert not sys._is_gil_enabled() and info['gil_enabled'] is False, info; "
+    "print('the C engine, the GIL off')"
+)
+
+
+def job_free_threaded_setup(v: str, python: str, logp: Path) -> None:
+    """A free-threaded build's venv: FREE_THREADED_TOOLS (binary wheels), the
+    checkout editable with no dependencies, its C engine built in place
+    (-Werror), and the GIL off after import and use (GIL_STAYS_OFF)."""
+    sh([python, "-m", "venv", "--clear", ROOT / ".venvs" / v], logp)
+    pip = [venv_python(v), "-m", "pip", "install", "-q"]
+    sh([*pip, "--only-binary=:all:", *FREE_THREADED_TOOLS], logp)
+    sh([*pip, "--no-deps", "--no-build-isolation", "-e", "."], logp, env=BUILD_ENV)
+    sh([venv_python(v), "-c", GIL_STAYS_OFF], logp, env={"PYTHON_GIL": None})
+
+
+def job_free_threaded(v: str, python: str, logp: Path) -> None:
+    """The suite on the C engine with the GIL off, less the benchmark scripts
+    (the same Python code as on 3.13) and the tests marked once. PYTHON_GIL is
+    left unset, so that an import that needs the GIL would turn it on:
+    tests/test_thread_race.py's test_the_engine_without_the_gil, and
+    GIL_STAYS_OFF again after the suite, fail then."""
+    env = {"PYTHON_GIL": None}
+    sh([*pytest_cmd(v), "-m", "not once and not scripts"], logp, env=env)
+    sh([venv_python(v), "-c", GIL_STAYS_OFF], logp, env=env)
 
 
 def job_quick_setup(v: str, python: str, logp: Path) -> None:
@@ -619,6 +693,8 @@ ESTIMATES = {
     "wheel": {"": 170},
     "extras alone": {"": 140},
     "torch": {"": 300},  # the tests; a new venv adds ~360 (cache_dir())
+    "free-threaded setup": {"": 90},
+    "free-threaded C engine": {"": 700},
 }
 
 
@@ -641,6 +717,20 @@ def make_jobs(pythons: dict) -> list:
         full = v == FULL
         needs = (f"{v} setup",)
         job = partial(_job, v, python, after=needs)
+        if v in FREE_THREADED:
+            jobs.append(
+                _job(
+                    v,
+                    python,
+                    "free-threaded setup",
+                    job_free_threaded_setup,
+                    previous_setup,
+                    name=f"{v} setup",
+                )
+            )
+            previous_setup = needs
+            jobs.append(job("free-threaded C engine", job_free_threaded, name=f"{v} C engine"))
+            continue
         # one build in the checkout at a time: each setup waits for the one before
         jobs.append(_job(v, python, "setup", job_setup, previous_setup))
         previous_setup = needs
@@ -798,7 +888,9 @@ def totals(jobs: list) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--python", action="append", choices=VERSIONS, help="only these")
+    parser.add_argument(
+        "--python", action="append", choices=VERSIONS + FREE_THREADED, help="only these"
+    )
     parser.add_argument("--jobs", type=int, default=2, help="jobs at a time (default 2)")
     parser.add_argument("--list", action="store_true", help="list the jobs and exit")
     parser.add_argument(
@@ -826,13 +918,16 @@ def main() -> int:
     if args.quick:
         if args.python and len(args.python) > 1:
             parser.error("--quick runs one Python")
+        if args.python and args.python[0] in FREE_THREADED:
+            parser.error("--quick runs a Python with the GIL")
         args.python = args.python or [FULL]
-    wanted = args.python or list(VERSIONS)
+    wanted = args.python or list(VERSIONS + FREE_THREADED)
     pythons, missing = {}, []
     for v in wanted:
         python = find_python(v)
-        if python is None and v in DEBIAN_PYTHONS and (strict or args.make_debian_pythons):
-            python = make_debian_python(v)
+        makeable = v in DEBIAN_PYTHONS or v in FREE_THREADED
+        if python is None and makeable and (strict or args.make_debian_pythons):
+            python = make_python(v)
         if python is None:
             missing.append(v)
             log(f"Python {v} not found (python{v} on PATH, pyenv): its jobs are skipped")

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""The thread tests on a ThreadSanitizer build of free-threaded CPython 3.13t.
+
+    python3 scripts/tsan_threads.py              # the thread tests, then thread_race.py
+    python3 scripts/tsan_threads.py --seconds 5  # each race case longer (default 2.5 s)
+
+Outside CI (like ``scripts/torch_matrix.py``): it takes minutes, and the TSAN
+interpreter ~40 minutes to build on 2 cores the first time.
+
+1. The interpreter: ``scripts/python313t.sh --tsan``'s (under
+   ``~/.cache/pytree_kit/python3.13t-tsan``), made when missing. Its CFLAGS
+   carry ``-fsanitize=thread``, so an extension built by it is instrumented.
+2. A venv beside it (``python3.13t-tsan-venv``) with pytest, pytest-timeout,
+   hypothesis and attrs, binary wheels only (no numpy, optree or other
+   extension: their code is not instrumented, and TSAN would see only half of
+   each of their races).
+3. The repository's files copied to a temporary folder, where the extension is
+   built in place, -Werror, and checked to be instrumented (its symbols name
+   ``__tsan_``).
+4. With the GIL off (``PYTHON_GIL`` unset: the C engine declares it needs
+   none) and ``TSAN_OPTIONS`` = ``halt_on_error=1``, the suppressions file
+   below and ``exitcode=66``: ``tests/test_threads.py`` and
+   ``tests/test_thread_race.py`` (the race cases, the fresh spec raced by 8
+   threads, a class gaining and losing ``__tree_flatten__``), then
+   ``scripts/thread_race.py`` over every kind.
+
+The suppressions are CPython's own for a free-threaded build (its
+``Tools/tsan/suppressions_free_threading.txt``, copied by python313t.sh), for
+races inside the interpreter that CPython's developers know of; none names
+pytree_kit, and this script refuses a file that does. A TSAN report anywhere
+fails the run (exit 66 from the process that saw it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path.home() / ".cache" / "pytree_kit"
+PREFIX = Path(os.environ.get("PYTREE_KIT_PY313T_TSAN_PREFIX", CACHE / "python3.13t-tsan"))
+PYTHON = PREFIX / "bin" / "python3.13t"
+VENV = PREFIX.parent / (PREFIX.name + "-venv")
+SUPPRESSIONS = PREFIX / "share" / "tsan-suppressions.txt"
+TOOLS = ("pytest==9.2.0", "pytest-timeout==2.4.0", "hypothesis==6.155.7", "attrs==26.1.0")
+TESTS = ("tests/test_threads.py", "tests/test_thread_race.py")
+
+
+def say(message: str) -> None:
+    print(f"tsan_threads: {message}", flush=True)
+
+
+def run(cmd: list, **kw: object) -> None:
+    say("$ " + " ".join(map(str, cmd)))
+    subprocess.run([str(c) for c in cmd], check=True, **kw)  # type: ignore[call-overload]
+
+
+def interpreter() -> Path:
+    if not PYTHON.exists():
+        say(f"{PYTHON} missing: making it (scripts/python313t.sh --tsan, ~40 minutes)")
+        run(["bash", ROOT / "scripts" / "python313t.sh", "--tsan"])
+    return PYTHON
+
+
+def venv(python: Path) -> Path:
+    py = VENV / "bin" / "python"
+    if not py.exists():
+        run([python, "-m", "venv", VENV])
+    run([py, "-m", "pip", "install", "-q", "--only-binary=:all:", *TOOLS])
+    return py
+
+
+def copy_checkout(dest: Path) -> None:
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "-co", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, files):
+        src = ROOT / os.fsdecode(name)
+        if src.is_file():
+            (dest / os.fsdecode(name)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / os.fsdecode(name))
+
+
+def main(argv: object = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=2.5, help="per race case (default 2.5)")
+    args = ap.parse_args(argv)  # type: ignore[arg-type]
+    py = venv(interpreter())
+    text = SUPPRESSIONS.read_text()
+    if "pytree_kit" in text or "_speedups" in text:
+        say(f"{SUPPRESSIONS} names pytree_kit: a report of ours must be fixed, not suppressed")
+        return 1
+    env = dict(os.environ)
+    env.pop("PYTHON_GIL", None)
+    env.update(
+        TSAN_OPTIONS=f"halt_on_error=1 exitcode=66 suppressions={SUPPRESSIONS}",
+        PYTREE_KIT_REQUIRE_C="1",
+        PYTREE_KIT_CFLAGS="-Werror",
+        PYTREE_KIT_RACE_SECONDS=str(args.seconds),
+    )
+    env.pop("PYTREE_KIT_PURE", None)
+    with tempfile.TemporaryDirectory(prefix="pytree_kit-tsan-") as tmp:
+        copy = Path(tmp)
+        copy_checkout(copy)
+        run([py, "setup.py", "build_ext", "--inplace", "-q"], cwd=copy, env=env)
+        (so,) = copy.glob("pytree_kit/_speedups*.so")
+        nm = subprocess.run(["nm", "-D", so], capture_output=True, text=True).stdout
+        if "__tsan_" not in nm:
+            say(f"{so.name} is not instrumented (no __tsan_ symbol)")
+            return 1
+        env["PYTHONPATH"] = str(copy)
+        check = (
+            "import sys, pytree_kit as pk, pytree_kit._speedups as s; "
+            f"assert s.__file__.startswith({str(copy)!r}), s.__file__; "
+            "assert pk.ENGINE == 'c' and not sys._is_gil_enabled(); "
+            "print('the instrumented C engine, the GIL off')"
+        )
+        run([py, "-c", check], cwd=copy, env=env)
+        pytest = [py, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x"]
+        run([*pytest, *TESTS], cwd=copy, env=env)
+        # every kind but an OrderedDict: CPython 3.13t's own is not thread-safe
+        # (python/cpython#125996), whatever reads it
+        kinds = [a for k in ("dict", "defaultdict", "deque", "list", "record") for a in ("--kind", k)]
+        race = [py, "scripts/thread_race.py", *kinds, "--tries", "20000", "--seconds", "20"]
+        run(race, cwd=copy, env=env)
+    say("clean: no ThreadSanitizer report")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except subprocess.CalledProcessError as e:
+        say(f"failed: {e}")
+        sys.exit(e.returncode or 1)
