@@ -34,9 +34,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import _output  # noqa: E402
+import _output
 
-import pytree_kit as pk  # noqa: E402
+import pytree_kit as pk
 
 Point = namedtuple("Point", "x y z")
 
@@ -143,7 +143,7 @@ def main(argv: Any = None) -> int:
         f"- {len(trees[0])} trees a thread (config, records, dataclasses, namedtuples, "
         "lists, an output record); a call: one flatten or one unflatten",
         "",
-        f"| threads | calls/s (median of {args.repeats}) | × {counts[0]} thread's | rounds |",
+        f"| threads | calls/s (median of {args.repeats}) | × {counts[0]} thread's | rounds |",  # noqa: RUF001
         "|--:|--:|--:|---|",
     ]
     for n in counts:

@@ -10,7 +10,8 @@ interpreter ~40 minutes to build on 2 cores the first time.
 1. The interpreter: ``scripts/python313t.sh --tsan``'s (under
    ``~/.cache/pytree_kit/python3.13t-tsan``), made when missing. Its CFLAGS
    carry ``-fsanitize=thread``, so an extension built by it is instrumented.
-2. A venv beside it (``python3.13t-tsan-venv``) with pytest, pytest-timeout,
+2. A venv beside it (``python3.13t-tsan-venv``) with setuptools (to build
+   the extension), pytest, pytest-timeout,
    hypothesis and attrs, binary wheels only (no numpy, optree or other
    extension: their code is not instrumented, and TSAN would see only half of
    each of their races).
@@ -47,7 +48,13 @@ PREFIX = Path(os.environ.get("PYTREE_KIT_PY313T_TSAN_PREFIX", CACHE / "python3.1
 PYTHON = PREFIX / "bin" / "python3.13t"
 VENV = PREFIX.parent / (PREFIX.name + "-venv")
 SUPPRESSIONS = PREFIX / "share" / "tsan-suppressions.txt"
-TOOLS = ("pytest==9.2.0", "pytest-timeout==2.4.0", "hypothesis==6.155.7", "attrs==26.1.0")
+TOOLS = (
+    "pytest==9.2.0",
+    "pytest-timeout==2.4.0",
+    "hypothesis==6.155.7",
+    "attrs==26.1.0",
+    "setuptools==84.2.1",
+)
 TESTS = ("tests/test_threads.py", "tests/test_thread_race.py")
 
 
@@ -128,7 +135,9 @@ def main(argv: object = None) -> int:
         run([*pytest, *TESTS], cwd=copy, env=env)
         # every kind but an OrderedDict: CPython 3.13t's own is not thread-safe
         # (python/cpython#125996), whatever reads it
-        kinds = [a for k in ("dict", "defaultdict", "deque", "list", "record") for a in ("--kind", k)]
+        kinds = [
+            a for k in ("dict", "defaultdict", "deque", "list", "record") for a in ("--kind", k)
+        ]
         race = [py, "scripts/thread_race.py", *kinds, "--tries", "20000", "--seconds", "20"]
         run(race, cwd=copy, env=env)
     say("clean: no ThreadSanitizer report")

@@ -80,8 +80,8 @@ def test_a_debian_python_is_found_where_its_script_makes_it(
 
 
 def test_a_debian_python_is_made_with_its_script(tmp_path: Path, monkeypatch: Any, ci: Any) -> None:
-    """make_debian_python runs scripts/python_debian.sh with the version and
-    takes its last line; a script that fails, or gives another version's
+    """make_python, for 3.14 or 3.15, runs scripts/python_debian.sh with the
+    version and takes its last line; a script that fails, or gives another version's
     interpreter, gives None."""
     script = tmp_path / "scripts" / "python_debian.sh"
     script.parent.mkdir()
@@ -91,13 +91,13 @@ def test_a_debian_python_is_made_with_its_script(tmp_path: Path, monkeypatch: An
     )
     monkeypatch.setattr(ci, "ROOT", tmp_path)
     monkeypatch.setattr(ci, "_version_of", lambda p: "3.15" if p == sys.executable else None)
-    assert ci.make_debian_python("3.15") == sys.executable
+    assert ci.make_python("3.15") == sys.executable
     assert (tmp_path / "asked").read_text().strip() == "3.15"
     # the interpreter it printed is 3.15's, not 3.14's
-    assert ci.make_debian_python("3.14") is None
+    assert ci.make_python("3.14") is None
     assert (tmp_path / "asked").read_text().strip() == "3.14"
     script.write_text("echo 'no mirror' >&2\nexit 3\n")
-    assert ci.make_debian_python("3.15") is None
+    assert ci.make_python("3.15") is None
 
 
 def _script_of_versions() -> tuple:
@@ -152,13 +152,14 @@ def test_a_missing_python_fails_under_ci_and_is_named_otherwise(tmp_path: Path) 
         strict.stdout
     )
     assert (
-        "ci: FAILED: CI=true and no interpreter for Python 3.10, 3.11, 3.12, 3.13, 3.14, 3.15"
+        "ci: FAILED: CI=true and no interpreter for Python 3.10, 3.11, 3.12, 3.13, 3.14, 3.15, 3.13t"
         in strict.stdout
     )
-    # under CI=true, a missing 3.14 and 3.15 are made (here there is no bash to run it)
-    for v in ("3.14", "3.15"):
+    # under CI=true, a missing 3.14, 3.15 and 3.13t are made (here there is no
+    # bash to run the scripts that make them)
+    for v in ("3.14", "3.15", "3.13t"):
         assert f"ci: cannot make Python {v}: no bash" in strict.stdout
-    assert "cannot make Python 3.13" not in strict.stdout
+    assert "cannot make Python 3.13:" not in strict.stdout
     # a person without the interpreters is told, and nothing is tested
     relaxed = subprocess.run(cmd, env=dict(env, CI=""), capture_output=True, text=True)
     assert relaxed.returncode == 0 and "not found" in relaxed.stdout

@@ -100,45 +100,50 @@ def test_a_fresh_specs_first_unflattens_raced_by_eight_threads() -> None:
     unflattened before, three times each (the first call notes the spec, the
     second makes the plan it keeps, where the engine keeps one), and map the
     tree: each gets the tree back, its leaves the very objects given."""
-    import pickle
-
     rounds = 0
     deadline = time.monotonic() + SECONDS
     while time.monotonic() < deadline or rounds < 20:
-        n = 2 + rounds % 9
-        tree = {
-            "xs": [object() for _ in range(n)],
-            "d": {f"k{n - i}": (i, None, [float(i)]) for i in range(n)},
-            "big": {i: object() for i in range(40 + n)},
-        }
-        leaves, spec = pk.flatten(tree)
-        spec = pickle.loads(pickle.dumps(spec))  # a spec object no call has seen
-        barrier = threading.Barrier(8)
-        results: list = [None] * 8
-        errors: list = []
-
-        def go(i: int) -> None:
-            try:
-                barrier.wait(60)
-                got = [pk.unflatten(spec, leaves) for _ in range(3)]
-                got.append(pk.tree_map(lambda x: x, tree))
-                results[i] = got
-            except Exception as e:  # collected, reported below
-                errors.append(e)
-
-        threads = [threading.Thread(target=go, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert not errors, f"{describe_interpreter()}: {errors[0]!r}"
-        for got in results:
-            for back in got:
-                assert back == tree
-                assert list(back["d"]) == list(tree["d"])  # the insertion order too
-                assert all(a is b for a, b in zip(pk.leaves(back), leaves, strict=True))
+        _race_a_fresh_spec(2 + rounds % 9)
         rounds += 1
     print(f"{describe_interpreter()}: {rounds} fresh specs")
+
+
+def _race_a_fresh_spec(n: int) -> None:
+    """8 threads at a barrier: a spec no call has seen, unflattened 3 times
+    each, and its tree mapped, all rebuilding the same tree."""
+    tree = {
+        "xs": [object() for _ in range(n)],
+        "d": {f"k{n - i}": (i, None, [float(i)]) for i in range(n)},
+        "big": {i: object() for i in range(40 + n)},
+    }
+    import pickle
+
+    leaves, spec = pk.flatten(tree)
+    spec = pickle.loads(pickle.dumps(spec))  # a spec object no call has seen
+    barrier = threading.Barrier(8)
+    results: list = [None] * 8
+    errors: list = []
+
+    def go(i: int) -> None:
+        try:
+            barrier.wait(60)
+            got = [pk.unflatten(spec, leaves) for _ in range(3)]
+            got.append(pk.tree_map(lambda x: x, tree))
+            results[i] = got
+        except Exception as e:  # collected, reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, f"{describe_interpreter()}: {errors[0]!r}"
+    for got in results:
+        for back in got:
+            assert back == tree
+            assert list(back["d"]) == list(tree["d"])  # the insertion order too
+            assert all(a is b for a, b in zip(pk.leaves(back), leaves, strict=True))
 
 
 def test_a_class_gaining_and_losing_its_tree_flatten() -> None:
