@@ -182,7 +182,7 @@ static int
 plan_from_python(TypeEntry *e)
 {
     PyTypeObject *t = e->type;
-    plans_made++;
+    PK_COUNT(plans_made);
     PyObject *p = PyObject_CallOneArg(py_class_plan, (PyObject *)t);
     if (p == NULL) {
         return -1;

@@ -143,6 +143,18 @@
  * slots through PyMember_GetOne (which takes its reference safely):
  * READ_SNAPSHOTS. With the GIL no other thread runs while no code of ours
  * calls out, and the containers are read in place. */
+/* A process-wide counter kept for tests (plans_made): added to and read
+ * atomically where threads run at once (TSAN saw two threads' plans_made++
+ * race), plainly with the GIL. */
+#if defined(Py_GIL_DISABLED) && (defined(__GNUC__) || defined(__clang__))
+#define PK_COUNT(x) ((void)__atomic_fetch_add(&(x), 1, __ATOMIC_RELAXED))
+#define PK_COUNT_READ(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#elif defined(Py_GIL_DISABLED)
+#error "pytree_kit: a free-threaded build needs GCC's or Clang's __atomic builtins"
+#else
+#define PK_COUNT(x) ((void)(x)++)
+#define PK_COUNT_READ(x) (x)
+#endif
 #ifdef Py_GIL_DISABLED
 #define READ_SNAPSHOTS 1
 #else

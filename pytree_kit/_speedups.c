@@ -14,7 +14,7 @@
 static PyObject *
 sp_plans_made(PyObject *self, PyObject *unused)
 {
-    return PyLong_FromSsize_t(plans_made);
+    return PyLong_FromSsize_t(PK_COUNT_READ(plans_made));
 }
 
 /* _plan_set(cls): the set of the class memo that cls's plan goes in, and
