@@ -5,6 +5,7 @@ every supported Python, each one checked and tested.
     python3 scripts/wheels.py                                  # all of them, into dist/
     python3 scripts/wheels.py --python 3.11 --arch x86_64 --out DIR
     python3 scripts/wheels.py --no-test                        # build and check only
+    python3 scripts/wheels.py --python 3.14t --python 3.15t    # free-threaded, built only
 
 From a clean copy of the repository (``git archive HEAD``: uncommitted
 changes are not in the release files), with ``SOURCE_DATE_EPOCH`` set to the
@@ -36,6 +37,17 @@ commit's time, so that two runs on the same commit give the same bytes:
    ``dpkg -x``; the suite there is ``QEMU_TESTS`` (the whole core suite
    takes too long under emulation), and its time is printed.
 
+5. **Free-threaded wheels** (x86_64; ``FREE_THREADED_WHEELS``): cp313t is
+   built by the 3.13t ``scripts/python313t.sh`` makes and tested by it (the
+   core suite and the thread races, the GIL checked off). cp314t and cp315t,
+   whose interpreters cannot be had here, are built by the GIL 3.14 and 3.15
+   from their own headers with ``ft_pyconfig``'s ``pyconfig.h``
+   (``Py_GIL_DISABLED`` defined: configure's whole difference between the two
+   builds of one source, which ``--check-ft-rule SOURCE`` checks), the
+   extension named ``.cpython-3XYt-...so`` and the wheel retagged ``cp3XYt``;
+   they are not run. ``--python 3.13t --ft-from-gil`` makes cp313t that way
+   and tests it on the real 3.13t: the check of the way itself.
+
 The files land in ``--out`` (default ``dist/``), with a SHA-256 list
 (``SHA256SUMS``). Needs: git, pip's registry, apt-get (Debian's registry, for
 aarch64), and for the aarch64 test ``qemu-aarch64`` (``apt-get install
@@ -46,6 +58,7 @@ installed into ``CACHE/tools`` when this Python lacks them.
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import os
 import re
@@ -61,9 +74,23 @@ from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-from ci import ENGINE_TESTS, VERSIONS, find_python  # noqa: E402
+from ci import (  # noqa: E402
+    ENGINE_TESTS,
+    FREE_THREADED,
+    FREE_THREADED_TOOLS,
+    VERSIONS,
+    find_python,
+)
 
 ARCHES = ("x86_64", "aarch64")
+#: free-threaded builds with a wheel (x86_64). One whose interpreter is here
+#: (3.13t: ``scripts/python313t.sh``) is built by it and tested; the others are
+#: built by the GIL interpreter of their version from its headers with
+#: ft_pyconfig's pyconfig.h (``--check-ft-rule`` checks that rule on 3.13),
+#: and not run: no such interpreter can be had on this machine
+FREE_THREADED_WHEELS = ("3.13t", "3.14t", "3.15t")
+#: run against a free-threaded wheel beside the core suite: the thread races
+FREE_THREADED_EXTRA = ("tests/test_thread_race.py",)
 GLIBC = "2.17"
 CACHE = Path(
     os.environ.get("PYTREE_KIT_WHEELS_CACHE", Path.home() / ".cache" / "pytree_kit" / "wheels")
@@ -271,6 +298,76 @@ def check_arm64_rule(versions: list) -> bool:
     return ok
 
 
+def ft_pyconfig(header: str) -> str:
+    """The ``pyconfig.h`` of a free-threaded CPython (``--disable-gil``) whose
+    GIL build's is given: ``Py_GIL_DISABLED`` defined, and nothing else. That
+    is the whole difference configure makes between the two headers of one
+    source (``--check-ft-rule``); the object layouts, the inline refcounts
+    and ``Py_mod_gil`` follow from it in CPython's own headers.
+
+        >>> print(ft_pyconfig("/* #undef Py_GIL_DISABLED */\\n#define PY_SUPPORT_TIER 1\\n"))
+        #define Py_GIL_DISABLED 1
+        #define PY_SUPPORT_TIER 1
+        <BLANKLINE>
+    """
+    text, n = re.subn(r"^/\* #undef Py_GIL_DISABLED \*/$", "#define Py_GIL_DISABLED 1", header,
+                      flags=re.M)  # fmt: skip
+    if n != 1:
+        raise SystemExit("wheels: a GIL build's pyconfig.h without '/* #undef Py_GIL_DISABLED */'")
+    return text
+
+
+def check_ft_rule(source: Path) -> bool:
+    """Runs configure twice on a CPython source tree (``--disable-gil`` or
+    not, nothing else) and checks that ft_pyconfig turns the one header into
+    the other exactly."""
+    heads = []
+    for extra in ([], ["--disable-gil"]):
+        with tempfile.TemporaryDirectory() as tmp:
+            run(["sh", "-c", f"cd {tmp} && {source}/configure {' '.join(extra)} >/dev/null"])
+            heads.append(Path(tmp, "pyconfig.h").read_text())
+    same = ft_pyconfig(heads[0]) == heads[1]
+    say(f"ft_pyconfig on {source.name}: {'exact' if same else 'DIFFERS'}")
+    return same
+
+
+def ft_headers(version: str, python: str, dest: Path) -> None:
+    """Copies python's (a GIL build of version's) headers into
+    dest/python3.X with ft_pyconfig's pyconfig.h."""
+    include = interpreter_include(python)
+    out = dest / f"python{version}"
+    shutil.copytree(include, out, symlinks=False)
+    (out / "pyconfig.h").write_text(ft_pyconfig(real_pyconfig(include)))
+
+
+def retag_free_threaded(wheel: Path, tag: str) -> Path:
+    """The wheel of a GIL interpreter's build made for the free-threaded ABI:
+    ABI tag ``cpXYt`` in its name and its ``WHEEL`` file, RECORD's line of that
+    file made again; every other entry's bytes and dates kept."""
+    out = wheel.with_name(wheel.name.replace(f"-cp{tag}-cp{tag}-", f"-cp{tag}-cp{tag}t-"))
+    if out == wheel:
+        raise SystemExit(f"wheels: {wheel.name} is no cp{tag}-cp{tag} wheel")
+    with zipfile.ZipFile(wheel) as z, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as new:
+        infos = z.infolist()
+        data = {i.filename: z.read(i) for i in infos}
+        (meta,) = [n for n in data if n.endswith(".dist-info/WHEEL")]
+        data[meta] = data[meta].replace(f"Tag: cp{tag}-cp{tag}-".encode(),
+                                        f"Tag: cp{tag}-cp{tag}t-".encode())  # fmt: skip
+        (record,) = [n for n in data if n.endswith(".dist-info/RECORD")]
+        lines = []
+        for line in data[record].decode().splitlines():
+            if line.startswith(meta + ","):
+                digest = hashlib.sha256(data[meta]).digest()
+                b64 = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+                line = f"{meta},sha256={b64},{len(data[meta])}"
+            lines.append(line)
+        data[record] = ("\n".join(lines) + "\n").encode()
+        for info in infos:
+            new.writestr(info, data[info.filename])
+    wheel.unlink()
+    return out
+
+
 def interpreter_include(python: str) -> Path:
     out = run([python, "-c", "import sysconfig; print(sysconfig.get_path('include'))"])
     return Path(out.stdout.strip())
@@ -335,13 +432,27 @@ def build_sdist(tools: str, src: Path, out: Path, env: dict) -> Path:
 def build_wheel(
     tools: str, version: str, python: str, arch: str, sdist: Path, out: Path, env: dict, work: Path
 ) -> Path:
-    """The manylinux wheel of sdist for (version, arch) in out, auditwheel-checked."""
+    """The manylinux wheel of sdist for (version, arch) in out, auditwheel-checked.
+    version may be a free-threaded one ('3.14t'); python is then its own
+    interpreter, or its version's GIL one (the free-threaded wheel is made
+    from ft_headers and retagged)."""
     raw = work / f"raw-{version}-{arch}"
     raw.mkdir()
     cc = zig_cc(tools, arch)
     benv = dict(env, CC=cc, LDSHARED=f"{cc} -shared", PYTREE_KIT_REQUIRE_C="1",
                 CFLAGS=" ".join(CFLAGS))  # fmt: skip
-    if arch != host_arch():
+    cross_ft = version.endswith("t") and not run_is_free_threaded(python)
+    if cross_ft:
+        base = version[:-1]
+        headers = work / f"include-{version}"
+        headers.mkdir()
+        ft_headers(base, python, headers)
+        say(f"{version}: built by {python} with its headers and ft_pyconfig's pyconfig.h")
+        benv.update(
+            CFLAGS=f"{benv['CFLAGS']} -I{headers / f'python{base}'}",
+            SETUPTOOLS_EXT_SUFFIX=f".cpython-{base.replace('.', '')}t-{arch}-linux-gnu.so",
+        )
+    elif arch != host_arch():
         headers = work / f"include-{version}-{arch}"
         headers.mkdir()
         source = aarch64_headers(version, python, headers)
@@ -358,6 +469,8 @@ def build_wheel(
     pip = [builder / "bin" / "python", "-m", "pip", "wheel", "-q", "--no-deps"]
     run([*pip, "--wheel-dir", raw, sdist], env=benv)
     (wheel,) = raw.glob("*.whl")
+    if cross_ft:
+        wheel = retag_free_threaded(wheel, version[:-1].replace(".", ""))
     plat = f"manylinux_2_{GLIBC.split('.')[1]}_{arch}"
     aenv = dict(env, PATH=f"{Path(tools).parent}{os.pathsep}{env.get('PATH', '')}")
     # auditwheel's --plat names only the host's architecture; for another, "auto"
@@ -375,6 +488,12 @@ def build_wheel(
     if f'"{plat}"' not in " ".join(shown.split()):
         raise SystemExit(f"wheels: auditwheel does not find {fixed.name} {plat}:\n{shown}")
     return fixed
+
+
+def run_is_free_threaded(python: str) -> bool:
+    """Whether python is a free-threaded build."""
+    code = "import sysconfig; print(sysconfig.get_config_var('Py_GIL_DISABLED') or 0)"
+    return run([python, "-c", code]).stdout.strip() == "1"
 
 
 def check_metadata(wheel: Path, readme: str) -> list:
@@ -444,6 +563,7 @@ def no_compiler_env(bindir: Path) -> dict:
 CHECK = (
     "import sys, pytree_kit as pk; info = pk.engine_info(); "
     "assert pk.ENGINE == 'c', info; assert pk.__file__.startswith(sys.argv[1]), pk.__file__; "
+    "assert not info['free_threaded'] or not sys._is_gil_enabled(), info; "
     "assert pk.unflatten(*pk.flatten({'a': [1, (2, None)]})[::-1]) == {'a': [1, (2, None)]}; "
     "print(pk.ENGINE, info['extension'])"
 )
@@ -458,13 +578,18 @@ def test_native(version: str, python: str, wheel: Path, work: Path) -> float:
     env = no_compiler_env(venv / "bin")
     py = venv / "bin" / "python"
     run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel], env=env)
-    run([py, "-m", "pip", "install", "-q", "pytest>=8", "pytest-timeout", "hypothesis>=6.100",
-         "attrs"], env=env)  # fmt: skip
+    if version in FREE_THREADED:  # the pins that have cp313t (or pure) wheels
+        run([py, "-m", "pip", "install", "-q", "--only-binary=:all:", *FREE_THREADED_TOOLS],
+            env=env)  # fmt: skip
+    else:
+        run([py, "-m", "pip", "install", "-q", "pytest>=8", "pytest-timeout", "hypothesis>=6.100",
+             "attrs"], env=env)  # fmt: skip
     site = run([py, "-c", "import sysconfig; print(sysconfig.get_path('platlib'))"]).stdout.strip()
     say(run([py, "-c", CHECK, site], env=env, cwd=work).stdout.strip())
     tree = test_tree(work / f"tests-{version}")
+    tests = (*ENGINE_TESTS, *FREE_THREADED_EXTRA) if version in FREE_THREADED else ENGINE_TESTS
     proc = run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not once",
-                *deselected(), *ENGINE_TESTS], env=env, cwd=tree)  # fmt: skip
+                *deselected(), *tests], env=env, cwd=tree)  # fmt: skip
     say(f"{wheel.name}: {proc.stdout.strip().splitlines()[-1]}")
     return time.monotonic() - t0
 
@@ -560,7 +685,9 @@ def test_emulated(version: str, wheel: Path, work: Path) -> Optional[float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--python", action="append", choices=VERSIONS, help="only these")
+    parser.add_argument(
+        "--python", action="append", choices=VERSIONS + FREE_THREADED_WHEELS, help="only these"
+    )
     parser.add_argument("--arch", action="append", choices=ARCHES, help="only these")
     parser.add_argument("--out", type=Path, default=ROOT / "dist", help="default: dist/")
     parser.add_argument("--no-sdist", action="store_true", help="wheels only")
@@ -570,13 +697,33 @@ def main() -> int:
         action="store_true",
         help="check arm64_pyconfig against Debian's amd64/arm64 pairs, and exit",
     )
+    parser.add_argument(
+        "--ft-from-gil",
+        action="store_true",
+        help="make even a free-threaded wheel whose interpreter is here from its GIL one's headers"
+        " (then tested by the free-threaded interpreter: the check of that way)",
+    )
+    parser.add_argument(
+        "--check-ft-rule",
+        type=Path,
+        metavar="SOURCE",
+        help="check ft_pyconfig by configuring this CPython source tree both ways, and exit",
+    )
     args = parser.parse_args()
     if args.check_pyconfig_rule:
         return 0 if check_arm64_rule(args.python or list(VERSIONS)) else 1
+    if args.check_ft_rule:
+        return 0 if check_ft_rule(args.check_ft_rule.resolve()) else 1
     if host_arch() != "x86_64":
         raise SystemExit("wheels: builds on x86_64 only (aarch64 is cross-compiled)")
-    versions, arches = args.python or list(VERSIONS), args.arch or list(ARCHES)
-    pythons = {v: find_python(v) for v in versions}
+    versions = args.python or [*VERSIONS, *FREE_THREADED_WHEELS]
+    arches = args.arch or list(ARCHES)
+    # the interpreter each wheel is tested by (none: a free-threaded one not
+    # here) and the one it is built by (a free-threaded wheel: its own
+    # interpreter, else, or with --ft-from-gil, its version's GIL one)
+    runners = {v: find_python(v) for v in versions}
+    pythons = {v: (find_python(v[:-1]) if v.endswith("t") and (args.ft_from_gil or not runners[v])
+                   else runners[v]) for v in versions}  # fmt: skip
     lacking = [v for v, p in pythons.items() if p is None]
     if lacking:
         raise SystemExit(f"wheels: no interpreter for {', '.join(lacking)} (scripts/ci.py --list)")
@@ -597,14 +744,18 @@ def main() -> int:
                 test_sdist_without_compiler(versions[0], pythons[versions[0]], sdist, work)  # type: ignore[arg-type]
         for v in versions:
             for arch in arches:
+                if v.endswith("t") and arch != "x86_64":
+                    continue  # (no aarch64 free-threaded wheels)
                 t0 = time.monotonic()
                 wheel = build_wheel(tools, v, pythons[v], arch, sdist, out, env, work)  # type: ignore[arg-type]
                 say(f"built {wheel.name} ({time.monotonic() - t0:.0f} s)")
                 made.append(wheel)
                 if args.no_test:
                     continue
-                if arch == host_arch():
-                    test_native(v, pythons[v], wheel, work)  # type: ignore[arg-type]
+                if runners[v] is None:
+                    say(f"{wheel.name}: built, not run (no {v} interpreter here)")
+                elif arch == host_arch():
+                    test_native(v, runners[v], wheel, work)  # type: ignore[arg-type]
                 else:
                     test_emulated(v, wheel, work)
     sums = out / "SHA256SUMS"

@@ -149,3 +149,51 @@ def test_each_test_the_wheel_run_leaves_out_is_a_test_of_the_core_suite(wheels: 
         tree = ast.parse((ROOT / path).read_text())
         names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
         assert name in names, test
+
+
+def test_the_free_threaded_header_rule_defines_py_gil_disabled_alone(wheels: Any) -> None:
+    """ft_pyconfig turns a GIL build's pyconfig.h into the free-threaded one
+    (configure's one difference, checked by --check-ft-rule), and refuses a
+    header that has no undefined Py_GIL_DISABLED to define."""
+    gil = "#define HAVE_GETRANDOM 1\n/* #undef Py_GIL_DISABLED */\n#define SIZEOF_LONG 8\n"
+    ft = wheels.ft_pyconfig(gil)
+    assert ft == "#define HAVE_GETRANDOM 1\n#define Py_GIL_DISABLED 1\n#define SIZEOF_LONG 8\n"
+    with pytest.raises(SystemExit, match="Py_GIL_DISABLED"):
+        wheels.ft_pyconfig(ft)  # already free-threaded: nothing to define
+    assert set(wheels.FREE_THREADED_WHEELS) >= {"3.13t", "3.14t", "3.15t"}
+
+
+def test_a_free_threaded_wheel_is_retagged_whole(wheels: Any, tmp_path: Path) -> None:
+    """retag_free_threaded gives the cp3XYt name and WHEEL tag, RECORD's line
+    of WHEEL made again (its hash and size those of the new bytes), and every
+    other entry unchanged."""
+    import base64
+    import hashlib
+    import zipfile
+
+    info = "pytree_kit-0.1.0.dist-info"
+    so = b"\x7fELF extension bytes"
+    wheel_text = b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp314-cp314-linux_x86_64\n"
+    src = tmp_path / "pytree_kit-0.1.0-cp314-cp314-linux_x86_64.whl"
+    with zipfile.ZipFile(src, "w") as z:
+        z.writestr("pytree_kit/_speedups.cpython-314t-x86_64-linux-gnu.so", so)
+        z.writestr(f"{info}/WHEEL", wheel_text)
+        z.writestr(
+            f"{info}/RECORD",
+            f"pytree_kit/_speedups.cpython-314t-x86_64-linux-gnu.so,sha256=x,{len(so)}\n"
+            f"{info}/WHEEL,sha256=old,{len(wheel_text)}\n{info}/RECORD,,\n",
+        )
+    out = wheels.retag_free_threaded(src, "314")
+    assert out.name == "pytree_kit-0.1.0-cp314-cp314t-linux_x86_64.whl"
+    assert not src.exists()
+    with zipfile.ZipFile(out) as z:
+        new_wheel = z.read(f"{info}/WHEEL")
+        assert b"Tag: cp314-cp314t-linux_x86_64\n" in new_wheel
+        assert b"cp314-cp314-" not in new_wheel
+        assert z.read("pytree_kit/_speedups.cpython-314t-x86_64-linux-gnu.so") == so
+        record = z.read(f"{info}/RECORD").decode().splitlines()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(new_wheel).digest()).rstrip(b"=").decode()
+    assert f"{info}/WHEEL,sha256={digest},{len(new_wheel)}" in record
+    assert record[0].endswith(f",sha256=x,{len(so)}") and record[-1] == f"{info}/RECORD,,"
+    with pytest.raises(SystemExit, match="no cp313-cp313 wheel"):
+        wheels.retag_free_threaded(out, "313")
