@@ -197,6 +197,7 @@ FREE_THREADED_TOOLS = (
     "numpy==2.4.6",
     "optree==0.20.0",
     "setuptools==84.2.1",
+    "pytest-run-parallel==0.10.0",  # --parallel-threads: each test in threads at once
 )
 
 
@@ -440,10 +441,26 @@ def job_free_threaded(v: str, python: str, logp: Path) -> None:
     marked once. PYTHON_GIL is left unset, so that an import that needs the
     GIL would turn it on: tests/test_thread_race.py's
     test_the_engine_without_the_gil, and GIL_STAYS_OFF again after the
-    tests, fail then."""
+    tests, fail then. Then PARALLEL_TESTS with each test run by 2 threads at
+    once (pytest-run-parallel; a test marked thread_unsafe, which counts
+    references or logs calls the threads would share, by one)."""
     env = {"PYTHON_GIL": None}
     sh([*pytest_cmd(v), *FREE_THREADED_TESTS, "-m", "not once and not scripts"], logp, env=env)
+    sh([*pytest_cmd(v), "--parallel-threads=2", "-m", "not once and not scripts",
+        *PARALLEL_TESTS], logp, env=env)  # fmt: skip
     sh([venv_python(v), "-c", GIL_STAYS_OFF], logp, env=env)
+
+
+#: the core files the 3.13t job runs again with each test in 2 threads at once
+#: (~170 s there)
+PARALLEL_TESTS = (
+    "tests/test_engines.py",
+    "tests/test_kinds.py",
+    "tests/test_errors.py",
+    "tests/test_api.py",
+    "tests/test_iter.py",
+    "tests/test_rows.py",
+)
 
 
 def job_quick_setup(v: str, python: str, logp: Path) -> None:
@@ -708,7 +725,7 @@ ESTIMATES = {
     "extras alone": {"": 140},
     "torch": {"": 300},  # the tests; a new venv adds ~360 (cache_dir())
     "free-threaded setup": {"": 90},
-    "free-threaded C engine": {"": 300},
+    "free-threaded C engine": {"": 480},
 }
 
 

@@ -812,6 +812,7 @@ def test_record_leaf_fields_taken_without_a_frame_match() -> None:
 _RUN_RULES = {**RULES, float: pk.Rule(lambda x: ((), x), lambda aux, ch: aux)}
 
 
+@pytest.mark.thread_unsafe  # counts references other threads' calls share
 def test_long_runs_of_leaves_match() -> None:
     """The C engine copies a run of children that are leaves in one step, with room
     reserved for the rest of the list; every way a run can start and end agrees."""
@@ -1046,6 +1047,7 @@ def test_large_dict_node_whose_keys_are_not_sorted() -> None:
         assert _speedups.flatten(b[1], None, None)[1]._nodes[0][3] == sorted_keys
 
 
+@pytest.mark.thread_unsafe  # counts references other threads' calls share
 def test_dict_node_whose_key_cannot_be_hashed() -> None:
     """A dict node built with a key that raises: the same error, every leaf released."""
     leaf = Leaf(1)
@@ -1092,6 +1094,7 @@ class _OnDict(dict):
     x: Any
 
 
+@pytest.mark.thread_unsafe  # logs calls in a list (or a class) the threads would share
 def test_records_rebuilt_through_their_own_new() -> None:
     """unflatten calls t.__new__(t) on both engines: object's at once, anyone else's as given."""
     plain = [_Two(1, [2, 3]), _WithMeta(4), _OnDict(5), _Later(6)]
@@ -1393,6 +1396,7 @@ class _LazyY(_LazyBase):
         pass
 
 
+@pytest.mark.thread_unsafe  # logs calls in a list (or a class) the threads would share
 @pytest.mark.parametrize("adds", ["attr", "dict"])
 def test_state_a_field_getter_adds_while_it_is_read_is_seen_by_both_engines(adds: str) -> None:
     """A getter runs while the C engine reads the fields: it counts the
@@ -1847,6 +1851,7 @@ def test_large_trees_callbacks_that_track_or_keep_children() -> None:
     assert all(r() is None for r in refs)
 
 
+@pytest.mark.thread_unsafe  # counts references other threads' calls share
 def test_large_trees_failing_midway_leak_nothing() -> None:
     """An error after 3,000 containers are made: the error is the pure
     engine's, and every container made is freed (the leaves' counts are back)."""
@@ -1889,6 +1894,7 @@ def test_kept_templates_serve_later_calls_match() -> None:
         _same_dicts(want, r)
 
 
+@pytest.mark.thread_unsafe  # counts references other threads' calls share
 @pytest.mark.parametrize("make_key", [lambda u: u, lambda u: (1, u), lambda u: (u,)])
 def test_kept_templates_keep_no_key_of_a_user_type(make_key: Any) -> None:
     """A key that is not plain (an exact str, int or float, a bool, None, or a
@@ -2031,6 +2037,7 @@ def test_dict_tables_read_directly_match() -> None:
         same_outcome("flatten_up_to", spec, b, "the first tree", "rest[1]")
 
 
+@pytest.mark.thread_unsafe  # counts references other threads' calls share
 def test_large_dicts_rebuilt_again_match() -> None:
     """A large dict node with an insertion order, unflattened again and again
     (the C engine copies a template of its order from the second time on):
@@ -2247,6 +2254,7 @@ def test_instance_dicts_flatten_as_the_pure_engine_does() -> None:
         check(d)
 
 
+@pytest.mark.thread_unsafe  # counts references other threads' calls share
 @_KEEPS
 def test_unflatten_recipes_give_back_their_keys() -> None:
     """A recipe's templates hold the keys of its dicts while the recipe or a
@@ -2444,6 +2452,7 @@ def test_large_dict_orders_replaced_by_a_collection_in_between() -> None:
         gc.callbacks.remove(churn)
 
 
+@pytest.mark.thread_unsafe  # counts references other threads' calls share
 def test_dict_copies_keep_refcounts() -> None:
     keys = [f"key{i}" for i in range(3)]
     vals = [Leaf(i) for i in range(3)]
@@ -2502,6 +2511,7 @@ def test_depth_a_million() -> None:
     del tree, back, pairs  # freeing a deep list is CPython's own (trashcan) business
 
 
+@pytest.mark.thread_unsafe  # counts references other threads' calls share
 def test_leaf_refcounts_unchanged() -> None:
     leaf = Leaf(1)
     tree = {"a": [leaf, (leaf, None)], "b": Node(leaf, [leaf])}
@@ -2648,6 +2658,7 @@ def test_dict_key_order_memo_survives_reentrant_calls() -> None:
     assert seen and all(seen)
 
 
+@pytest.mark.thread_unsafe  # counts references other threads' calls share
 def test_dict_key_order_memo_holds_a_bounded_number_of_references() -> None:
     key = "".join(["memo", "-key"])  # a str of its own, not interned
     before = sys.getrefcount(key)
@@ -3141,6 +3152,7 @@ def _odicts() -> list:
     ]
 
 
+@pytest.mark.thread_unsafe  # counts references other threads' calls share
 def test_ordered_dicts() -> None:
     """Exact OrderedDicts, read in C where their keys and order allow, else by
     the pure engine: the same leaves, specs, paths, rebuilt dicts (items,

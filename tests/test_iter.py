@@ -95,6 +95,7 @@ class Refuses:
         return cls()
 
 
+@pytest.mark.thread_unsafe  # counts reads in a class the threads would share
 def test_nothing_is_read_before_it_is_asked_for() -> None:
     Counted.calls = 0
     tree = {"a": [Counted(1, Counted(2))], "b": Counted(Refuses())}
@@ -177,6 +178,7 @@ class Probe:
     """A leaf that can be weakly referenced."""
 
 
+@pytest.mark.thread_unsafe  # counts references other threads' calls share
 def test_references_are_dropped() -> None:
     leaves = [Leaf(i) for i in range(50)]
     tree = {"a": leaves[:20], "b": (leaves[20:40], {"c": leaves[40:]})}
@@ -236,6 +238,7 @@ def _expected(leaves: list, want: bool) -> tuple[bool, list]:
     return False, asked
 
 
+@pytest.mark.thread_unsafe  # logs calls in a list (or a class) the threads would share
 @SETTINGS
 @given(trees(truth_leaves), st.booleans())
 def test_any_and_all_ask_the_leaves_in_order_and_stop_at_the_first_that_decides(
@@ -297,6 +300,7 @@ def test_any_reads_a_list_as_it_was_when_a_leaf_ran_code() -> None:
                 assert got is not any_
 
 
+@pytest.mark.thread_unsafe  # counts references other threads' calls share
 def test_any_and_all_errors_and_references() -> None:
     class Fails:
         def __bool__(self) -> bool:
