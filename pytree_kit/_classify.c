@@ -84,6 +84,7 @@ ctx_init(Ctx *c, PkState *st, PyObject *is_leaf, PyObject *rules, WalkMode mode)
     c->last_leaf = NULL;
     c->dict_misses = 0;
     c->st = st;
+    c->leaf_node = NULL;
     c->is_leaf = is_leaf == Py_None ? NULL : is_leaf;
     c->mode = mode;
     c->path_keys = NULL;
@@ -106,6 +107,9 @@ ctx_init(Ctx *c, PkState *st, PyObject *is_leaf, PyObject *rules, WalkMode mode)
         }
         c->atom_leaf[i] = !in_rules;
     }
+    /* strong: a LeafIter's walk may go on in another thread than this one,
+     * whose thread state (and its dict) may be gone by then */
+    c->leaf_node = Py_NewRef(mode == WALK_LEAVES ? LEAF_NODE : thread_leaf_node());
     return 0;
 }
 
@@ -114,6 +118,7 @@ ctx_clear(Ctx *c)
 {
     tc_clear(&c->types);
     Py_CLEAR(c->pycache);
+    Py_CLEAR(c->leaf_node);
 }
 
 /* Is a value of type t a leaf by its type alone, with no user code to run? */

@@ -10,6 +10,7 @@
 
 PK_DATA PyObject *kind_obj[K_COUNT];
 PK_DATA PyObject *LEAF_NODE, *NONE_NODE;
+PK_DATA PyObject *s_thread_leaf;
 PK_DATA PyTypeObject *TreeSpec_type;
 PK_DATA Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash, off_paths, off_recipe;
 PK_DATA PyObject *as_leaf_rule;  /* _kinds.AS_LEAF: Rule.LEAF */
@@ -28,6 +29,53 @@ PK_DATA PyObject *empty_tuple;
 
 /* ------------------------------------------------------------------------ */
 /* Helpers */
+
+PK_SHARED PyObject *
+thread_leaf_node(void)
+{
+#ifdef Py_GIL_DISABLED
+    /* kept in the thread state's dict, which only this thread reads and
+     * which lives as long as the thread: the borrowed reference holds for
+     * the call; any failure gives LEAF_NODE (equal, and shared) */
+    PyObject *d = PyThreadState_GetDict();
+    if (d == NULL) {
+        return LEAF_NODE;
+    }
+    PyObject *node = PyDict_GetItemWithError(d, s_thread_leaf);
+    if (node != NULL) {
+        return node;
+    }
+    if (PyErr_Occurred() ||
+        (node = PyTuple_Pack(4, PyTuple_GET_ITEM(LEAF_NODE, 0), PyTuple_GET_ITEM(LEAF_NODE, 1),
+                             PyTuple_GET_ITEM(LEAF_NODE, 2), PyTuple_GET_ITEM(LEAF_NODE, 3))) ==
+            NULL) {
+        PyErr_Clear();
+        return LEAF_NODE;
+    }
+    int r = PyDict_SetItem(d, s_thread_leaf, node);
+    Py_DECREF(node);
+    if (r < 0) {
+        PyErr_Clear();
+        return LEAF_NODE;
+    }
+    return node;
+#else
+    return LEAF_NODE;
+#endif
+}
+
+#ifdef Py_GIL_DISABLED
+PK_SHARED int
+is_thread_leaf_node(PyObject *node)
+{
+    /* (LEAF, None, 0, None), its items the same objects as LEAF_NODE's */
+    return PyTuple_CheckExact(node) && PyTuple_GET_SIZE(node) == 4 &&
+           PyTuple_GET_ITEM(node, 0) == PyTuple_GET_ITEM(LEAF_NODE, 0) &&
+           PyTuple_GET_ITEM(node, 1) == PyTuple_GET_ITEM(LEAF_NODE, 1) &&
+           PyTuple_GET_ITEM(node, 2) == PyTuple_GET_ITEM(LEAF_NODE, 2) &&
+           PyTuple_GET_ITEM(node, 3) == PyTuple_GET_ITEM(LEAF_NODE, 3);
+}
+#endif
 
 PK_SHARED int
 raise_returned(PyObject *exc)

@@ -75,17 +75,18 @@ done:;
     fr->pos = pos + k;
     if (nodes) {
         PyObject **o = nodes->v + nodes->n;
+        PyObject *leaf_node = c->leaf_node;
         for (Py_ssize_t j = 0; j < k; j++) {
-            o[j] = LEAF_NODE;
+            o[j] = leaf_node;
         }
         nodes->n += k;
 #if defined(Py_REF_DEBUG) || defined(Py_GIL_DISABLED)
         for (Py_ssize_t j = 0; j < k; j++) {
-            Py_INCREF(LEAF_NODE);
+            Py_INCREF(leaf_node);
         }
 #else
         /* one add, not a chain of k dependent ones on a single count */
-        Py_SET_REFCNT(LEAF_NODE, Py_REFCNT(LEAF_NODE) + k);
+        Py_SET_REFCNT(leaf_node, Py_REFCNT(leaf_node) + k);
 #endif
     }
     return 0;
@@ -287,7 +288,7 @@ walk_run(Walk *w, const int lazy)
             goto error;
         }
         if (r == 0) {
-            if (emit_leaf(leaves, nodes, mode, obj) < 0) {
+            if (emit_leaf(leaves, nodes, mode, obj, c->leaf_node) < 0) {
                 goto error;
             }
             if (mode == WALK_PATHS) {
@@ -352,7 +353,7 @@ walk_run(Walk *w, const int lazy)
                 Py_DECREF(f.children);
                 Py_XDECREF(f.names);
                 Py_ssize_t i = 0;
-                while (i < f.direct_n && emit_leaf(leaves, nodes, mode, f.direct[i]) == 0) {
+                while (i < f.direct_n && emit_leaf(leaves, nodes, mode, f.direct[i], c->leaf_node) == 0) {
                     i++;
                 }
                 release_direct(&f);
@@ -384,7 +385,7 @@ walk_run(Walk *w, const int lazy)
                  * most what this frame's own children take. */
                 if (fr->n - fr->pos == 1) {
                     /* the last child (as in [tree, leaf]): no run to copy */
-                    if (emit_leaf(leaves, nodes, mode, frame_item(fr, fr->pos)) < 0) {
+                    if (emit_leaf(leaves, nodes, mode, frame_item(fr, fr->pos), c->leaf_node) < 0) {
                         goto error;
                     }
                     fr->pos++;
@@ -818,7 +819,7 @@ sp_flatten_one_level(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     PyTuple_SET_ITEM(nodes, 0, Py_NewRef(f.node));
     for (Py_ssize_t i = 1; i <= n; i++) {
-        PyTuple_SET_ITEM(nodes, i, Py_NewRef(LEAF_NODE));
+        PyTuple_SET_ITEM(nodes, i, Py_NewRef(c.leaf_node));
     }
     PyObject *spec = make_spec(nodes, orders, n); /* steals both */
     nodes = orders = NULL;

@@ -76,7 +76,7 @@ bad:
 PK_SHARED_INLINE int
 node_parts(PyObject *node, int *kind, Py_ssize_t *arity)
 {
-    if (node == LEAF_NODE) {
+    if (IS_LEAF_NODE(node)) {
         *kind = K_LEAF;
         *arity = 0;
         return 0;

@@ -252,6 +252,7 @@ constants_init(void)
         goto fail;
     }
     INTERN(s_tree_flatten, "__tree_flatten__");
+    INTERN(s_thread_leaf, "pytree_kit.leaf_node");
     INTERN(s_tree_unflatten, "__tree_unflatten__");
     INTERN(s_new, "__new__");
     INTERN(s_len, "__len__");

@@ -647,7 +647,7 @@ take_leaves(Vec *out, PyObject *const *src, Py_ssize_t n, PyObject *nodes, Py_ss
 {
     Py_ssize_t nn = PyTuple_GET_SIZE(nodes);
     PyObject *const *nd = ((PyTupleObject *)nodes)->ob_item + i;
-    if (n <= 0 || i >= nn || (nd[0] != LEAF_NODE && (nd[0] != NONE_NODE || src[0] != Py_None))) {
+    if (n <= 0 || i >= nn || (!IS_LEAF_NODE(nd[0]) && (nd[0] != NONE_NODE || src[0] != Py_None))) {
         return 0;
     }
     Py_ssize_t m = n < nn - i ? n : nn - i;
@@ -660,14 +660,14 @@ take_leaves(Vec *out, PyObject *const *src, Py_ssize_t n, PyObject *nodes, Py_ss
     }
     PyObject **dst = out->v + out->n;
     Py_ssize_t j = 0;
-    while (j < m && nd[j] == LEAF_NODE) { /* the common case: leaves alone */
+    while (j < m && IS_LEAF_NODE(nd[j])) { /* the common case: leaves alone */
         Py_INCREF(src[j]);
         dst[j] = src[j];
         j++;
     }
     Py_ssize_t k = j; /* then leaves and Nones */
     for (; j < m; j++) {
-        if (nd[j] == LEAF_NODE) {
+        if (IS_LEAF_NODE(nd[j])) {
             Py_INCREF(src[j]);
             dst[k++] = src[j];
         }
@@ -684,7 +684,7 @@ static inline int
 leaf_run(PyObject *nodes, Py_ssize_t i, Py_ssize_t n)
 {
     for (Py_ssize_t j = 0; j < n; j++) {
-        if (PyTuple_GET_ITEM(nodes, i + j) != LEAF_NODE) {
+        if (!IS_LEAF_NODE(PyTuple_GET_ITEM(nodes, i + j))) {
             return 0;
         }
     }
@@ -699,7 +699,7 @@ leaf_or_none_run(PyObject *nodes, Py_ssize_t i, Py_ssize_t n)
     Py_ssize_t nones = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
         PyObject *nd = PyTuple_GET_ITEM(nodes, i + j);
-        if (nd != LEAF_NODE) {
+        if (!IS_LEAF_NODE(nd)) {
             if (nd != NONE_NODE) {
                 return -1;
             }

@@ -840,12 +840,15 @@ def test_long_runs_of_leaves_match() -> None:
         _speedups.leaves(trees[4], None, None)
         del leaves, spec
     assert sys.getrefcount(leaf) == before
-    # the shared leaf node is counted once for each leaf a spec holds
-    before = sys.getrefcount(LEAF_NODE)
+    # the leaf node is counted once for each leaf a spec holds (LEAF_NODE, or
+    # on a free-threaded build this thread's own copy of it)
+    node = _speedups.flatten([0], None, None)[1]._nodes[-1]
+    assert node == LEAF_NODE and (node is LEAF_NODE) != FREE_THREADED
+    before = sys.getrefcount(node)
     spec = _speedups.flatten(trees[0], None, None)[1]
-    assert sys.getrefcount(LEAF_NODE) == before + 1000
+    assert sys.getrefcount(node) == before + 1000
     del spec
-    assert sys.getrefcount(LEAF_NODE) == before
+    assert sys.getrefcount(node) == before
     # a spec whose leaves stop before the tree's list does
     spec = _speedups.flatten([*range(300), [1]], None, None)[1]
     same_outcome("flatten_up_to", spec, [*range(300), 7], "the spec", "the tree")

@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from collections import OrderedDict, defaultdict, deque
+from collections import OrderedDict, defaultdict, deque, namedtuple
 from typing import Any, Callable
 
 import pytest
@@ -251,3 +251,42 @@ def test_engine_choice_on_free_threaded_builds(gil: Any, setting: Any, engine: s
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == engine
+
+
+_Pair = namedtuple("_Pair", "x y")
+
+
+def test_a_spec_made_in_a_thread_that_ends_is_whole_in_another() -> None:
+    """A spec, and a leaf iterator begun, in a thread that then ends: both work
+    in the main thread and equal what the main thread makes. (On a
+    free-threaded build with the C engine each thread's specs hold a leaf node
+    of that thread's own, kept in its thread state, which goes with it.)"""
+    import pickle
+
+    from pytree_kit import _kinds
+
+    tree = {"a": [1, 2, (3, None)], "b": {"c": 4.5, "d": [6] * 40}, "e": _Pair(7, 8)}
+    made: dict = {}
+
+    def work() -> None:
+        made["flat"] = pk.flatten(tree)
+        made["iter"] = pk.tree_iter(tree)
+        made["first"] = next(made["iter"])
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    leaves, spec = made.pop("flat")
+    want_leaves, want_spec = pk.flatten(tree)
+    assert leaves == want_leaves and spec == want_spec and hash(spec) == hash(want_spec)
+    assert spec.unflatten(leaves) == tree
+    assert spec.flatten_up_to(tree) == leaves
+    assert spec.to_json() == want_spec.to_json()
+    assert pickle.loads(pickle.dumps(spec)) == want_spec
+    assert [made["first"], *made.pop("iter")] == want_leaves
+    assert sum(n == _kinds.LEAF_NODE for n in spec._nodes) == len(leaves)
+    threads_own = [n for n in spec._nodes if n == _kinds.LEAF_NODE and n is not _kinds.LEAF_NODE]
+    if pk.ENGINE == "c" and pk.engine_info()["free_threaded"]:
+        assert len(threads_own) == len(leaves)  # the ended thread's own leaf node
+    else:
+        assert threads_own == []
