@@ -353,7 +353,8 @@ walk_run(Walk *w, const int lazy)
                 Py_DECREF(f.children);
                 Py_XDECREF(f.names);
                 Py_ssize_t i = 0;
-                while (i < f.direct_n && emit_leaf(leaves, nodes, mode, f.direct[i], c->leaf_node) == 0) {
+                while (i < f.direct_n &&
+                       emit_leaf(leaves, nodes, mode, f.direct[i], c->leaf_node) == 0) {
                     i++;
                 }
                 release_direct(&f);

@@ -241,7 +241,10 @@ def own_setters(t: Any, base: str) -> tuple:
     return tuple(own)
 
 
-#: The one node every leaf shares: (kind, type, arity, aux).
+#: The node of every leaf: (kind, type, arity, aux). Specs hold this object
+#: itself, except the C engine's on a free-threaded build, which hold an equal
+#: tuple of the thread that made them (two threads' references to one object
+#: would be atomic adds to one count; _core.h's IS_LEAF_NODE).
 LEAF_NODE = (LEAF, None, 0, None)
 NONE_NODE = (NONE, None, 0, None)
 
