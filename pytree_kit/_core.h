@@ -143,6 +143,11 @@
  * slots through PyMember_GetOne (which takes its reference safely):
  * READ_SNAPSHOTS. With the GIL no other thread runs while no code of ours
  * calls out, and the containers are read in place. */
+#ifdef Py_GIL_DISABLED
+#define READ_SNAPSHOTS 1
+#else
+#define READ_SNAPSHOTS 0
+#endif
 /* A process-wide counter kept for tests (plans_made): added to and read
  * atomically where threads run at once (TSAN saw two threads' plans_made++
  * race), plainly with the GIL. */
@@ -167,11 +172,6 @@
 #define IS_LEAF_NODE(n) ((n) == LEAF_NODE || is_thread_leaf_node(n))
 #else
 #define IS_LEAF_NODE(n) ((n) == LEAF_NODE)
-#endif
-#ifdef Py_GIL_DISABLED
-#define READ_SNAPSHOTS 1
-#else
-#define READ_SNAPSHOTS 0
 #endif
 /* PYTREE_KIT_WITHOUT=name,... (setup.py) leaves the fast paths named out, one
  * at a time, to measure what each buys (PK_WITHOUT_<NAME>). */

@@ -331,12 +331,19 @@ def check_ft_rule(source: Path) -> bool:
     return same
 
 
-def ft_headers(version: str, python: str, dest: Path) -> None:
-    """Copies python's (a GIL build of version's) headers into
-    dest/python3.X with ft_pyconfig's pyconfig.h."""
+def copy_headers(version: str, python: str, dest: Path) -> tuple:
+    """Copies python's headers into dest/python3.X, for another pyconfig.h to
+    be written there; returns (the interpreter's include folder, the copy)."""
     include = interpreter_include(python)
     out = dest / f"python{version}"
     shutil.copytree(include, out, symlinks=False)
+    return include, out
+
+
+def ft_headers(version: str, python: str, dest: Path) -> None:
+    """Copies python's (a GIL build of version's) headers into
+    dest/python3.X with ft_pyconfig's pyconfig.h."""
+    include, out = copy_headers(version, python, dest)
     (out / "pyconfig.h").write_text(ft_pyconfig(real_pyconfig(include)))
 
 
@@ -390,9 +397,7 @@ def real_pyconfig(include: Path) -> str:
 def aarch64_headers(version: str, python: str, dest: Path) -> str:
     """Copies python's headers into dest/python3.X with an arm64 pyconfig.h;
     says where that header came from."""
-    include = interpreter_include(python)
-    out = dest / f"python{version}"
-    shutil.copytree(include, out, symlinks=False)
+    include, out = copy_headers(version, python, dest)
     deb = debian([f"libpython{version}-dev"]).get(f"libpython{version}-dev")
     if deb is not None:
         with tempfile.TemporaryDirectory() as tmp:
