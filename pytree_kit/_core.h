@@ -99,7 +99,8 @@
  *   dict_reads         an exact dict's entries read from its table in
  *                      place (3.10-3.15; DICT_READS, dict_reads_check)
  *   dict_tables        dicts of the same keys copied from a template's
- *                      table (3.10-3.15; DICT_TABLES, dict_layout_check)
+ *                      table (3.10-3.15 and 3.13t; DICT_TABLES,
+ *                      dict_layout_check)
  *   split_values       a record's field read from its __dict__'s split
  *                      values, at the name's index in the class's shared
  *                      keys (3.10-3.15; SPLIT_READS, split_reads_check)
@@ -126,7 +127,9 @@
  * guards it. Where the GIL can be off (Py_GIL_DISABLED), none of it is kept
  * but class plans, whose table a mutex guards (Memo's plans_lock: held
  * only to look an entry up and take references to what it holds, or to
- * write one, never while code runs). Spare tuples are emptied and filled
+ * write one, never while code runs), and a spec's recipe, with its own
+ * templates: made whole, then published once by a compare-and-swap, and
+ * only read after (_unflatten.c's recipe_of). Spare tuples are emptied and filled
  * again, which holds only while a tuple caches nothing of its items (from
  * 3.14 it caches its hash). */
 #ifdef Py_GIL_DISABLED
@@ -195,7 +198,17 @@
 #else
 #define DICT_READS PK_VALIDATED
 #endif
+/* dict_tables builds dicts of the engine's own, never a caller's: where the
+ * GIL can be off it reads nothing another thread can change (a template is
+ * written once, before any thread sees it, and only copied after), so it is
+ * kept there, on the one free-threaded Python whose layout was read from its
+ * headers and is run here (3.13t: the table of GIL builds, with a mutex for
+ * shared keys in what is padding there). It needs no dict_reads there. */
 #if defined(PK_WITHOUT_DICT_TABLES)
+#define DICT_TABLES 0
+#elif defined(Py_GIL_DISABLED) && !defined(PK_NO_FAST_PATHS)
+#define DICT_TABLES (PY_VERSION_HEX >= 0x030D0000 && PY_VERSION_HEX < 0x030E0000)
+#elif defined(Py_GIL_DISABLED)
 #define DICT_TABLES 0
 #else
 #define DICT_TABLES DICT_READS

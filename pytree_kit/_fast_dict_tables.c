@@ -3,7 +3,8 @@
  *
  * One of the engine's parts: compiles on its own against _core.h, which
  * declares what it shares. Gate: DICT_TABLES (_core.h: 3.10 to 3.15, GIL
- * builds, with dict_reads, whose check it needs). Checked on import by
+ * builds, with dict_reads, whose check it needs; and 3.13t, where templates
+ * are kept only in a spec's recipe, written once). Checked on import by
  * dict_layout_check, which sets dict_layout_ok; off, unflatten inserts each
  * key (PyDict_SetItem). What it buys over the portable core
  * (benchmarks/fast_paths.py): up to 2.92x on 3.11.7 and
@@ -237,6 +238,9 @@ dict_from_template(PyObject *tmpl, size_t size, int tuples, const Py_ssize_t *at
 #if PY_VERSION_HEX >= 0x030B0000
     k->dk_version = 0;
 #endif
+#ifdef Py_GIL_DISABLED
+    k->dk_mutex = 0; /* (a template's table is never shared: unlocked already) */
+#endif
     Py_ssize_t es = DICT_STEP(tk); /* pointers per entry */
     PyObject **p = (PyObject **)DICT_ENTRIES(k) + (es - 2);
     /* as dict insertion decides it (MAINTAIN_TRACKING): a key the collector
@@ -255,6 +259,26 @@ dict_from_template(PyObject *tmpl, size_t size, int tuples, const Py_ssize_t *at
 
 
 #if DICT_TABLES
+#if DICT_READS
+#define table_whole dict_table
+#else
+/* Where dict_reads is out (3.13t), the part of its dict_table that the check
+ * asks: whether d's table holds its items with no holes, in place (*first,
+ * *step as dict_table gives them) */
+static int
+table_whole(PyObject *d, PyObject ***first, Py_ssize_t *step)
+{
+    PyDictObject *mp = (PyDictObject *)d;
+    DictKeys *k = (DictKeys *)mp->ma_keys;
+    if (mp->ma_values != NULL || !DICT_COMBINED(k) || k->dk_nentries != mp->ma_used) {
+        return 0;
+    }
+    *step = DICT_STEP(k);
+    *first = (PyObject **)DICT_ENTRIES(k) + (*step - 2);
+    return 1;
+}
+#endif
+
 /* Whether d (a dict) has exactly the items of keys and vals (n), in that
  * order, found by lookup too, and its size */
 static int
@@ -272,8 +296,8 @@ dict_items_are(PyObject *d, PyObject *keys, PyObject *const *vals, Py_ssize_t n)
     return i == n && PyDict_GET_SIZE(d) == n;
 }
 
-/* Sets dict_layout_ok (3.10-3.13) when dict_reads_ok is set (dict_reads_check
- * checked the reads of a table) and dicts copied from a template and given
+/* Sets dict_layout_ok (3.10-3.15, 3.13t) when dict_reads_ok is set
+ * (dict_reads_check checked the reads of a table; 3.13t has none) and dicts copied from a template and given
  * their values in place (dict_from_template) are what inserting gives: for
  * str keys and int keys, values found by lookup, iteration order, size,
  * equality, GC tracking, and the dict still usable (an insert that grows it,
@@ -287,7 +311,12 @@ dict_layout_check(void)
     PyObject *e0 = PyDict_New();
     DictKeys *empty = e0 ? (DictKeys *)((PyDictObject *)e0)->ma_keys : NULL;
     Py_ssize_t empty_count = empty ? empty->dk_refcnt : -1;
-    int ok = dict_reads_ok && e0 != NULL && PyObject_GC_IsTracked(e0) == DICTS_ALWAYS_TRACKED;
+#if DICT_READS
+    int ok = dict_reads_ok;
+#else
+    int ok = 1; /* (3.13t: no reads of a caller's dicts to check first) */
+#endif
+    ok = ok && e0 != NULL && PyObject_GC_IsTracked(e0) == DICTS_ALWAYS_TRACKED;
     for (int kind = 0; kind < 3 && ok; kind++) {
         /* str keys, int keys, and a float, a tuple (tracked: new) and None */
         PyObject *keys = kind == 0   ? Py_BuildValue("(sss)", "a", "c", "b")
@@ -345,7 +374,7 @@ dict_layout_check(void)
                 Py_CLEAR(extra);
             }
             ok = ok && PyDict_DelItem(d, PyTuple_GET_ITEM(keys, 1)) == 0 &&
-                 PyDict_GET_SIZE(d) == 22 && !dict_table(d, &p, &step) &&
+                 PyDict_GET_SIZE(d) == 22 && !table_whole(d, &p, &step) &&
                  PyDict_GetItemWithError(d, PyTuple_GET_ITEM(keys, 2)) == vals[2];
         }
         Py_XDECREF(d);

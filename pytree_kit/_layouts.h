@@ -8,11 +8,12 @@
 #define PYTREE_KIT_LAYOUTS_H
 
 /* (the tables' layout serves the split reads too: each may be left out alone) */
-#if DICT_READS || SPLIT_READS
+#if DICT_READS || SPLIT_READS || DICT_TABLES
 #if PY_VERSION_HEX >= 0x030B0000
 /* A dict's table as CPython 3.11, 3.12 and 3.13 lay it out in GIL builds
  * (Include/internal/pycore_dict.h, the same fields in all three; 3.13 adds a
- * mutex only where the GIL is disabled): ma_keys is this struct, with
+ * mutex where the GIL is disabled, for shared keys only, in what is padding
+ * in GIL builds: read on 3.13t by dict_tables alone): ma_keys is this struct, with
  * dk_nentries entries after 1 << dk_log2_index_bytes bytes of indices,
  * (key, value) when its keys are all str (dk_kind 1), else (hash, key,
  * value) (dk_kind 0); a split table (dk_kind 2) has its values apart, in
@@ -24,6 +25,9 @@ typedef struct {
     uint8_t dk_log2_size;
     uint8_t dk_log2_index_bytes;
     uint8_t dk_kind;
+#ifdef Py_GIL_DISABLED
+    uint8_t dk_mutex; /* (a PyMutex: one byte, unlocked at 0) */
+#endif
     uint32_t dk_version;
     Py_ssize_t dk_usable;
     Py_ssize_t dk_nentries;

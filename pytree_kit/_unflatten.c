@@ -239,7 +239,9 @@ dict_of(PkState *st, PyObject *keys, PyObject *order, PyObject *const *vals, Py_
         Py_ssize_t step, PyObject **out, Untracked *later, LastTemplate *last)
 {
 #if DICT_TABLES
-    if (dict_layout_ok && n > 0) {
+    /* (the templates table is the module's, kept across calls: not where the
+     * GIL can be off, where only a recipe's templates serve) */
+    if (KEEP_ACROSS_CALLS && dict_layout_ok && n > 0) {
         MemoTable *table = &st->memo.templates;
         uintptr_t key = kept_key(keys, order, n);
         Kept *e = kept_find(table, key, keys, order);
@@ -858,7 +860,8 @@ PK_DATA PyTypeObject Recipe_Type = {
 #if DICT_TABLES
 /* A template for dicts of these keys (n > 0) in this order, as dict_of makes
  * them: 1 with a new reference in *t, its size and tuples, and at[] (with an
- * order); 0 when none serves; -1 on error. The kept one when there is one. */
+ * order); 0 when none serves; -1 on error. The one kept in table when there
+ * is one (table NULL: a new one, kept nowhere but in the recipe). */
 static int
 recipe_template(MemoTable *table, PyObject *keys, PyObject *order, Py_ssize_t n, PyObject **t,
               size_t *size, int *tuples, Py_ssize_t *at)
@@ -869,7 +872,7 @@ recipe_template(MemoTable *table, PyObject *keys, PyObject *order, Py_ssize_t n,
         }
     }
     uintptr_t key = kept_key(keys, order, n);
-    Kept *e = kept_find(table, key, keys, order);
+    Kept *e = table != NULL ? kept_find(table, key, keys, order) : NULL;
     if (e != NULL && e->unusable) {
         return 0;
     }
@@ -894,7 +897,7 @@ recipe_template(MemoTable *table, PyObject *keys, PyObject *order, Py_ssize_t n,
         }
     }
     int made = template_make(order != NULL ? order : keys, n, t, size, tuples);
-    if (made > 0) {
+    if (made > 0 && table != NULL) {
         /* kept, as dict_of keeps it, for the next dict of these keys (the
          * set as it is now: an allocation may have run a finalizer) */
         if ((e = kept_find(table, key, keys, order)) == NULL) {
@@ -1026,20 +1029,35 @@ recipe_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_le
         pn->order = order;
 #if DICT_TABLES
         PyObject *aux = PyTuple_GET_ITEM(node, 3);
+        /* A large dict with an order has its template kept in big_orders
+         * where that is kept across calls; where it is not (the GIL can be
+         * off), in the recipe, its places on the heap. */
         if (kind == K_DICT && dict_layout_ok && arity > 0 && PyTuple_CheckExact(aux) &&
             PyTuple_GET_SIZE(aux) == arity &&
-            (order == NULL || (arity <= BIG_DICT && PyTuple_CheckExact(order) &&
-                               PyTuple_GET_SIZE(order) == arity))) {
-            Py_ssize_t at[BIG_DICT];
+            (order == NULL || ((arity <= BIG_DICT || !KEEP_ACROSS_CALLS) &&
+                               PyTuple_CheckExact(order) && PyTuple_GET_SIZE(order) == arity))) {
+            Py_ssize_t at_inline[BIG_DICT];
+            Py_ssize_t *at = at_inline;
+            if (order != NULL && arity > BIG_DICT &&
+                (at = PyMem_Malloc((size_t)arity * sizeof(Py_ssize_t))) == NULL) {
+                PyErr_NoMemory();
+                goto fail;
+            }
             PyObject *t = NULL;
             size_t size;
             int tuples;
-            int r = recipe_template(&state->memo.templates, aux, order, arity, &t, &size, &tuples, at);
-            if (r < 0) {
-                goto fail;
-            }
-            if (r == 0 || size > UINT32_MAX) {
+            /* (the module's templates table where it is kept across calls;
+             * where the GIL can be off, the recipe's own templates) */
+            MemoTable *table = KEEP_ACROSS_CALLS ? &state->memo.templates : NULL;
+            int r = recipe_template(table, aux, order, arity, &t, &size, &tuples, at);
+            if (r <= 0 || size > UINT32_MAX) {
+                if (at != at_inline) {
+                    PyMem_Free(at);
+                }
                 Py_XDECREF(t);
+                if (r < 0) {
+                    goto fail;
+                }
                 continue;
             }
             /* the same template for the same keys and order met before
@@ -1053,6 +1071,9 @@ recipe_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_le
                 r = PyList_Append(p->templates, t);
                 Py_DECREF(t);
                 if (r < 0) {
+                    if (at != at_inline) {
+                        PyMem_Free(at);
+                    }
                     goto fail;
                 }
             }
@@ -1060,7 +1081,11 @@ recipe_make(PkState *state, PyObject *nodes, PyObject *orders, Py_ssize_t num_le
             pn->size = (uint32_t)size;
             pn->tuples = (uint8_t)tuples;
             if (order != NULL) {
-                if (recipe_at_add(p, at, arity, &at_n, &at_cap) < 0) {
+                r = recipe_at_add(p, at, arity, &at_n, &at_cap);
+                if (at != at_inline) {
+                    PyMem_Free(at);
+                }
+                if (r < 0) {
                     goto fail;
                 }
                 pn->at = at_n - arity;
@@ -1083,12 +1108,56 @@ fail: /* (an error set) */
  * reference; NULL with no error when there is none (the first unflatten of
  * the spec notes it; the second makes the recipe); NULL with an error on
  * error. */
+#ifdef Py_GIL_DISABLED
+/* Where the GIL can be off, threads may unflatten one spec at once: its slot
+ * moves only forward, None to False to a recipe (or True: none), each step a
+ * compare-and-swap, so that a thread reads either what was there or what
+ * another thread wrote whole. A recipe, once in the slot, stays there for the
+ * spec's life (it is never replaced: a thread that read it may be following
+ * it), and is never written again: a recipe is read-only once made. The
+ * values replaced are None and False, immortal: no reference is given back.
+ * A thread that made a recipe another beat it to follows its own, once. */
+static int
+recipe_slot_swap(PyObject **slot, PyObject *from, PyObject *to)
+{
+    return __atomic_compare_exchange_n(slot, &from, to, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
 static Recipe *
 recipe_of(PkState *state, PyObject *spec, PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
 {
-    if (!KEEP_ACROSS_CALLS) {
+    PyObject **slot = &SLOT(spec, off_recipe);
+    PyObject *held = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (held != NULL && Py_TYPE(held) == &Recipe_Type) {
+        Recipe *p = (Recipe *)held;
+        /* (the spec's slots set again: the loop serves, not a new recipe) */
+        return p->nodes == nodes && p->orders == orders ? (Recipe *)Py_NewRef(held) : NULL;
+    }
+    if (held != Py_False) {
+        /* None becomes False, met once; True: no recipe */
+        if (held == Py_None) {
+            (void)recipe_slot_swap(slot, held, Py_False);
+        }
         return NULL;
     }
+    Recipe *p = recipe_make(state, nodes, orders, num_leaves);
+    if (p == NULL && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (p == NULL) {
+        (void)recipe_slot_swap(slot, Py_False, Py_True);
+        return NULL;
+    }
+    Py_INCREF(p); /* the slot's, when it takes it */
+    if (!recipe_slot_swap(slot, Py_False, (PyObject *)p)) {
+        Py_DECREF(p);
+    }
+    return p;
+}
+#else
+static Recipe *
+recipe_of(PkState *state, PyObject *spec, PyObject *nodes, PyObject *orders, Py_ssize_t num_leaves)
+{
     PyObject *held = SLOT(spec, off_recipe);
     if (held != NULL && Py_TYPE(held) == &Recipe_Type) {
         Recipe *p = (Recipe *)held;
@@ -1112,6 +1181,7 @@ recipe_of(PkState *state, PyObject *spec, PyObject *nodes, PyObject *orders, Py_
     Py_XSETREF(SLOT(spec, off_recipe), p != NULL ? Py_NewRef((PyObject *)p) : Py_NewRef(Py_True));
     return p;
 }
+#endif
 
 /* The tree of recipe p from the leaves in seq (a list when is_list, else a
  * tuple) of p's number, with the value stack st and ch of room for p's

@@ -61,10 +61,10 @@ pytestmark = [
 
 PURE_ONLY = os.environ.get("PYTREE_KIT_PURE", "") not in ("", "0")
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
-# tests of what the C engine keeps across calls (spec recipes, shared nodes)
+# tests of what the C engine keeps across calls in its module (shared nodes)
 _KEEPS = pytest.mark.skipif(
     _speedups is None or not _speedups.KEEP_ACROSS_CALLS,
-    reason="this build keeps nothing across calls (no GIL)",
+    reason="this build keeps nothing across calls in its module (no GIL)",
 )
 
 
@@ -2103,7 +2103,6 @@ def _recipe_trees() -> list[Any]:
     ]
 
 
-@_KEEPS
 def test_unflatten_recipe_made_on_second_call_and_followed() -> None:
     """The C engine's unflatten notes a spec the first time, makes its recipe
     (kept in the spec, out of its value) the second time, and follows it from
@@ -2148,7 +2147,6 @@ def _dict_key(i: int) -> Any:
     return ("y", "x", "w", "k3", "k4", "k5", "new0", "new1", "new2", "new3", 7, ("t", 1))[i]
 
 
-@_KEEPS
 @settings(max_examples=60, deadline=None)
 @given(
     st.integers(1, 6),
@@ -2258,7 +2256,6 @@ def test_instance_dicts_flatten_as_the_pure_engine_does() -> None:
 
 
 @pytest.mark.thread_unsafe  # counts references other threads' calls share
-@_KEEPS
 def test_unflatten_recipes_give_back_their_keys() -> None:
     """A recipe's templates hold the keys of its dicts while the recipe or a
     dict lives, and give them back when the last is gone; a dict that
@@ -2300,7 +2297,6 @@ def test_unflatten_recipe_follows_the_specs_own_nodes() -> None:
     assert_same_tree(_speedups.unflatten(sb, lb), b)
 
 
-@_KEEPS
 def test_unflatten_recipe_in_a_cycle_is_collected() -> None:
     """A recipe holds its spec's nodes; a node's aux data that holds the spec
     makes a cycle through the recipe, which the collector frees."""

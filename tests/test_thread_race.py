@@ -115,6 +115,9 @@ def _race_a_fresh_spec(n: int) -> None:
         "xs": [object() for _ in range(n)],
         "d": {f"k{n - i}": (i, None, [float(i)]) for i in range(n)},
         "big": {i: object() for i in range(40 + n)},
+        # over 32 keys, in an insertion order not their sorted one: its
+        # template and the places of its values in the recipe
+        "big_ordered": {f"b{40 + n - i}": [i] for i in range(40 + n)},
     }
     import pickle
 
@@ -142,7 +145,8 @@ def _race_a_fresh_spec(n: int) -> None:
     for got in results:
         for back in got:
             assert back == tree
-            assert list(back["d"]) == list(tree["d"])  # the insertion order too
+            for name in ("d", "big_ordered"):  # the insertion order too
+                assert list(back[name]) == list(tree[name])
             assert all(a is b for a, b in zip(pk.leaves(back), leaves, strict=True))
 
 
