@@ -42,13 +42,13 @@ release_direct(Found *f)
     }
 }
 
-/* The node of a tuple or list; those of fewer than 16 children are made once
- * and kept in the module's state (they hold only ints and None), shared by
- * every spec. New reference. */
+/* The node of a tuple or list; those of fewer than SHARED_SEQ_NODES
+ * children are made once and kept in the module's state (they hold only ints
+ * and None), shared by every spec. New reference. */
 static PyObject *
 seq_node(PkState *st, int kind, Py_ssize_t n)
 {
-    if (n >= 16 || !KEEP_ACROSS_CALLS) {
+    if (n >= SHARED_SEQ_NODES || !KEEP_ACROSS_CALLS) {
         return make_node(kind, Py_None, n, Py_None);
     }
     PyObject **slot = &st->seq_nodes[kind == K_LIST][n];

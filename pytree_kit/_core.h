@@ -455,6 +455,9 @@ typedef struct {
 #define PLANS_UNLOCK(m) ((void)0)
 #endif
 
+/* Tuple and list nodes of fewer children than this are made once and kept
+ * in the state, shared by every spec (_classify.c's seq_node) */
+#define SHARED_SEQ_NODES 16
 /* Emptied tuples kept for the next frame of their size (_stack.c's spares,
  * where SPARE_TUPLES): a pool, not keyed */
 #define SPARE_MAX 16
@@ -466,7 +469,7 @@ struct PkState {
     Memo memo;
     /* the nodes of tuples and lists of fewer than 16 children, by arity:
      * made once and kept (they hold only ints and None), shared by every spec */
-    PyObject *seq_nodes[2][16];
+    PyObject *seq_nodes[2][SHARED_SEQ_NODES];
     PyObject *spare[SPARE_MAX + 1][SPARE_PER_SIZE];
     int spare_n[SPARE_MAX + 1];
 };

@@ -356,7 +356,7 @@ state_clear(PkState *st)
 {
     memo_free(&st->memo);
     for (int k = 0; k < 2; k++) {
-        for (int n = 0; n < 16; n++) {
+        for (int n = 0; n < SHARED_SEQ_NODES; n++) {
             Py_CLEAR(st->seq_nodes[k][n]);
         }
     }
