@@ -36,24 +36,11 @@ import threading
 import warnings
 from typing import Any
 
-from . import _pure, _tracer
+from . import _interface, _pure, _tracer
 
 _DYNAMO = "torch._dynamo"
-_NAMES = (
-    "flatten",
-    "leaves",
-    "iter_leaves",
-    "any_leaf",
-    "flatten_one_level",
-    "flatten_with_path",
-    "unflatten",
-    "flatten_up_to",
-    "keystr",
-    "spec_compose",
-    "spec_is_prefix",
-    "spec_paths",
-    "path_get",
-)
+#: the operations dynamo is given the pure engine's function for (``@traced``)
+_NAMES = _interface.TRACED
 _lock = threading.Lock()
 _registered = False
 #: what install() was given: the C engine, or None

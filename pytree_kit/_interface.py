@@ -8,18 +8,25 @@ one place the engine is found. ``Engine`` below is what it provides. Each
 operation is declared once here, with its signature: its operands are
 positional (the C engine takes no keywords), and the trailing ones with
 defaults may be left out.
-``tests/test_interface.py`` checks both engines against it: every member is
-there, and every operation takes the same positional arguments, required
-and optional, as declared here.
+This Protocol is the interface's one declaration; everything else is read
+from it or checked against it. ``OPERATIONS``, ``TRACED`` (the operations
+``torch.compile`` traces, marked ``@traced``, which ``_dynamo`` registers)
+and ``CONSTANTS`` are read from it here. ``tests/test_interface.py`` checks
+both engines against it (every member is there, and every operation takes
+the same positional arguments, required and optional, as declared here; the
+C engine's method table has no public function it lacks) and the C engine's
+stub, ``_speedups.pyi``, too (the same operations, taking the same
+arguments). Adding an operation is its declaration here and its two
+implementations, ``_pure``'s and the C one (with its line in the stub).
 
 This module imports nothing of pytree_kit, so every layer may import it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol, TypeVar
 
-__all__ = ["CONSTANTS", "OPERATIONS", "Engine", "engine", "use"]
+__all__ = ["CONSTANTS", "OPERATIONS", "TRACED", "Engine", "engine", "use", "traced"]
 
 #: a ``TreeSpec`` (``_spec``, which sits above this module and calls the engine)
 TreeSpec = Any
@@ -27,6 +34,15 @@ TreeSpec = Any
 #: a callable ``make(code, a, first, shape)`` that rebuilds a packed tensor
 #: or pickled leaf (``PackedList``'s store)
 Make = Callable[[int, int, int, Any], Any]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def traced(fn: F) -> F:
+    """Marks an operation that ``torch.compile`` traces: dynamo is given the
+    pure engine's function as its stand-in for the C one (``_dynamo``)."""
+    fn.__pk_traced__ = True  # type: ignore[attr-defined]
+    return fn
 
 
 class Engine(Protocol):
@@ -37,23 +53,29 @@ class Engine(Protocol):
 
     # -- walking a tree: a tree's leaves and its spec --------------------------
 
+    @traced
     def flatten(
         self, tree: Any, is_leaf: Any = None, rules: Any = None, /
     ) -> tuple[list, TreeSpec]:
         """The leaves of ``tree`` in order, and its spec."""
 
+    @traced
     def leaves(self, tree: Any, is_leaf: Any = None, rules: Any = None, /) -> list:
         """The leaves of ``tree`` in order (``flatten`` without the spec)."""
 
+    @traced
     def iter_leaves(self, tree: Any, is_leaf: Any = None, rules: Any = None, /) -> Iterator[Any]:
         """The leaves of ``tree``, one at a time."""
 
+    @traced
     def flatten_one_level(self, tree: Any, is_leaf: Any = None, rules: Any = None, /) -> Any:
         """``(children, spec)`` of the top node of ``tree``, or None for a leaf."""
 
+    @traced
     def any_leaf(self, tree: Any, is_leaf: Any, rules: Any, want: bool, /) -> bool:
         """Whether some leaf's truth is ``want`` (the walk stops at the first)."""
 
+    @traced
     def flatten_with_path(
         self,
         tree: Any,
@@ -64,20 +86,24 @@ class Engine(Protocol):
     ) -> tuple[list, TreeSpec]:
         """``[(path, leaf), ...]`` and the spec."""
 
+    @traced
     def path_get(self, tree: Any, path: tuple, /) -> tuple:
         """``(node, done)``: how far ``path`` reads into ``tree``'s builtin containers."""
 
     def tree_get(self, tree: Any, path: tuple, is_leaf: Any = None, rules: Any = None, /) -> Any:
         """What stands at ``path`` (a tuple of keys) in ``tree``: a leaf or a subtree."""
 
+    @traced
     def keystr(self, path: Any, /) -> str:
         """``''.join(map(str, path))``."""
 
     # -- a spec and leaves: building and matching ------------------------------
 
+    @traced
     def unflatten(self, spec: TreeSpec, leaves: Any, /) -> Any:
         """The tree of ``spec`` with ``leaves`` in its places."""
 
+    @traced
     def flatten_up_to(
         self, spec: TreeSpec, tree: Any, label: str = "the spec", other: str = "the tree", /
     ) -> list:
@@ -90,14 +116,17 @@ class Engine(Protocol):
 
     # -- a spec's nodes --------------------------------------------------------
 
+    @traced
     def spec_compose(
         self, outer_nodes: tuple, outer_orders: tuple, inner_nodes: tuple, inner_orders: tuple, /
     ) -> tuple:
         """``(nodes, orders)`` of ``inner`` put at every leaf of ``outer``."""
 
+    @traced
     def spec_is_prefix(self, mine: tuple, theirs: tuple, /) -> bool:
         """Whether the nodes ``mine`` are a prefix of ``theirs``."""
 
+    @traced
     def spec_paths(self, nodes: tuple, /) -> list:
         """The path of each leaf of the spec of ``nodes``."""
 
@@ -127,30 +156,15 @@ class Engine(Protocol):
         """Each leaf's packing code in a ``PackedList``, or None."""
 
 
-#: the operations of ``Engine``, in the order declared
-OPERATIONS = (
-    "flatten",
-    "leaves",
-    "iter_leaves",
-    "flatten_one_level",
-    "any_leaf",
-    "flatten_with_path",
-    "path_get",
-    "tree_get",
-    "keystr",
-    "unflatten",
-    "flatten_up_to",
-    "flatten_up_to_columns",
-    "spec_compose",
-    "spec_is_prefix",
-    "spec_paths",
-    "first_reaching",
-    "packed_sample",
-    "number_list",
-    "leaf_codes",
+#: the operations of ``Engine``, in the order declared: read from it, the
+#: one declaration
+OPERATIONS = tuple(
+    name for name, v in vars(Engine).items() if callable(v) and not name.startswith("_")
 )
+#: the operations ``torch.compile`` traces (marked ``@traced`` above)
+TRACED = tuple(name for name in OPERATIONS if getattr(vars(Engine)[name], "__pk_traced__", False))
 #: the constants of ``Engine``
-CONSTANTS = ("NAME",)
+CONSTANTS = tuple(Engine.__annotations__)
 
 
 #: The engine the package calls, read at call time as ``_interface.engine``;

@@ -9,13 +9,15 @@ NAME: str
 VALUES_READS: int
 #: 1 when dict tables are read directly and unflatten copies dicts of repeated keys
 DICT_TABLES: int
-#: 1 on the CPython versions whose layouts the fast paths were validated on (3.10-3.13)
+#: 1 on the CPython versions whose layouts the fast paths were validated on (GIL builds)
 VALIDATED_PYTHON: int
 #: 1 when built with PYTREE_KIT_NO_FAST_PATHS=1: every layout-reading fast path left out
 NO_FAST_PATHS: int
 #: 1 where the GIL guards the engine: it keeps tuple and list nodes, order
 #: pairs, spare tuples and spec plans across calls (0: it keeps none of them)
 KEEP_ACROSS_CALLS: int
+#: 1 where a class's plan is kept across calls (under its version tag)
+PLANS_KEPT: int
 #: each fast path, on or off on this interpreter (after the checks made on import)
 FAST_PATHS: dict[str, bool]
 
@@ -72,6 +74,11 @@ def flatten_one_level(
 def any_leaf(
     tree: Any, is_leaf: Optional[Callable[[Any], bool]], rules: Any, want: bool, /
 ) -> bool: ...
+def packed_sample(
+    bufs: tuple[Any, ...], specs: Any, i: int, make: Callable[[int, int, int, Any], Any], /
+) -> Any: ...
+def number_list(x: Any, /) -> bool: ...
+def leaf_codes(leaves: list[Any], /) -> tuple[Any, ...]: ...
 def _field_codes(cls: type, names: tuple[str, ...], /) -> tuple[int, ...]: ...
 def _plans_made() -> int: ...
 def _plan_set(cls: type) -> tuple[int, int]: ...

@@ -8,15 +8,17 @@ them true)."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytree_kit import _interface, _pure
-from pytree_kit._interface import CONSTANTS, OPERATIONS, Engine
+from pytree_kit._interface import CONSTANTS, OPERATIONS, TRACED, Engine
 
 # runs the engines side by side, not through the public API: the same whichever
 # engine that uses, so the pure-engine jobs leave it out (scripts/ci.py)
@@ -66,12 +68,79 @@ def problems(engine: Any) -> list[str]:
     return found
 
 
+STUB = Path(_interface.__file__).with_name("_speedups.pyi")
+
+
 def test_operations_are_the_protocols_methods() -> None:
     declared = [
         n for n, v in vars(Engine).items() if inspect.isfunction(v) and not n.startswith("_")
     ]
-    assert tuple(declared) == OPERATIONS
-    assert set(CONSTANTS) == set(Engine.__annotations__)
+    assert tuple(declared) == OPERATIONS and len(OPERATIONS) >= 19
+    assert set(CONSTANTS) == set(Engine.__annotations__) == {"NAME"}
+    # the traced ones, marked @traced, are a part of them, and dynamo's
+    assert set(TRACED) < set(OPERATIONS) and {"flatten", "unflatten"} <= set(TRACED)
+    assert "first_reaching" not in TRACED and "packed_sample" not in TRACED
+    from pytree_kit import _dynamo
+
+    assert _dynamo._NAMES == TRACED
+    assert all(inspect.isfunction(getattr(_pure, n)) for n in TRACED)
+
+
+def stub_problems(text: str) -> list[str]:
+    """What the C engine's stub (its text) lacks of ``Engine``, or declares
+    otherwise: its public functions are the operations, each taking the
+    positional arguments declared, and it has the constants."""
+    members: dict[str, ast.AST] = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            members[node.name] = node
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            members[node.target.id] = node
+    found = [f"{n}: missing" for n in CONSTANTS if n not in members]
+    functions = {n: v for n, v in members.items() if isinstance(v, ast.FunctionDef) and n[0] != "_"}
+    found += [f"{n}: not an operation" for n in sorted(set(functions) - set(OPERATIONS))]
+    for name in OPERATIONS:
+        fn = functions.get(name)
+        if fn is None:
+            found.append(f"{name}: missing")
+            continue
+        params = [*fn.args.posonlyargs, *fn.args.args]
+        got = (len(params) - len(fn.args.defaults), float("inf") if fn.args.vararg else len(params))
+        want = arity(getattr(Engine, name), method=True)
+        if got != want:
+            found.append(f"{name}: takes {got}, declared {want} (required, all)")
+    return found
+
+
+def test_the_c_engines_stub_declares_the_interface() -> None:
+    assert stub_problems(STUB.read_text(encoding="utf-8")) == []
+
+
+def test_a_stub_that_drifted_is_found() -> None:
+    text = STUB.read_text(encoding="utf-8")
+    broken = re.sub(r"def leaf_codes\(.*\n", "", text)
+    broken = broken.replace(
+        "def keystr(path: Iterable[Any], /)", "def keystr(path: Any, x: Any, /)"
+    )
+    broken += "def spare_op(x: Any, /) -> Any: ...\n"
+    assert stub_problems(broken) == [
+        "spare_op: not an operation",
+        "keystr: takes (2, 2), declared (1, 1) (required, all)",
+        "leaf_codes: missing",
+    ]
+
+
+def test_the_c_engine_has_nothing_public_the_stub_lacks() -> None:
+    c = pytest.importorskip("pytree_kit._speedups")
+    stub = {
+        getattr(node, "name", None) or getattr(getattr(node, "target", None), "id", None)
+        for node in ast.parse(STUB.read_text(encoding="utf-8")).body
+    }
+    public = {n for n in dir(c) if not n.startswith("_")}
+    assert public - stub == set()
+    # and no public function of its method table that Engine does not declare
+    functions = {n for n in public if isinstance(getattr(c, n), types.BuiltinFunctionType)}
+    assert functions <= set(OPERATIONS)
 
 
 @pytest.mark.parametrize("engine", engines())
