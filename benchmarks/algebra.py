@@ -229,7 +229,7 @@ def bound_cases() -> dict[str, dict[str, Callable[[], Any]]]:
     jax = _peer("jax")
     jtu = jax.tree_util if jax else None
     # flatten_one_level returns new children and a spec; jax returns the list itself.
-    # (spec.paths()'s first call is bounded in instructions: paths_bound.py.)
+    # (spec.paths()'s first call is bounded in instructions: results/python3.X/paths_bound.md.)
     if jtu is not None and hasattr(jtu, "flatten_one_level"):
         out["flatten_one_level, 1000 dicts: list(records) alone"] = {
             "list(records)": lambda: list(rows),

@@ -108,8 +108,7 @@ def count_instructions(
     """Runs ``python script args`` under callgrind with the checkout's
     pytree_kit first on the path, the hash seed fixed, counting only inside
     ``functools.reduce`` (or inside the functions ``toggles`` names); the
-    instructions counted. (record_cost.py and paths_bound.py run their cases
-    through this too.)"""
+    instructions counted. (record_cost.py runs its cases through this too.)"""
     env = dict(os.environ, PYTHONPATH=str(checkout), PYTHONHASHSEED="0")
     subprocess.run(
         [

@@ -996,8 +996,8 @@ def page() -> Tuple[str, List[Chart]]:
             " of exact dicts, lists and tuples with no spec for `leaves()`"
             " (`benchmarks/results/leaves_bound.md`), and a C rebuild from a plan"
             " compiled ahead for `unflatten()`"
-            " (`benchmarks/results/python3.X/unflatten_bound.md`), with their"
-            " scripts in `benchmarks/` and their C in `benchmarks/bound/`.",
+            " (`benchmarks/results/python3.X/unflatten_bound.md`): records of"
+            " one-off studies, each naming the commit whose code made it.",
             "",
         ]
     )

@@ -288,71 +288,6 @@ def test_compiled_benchmark_counts_instructions_in_a_child() -> None:
     assert compiled.instructions_line([{"name": "pytree_kit"}, rows[1]]) == []
 
 
-def test_leaves_bound_smoke(tmp_path: Path) -> None:
-    """benchmarks/leaves_bound.py compiles its bound, checks it gives the same
-    leaves as pk.leaves on each tree, and reports a row per tree (no timing is
-    judged here)."""
-    _run_quick("leaves_bound.py", tmp_path)
-    report = (tmp_path / "leaves_bound.md").read_text(encoding="utf-8")
-    header = next(line for line in report.splitlines() if line.startswith("| tree"))
-    assert [c.strip() for c in header.strip("|").split("|")][3:5] == ["bound", "pk.leaves"]
-    for label in TREE_LABELS[:4]:
-        row = next(line for line in report.splitlines() if line.startswith(f"| {label} |"))
-        multiples = re.findall(r"\(([0-9.]+)\N{MULTIPLICATION SIGN}\)", row)
-        assert len(multiples) >= 2 and all(float(m) > 0 for m in multiples), row
-    assert not any(line.startswith(f"| {TREE_LABELS[4]}") for line in report.splitlines())
-
-
-def test_unflatten_bound_smoke(tmp_path: Path) -> None:
-    """benchmarks/unflatten_bound.py compiles its bound, checks that it builds
-    each tree exactly (dict order included) each way it makes dicts, and
-    reports a row per tree with the bound, pk and the most any unflatten can
-    reach (no timing is judged here)."""
-    _run_quick("unflatten_bound.py", tmp_path)
-    report = (tmp_path / "unflatten_bound.md").read_text(encoding="utf-8")
-    rows = [line for line in report.splitlines() if line.startswith("| ")]
-    header = [c.strip() for c in rows[0].strip("|").split("|")]
-    assert header[:7] == ["tree", "leaves", "build0", "build1", "build2", "bound", "pk"], header
-    labels = [r.split("|")[1].strip() for r in rows[1:]]
-    assert "named d" in labels and "chain 50" in labels and len(labels) == 11, labels
-    for row in rows[1:]:
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        ways = [float(c) for c in cells[2:5] if c != "n/a"]
-        # the bound is the fastest way, and every tree has the first two (on
-        # 3.10-3.13: from 3.14 the bound makes its dicts by inserting alone)
-        least = 2 if sys.version_info < (3, 14) else 1
-        assert len(ways) >= least and float(cells[5]) == min(ways) > 0, row
-        assert float(cells[6]) > 0, row
-        # (bold under the target; n/a with no peer installed; a noisy run may
-        # put pk under the bound, with a peer or without)
-        most = r"((\*\*)?[0-9.]+\N{MULTIPLICATION SIGN}(\*\*)?|n/a)( \(pk under the bound\))?"
-        assert re.fullmatch(most, cells[-2]), row
-
-
-def test_unflatten_bound_plan_and_order() -> None:
-    """unflatten_bound.py's plan lists a tree's nodes in post-order with each
-    dict's keys in insertion order (and a split table of them), and its check
-    tells dict orders apart."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        ub = importlib.import_module("unflatten_bound")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    a, b = object(), object()
-    plan, leaves = ub.plan_of({"z": [a, (b,)], "y": 1})
-    L, LI, T, D = ub.LEAF, ub.LIST, ub.TUPLE, ub.DICT
-    assert plan[:-1] == ((L, 0, None), (L, 0, None), (T, 1, None), (LI, 2, None), (L, 0, None))
-    assert plan[-1][:3] == (D, 2, ("z", "y"))
-    # the dict's split table: an instance's __dict__ of the keys in that order
-    instance, table = plan[-1][3]
-    assert table is vars(instance) and list(table) == ["z", "y"]
-    assert ub.split_table((1, 2)) is None and ub.split_table(("a", "a")) is None
-    assert leaves == [a, b, 1]
-    assert ub.same({"z": [a], "y": 1}, {"z": [a], "y": 1})
-    assert not ub.same({"z": [a], "y": 1}, {"y": 1, "z": [a]})
-    assert not ub.same([a], [b]) and not ub.same([a], (a,))
-
-
 def _c_engine_benchmark(name: str) -> Any:
     """benchmarks/<name>.py, a script that measures the C engine, imported
     (skips where the pure engine runs)."""
@@ -432,23 +367,6 @@ def test_corpus_instructions_runs_each_op_and_reports() -> None:
     one = {(w, p, "unflatten"): v for p in pts for w, v in ((ROOT, 100.0), (base, 250.0))}
     text = ci.report_one(pts, one, "unflatten", ROOT, base)
     assert "| dataclass | 4 | 250 | 100 | 2.50 |" in text
-
-
-def test_paths_bound_runs_each_case_it_counts() -> None:
-    """benchmarks/paths_bound.py's measured process runs every variant on
-    every tree (callgrind is for real runs only), and its report reads."""
-    pytest.importorskip("optree")
-    paths_bound = _c_engine_benchmark("paths_bound")
-    for tree in paths_bound.TREES:
-        for which in paths_bound.WHICH:
-            subprocess.run(
-                [sys.executable, ROOT / "benchmarks" / "paths_bound.py", "--op", which, tree, "2"],
-                cwd=ROOT,
-                check=True,
-                timeout=120,
-            )
-    row = {"tree": "t", "leaves": 4, "optree": 400.0, "first": 800.0, "keys": 500.0, "later": 20.0}
-    assert "| t | 4 | 400 | 800 | 500 | 20 | 0.50 | 0.80 | 20.0 |" in paths_bound.report([row], 2)
 
 
 def test_algebra_benchmark_smoke(tmp_path: Path) -> None:
