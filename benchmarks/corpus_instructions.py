@@ -96,12 +96,12 @@ def points(families: list[str]) -> list[tuple[str, int, str]]:
 
 
 def count(checkout: Path, point: tuple[str, int, str], name: str, work: Path) -> float:
-    count_instructions = _sibling("instructions").count_instructions
+    harness = _sibling("_callgrind")
     family, size, variant = point
     n = calls_for(size, variant)
     out = work / f"{abs(hash((str(checkout), point, name)))}.out"
     args = ["--run", family, str(size), variant, name, str(n)]
-    return count_instructions(__file__, args, checkout, out) / n
+    return harness.count_in_checkout(__file__, args, checkout, toggles=harness.REDUCE, out=out) / n
 
 
 def measure(where: list[Path], pts: list[tuple[str, int, str]], ops: tuple = OPS) -> dict:

@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import functools
-import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -36,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import _output
+from _callgrind import REDUCE, count_in_checkout
 
 ROOT = Path(__file__).resolve().parent.parent
 OPS = (
@@ -98,44 +97,11 @@ def op(tree: str, name: str, n: int) -> None:
     functools.reduce(lambda _, __: call(), range(n), None)
 
 
-def count_instructions(
-    script: str,
-    args: list[str],
-    checkout: Path,
-    out: Path,
-    toggles: tuple[str, ...] = ("functools_reduce",),
-) -> int:
-    """Runs ``python script args`` under callgrind with the checkout's
-    pytree_kit first on the path, the hash seed fixed, counting only inside
-    ``functools.reduce`` (or inside the functions ``toggles`` names); the
-    instructions counted. (record_cost.py runs its cases through this too.)"""
-    env = dict(os.environ, PYTHONPATH=str(checkout), PYTHONHASHSEED="0")
-    subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--collect-atstart=no",
-            *(f"--toggle-collect={name}" for name in toggles),
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            script,
-            *args,
-        ],
-        check=True,
-        capture_output=True,
-        env=env,
-        cwd=checkout,
-    )
-    found = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
-    if found is None:
-        raise RuntimeError(f"no instruction count in {out}")
-    return int(found.group(1))
-
-
 def instructions(checkout: Path, case: tuple[str, str], n: int, work: Path) -> int:
     tree, name = case
     out = work / f"{abs(hash((str(checkout), case)))}.out"
-    return count_instructions(__file__, ["--op", tree, name, str(n)], checkout, out)
+    args = ["--op", tree, name, str(n)]
+    return count_in_checkout(__file__, args, checkout, toggles=REDUCE, out=out)
 
 
 def calls_for(tree: str, n: int) -> int:

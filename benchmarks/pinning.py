@@ -267,17 +267,19 @@ def instruction_counts(n: int) -> list[str]:
     """Callgrind's instructions per call of the whole coalesced call (copy to
     the CPU) and of the floor, for the two batches of 1,000 small tensors:
     the figures a noisy machine does not move."""
-    from instructions import ROOT, count_instructions
+    from _callgrind import REDUCE, count_in_checkout
+    from instructions import ROOT
 
     cases = [(label, name) for label in list(batches())[:2] for name in ("cpu", "floor")]
     with tempfile.TemporaryDirectory() as work, ThreadPoolExecutor(os.cpu_count()) as ex:
         counts = list(
             ex.map(
-                lambda case: count_instructions(
+                lambda case: count_in_checkout(
                     __file__,
                     ["--op", case[0], case[1], str(n)],
                     ROOT,
-                    Path(work) / f"{abs(hash(case))}.out",
+                    toggles=REDUCE,
+                    out=Path(work) / f"{abs(hash(case))}.out",
                 ),
                 cases,
             )

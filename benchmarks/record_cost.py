@@ -34,8 +34,8 @@ from typing import Any
 
 import _output
 import attrs
+from _callgrind import REDUCE, count_in_checkout
 from compare import Batch, Meta, Target  # tree (e)'s classes
-from instructions import count_instructions
 
 ROOT = Path(__file__).resolve().parent.parent
 OPS = ("flatten", "leaves", "tree_map", "flatten_up_to")
@@ -114,7 +114,7 @@ def instructions(checkout: Path, case: tuple, n: int, work: Path) -> int:
     tree, name, fresh = case
     out = work / f"{abs(hash((str(checkout), case)))}.out"
     args = ["--op", tree, name, "fresh" if fresh else "same", str(n)]
-    return count_instructions(__file__, args, checkout, out)
+    return count_in_checkout(__file__, args, checkout, toggles=REDUCE, out=out)
 
 
 def measure(baseline: Path, n: int) -> list[dict]:

@@ -1,0 +1,108 @@
+"""The one callgrind harness of the benchmarks that count instructions.
+
+A benchmark that counts instructions runs a script of its own (its measured
+part, behind a flag such as ``--op``) under ``valgrind --tool=callgrind``,
+since a busy machine moves timings but not counts. This module runs it and
+reads the count back:
+
+- :func:`count`: one process, one count, the total of the out file
+  callgrind writes (``summary:`` or ``totals:``). With ``toggles`` it counts
+  only inside the functions named (``--collect-atstart=no`` and a
+  ``--toggle-collect`` each: ``functools_reduce`` counts what runs inside
+  ``functools.reduce``, ``builtin_sorted`` inside ``sorted``);
+- :func:`dumps`: one process, a count per dump the script asks for through
+  callgrind's client requests (``benchmarks/fast_paths.py``'s ``cg_ctl``),
+  keyed by the dump's name.
+
+Users: ``instructions.py``, ``record_cost.py``, ``corpus_instructions.py``
+and ``pinning.py`` (``check_cost.py``, ``compiled.py`` and ``fast_paths.py``
+still run valgrind themselves: to move onto :func:`count` and :func:`dumps`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional, Sequence
+
+#: count only inside functools.reduce, where the benchmarks run their N calls
+REDUCE = ("functools_reduce",)
+TOTAL = re.compile(r"^(?:summary|totals): (\d+)", re.MULTILINE)
+DUMP_NAME = re.compile(r"^desc: Trigger: Client Request: (.*)$", re.MULTILINE)
+
+
+def valgrind() -> str:
+    """valgrind's path, or SystemExit saying it is missing."""
+    found = shutil.which("valgrind")
+    if found is None:
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    return found
+
+
+def command(script: Path | str, args: Sequence[str], out: str, toggles: Sequence[str] = ()) -> list:
+    """The command line that runs ``python script args`` under callgrind."""
+    collect = ["--collect-atstart=no", *(f"--toggle-collect={t}" for t in toggles)]
+    return [
+        valgrind(),
+        "--tool=callgrind",
+        *(collect if toggles else []),
+        f"--callgrind-out-file={out}",
+        sys.executable,
+        str(script),
+        *args,
+    ]
+
+
+def _run(cmd: list, env: Optional[dict], cwd: Optional[Path]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
+    if proc.returncode:
+        tail = "\n".join(proc.stderr.splitlines()[-15:])
+        raise RuntimeError(f"callgrind run failed (exit {proc.returncode}): {cmd}\n{tail}")
+
+
+def count(
+    script: Path | str,
+    args: Sequence[str],
+    *,
+    toggles: Sequence[str] = (),
+    env: Optional[dict] = None,
+    cwd: Optional[Path] = None,
+    out: Optional[Path] = None,
+) -> int:
+    """The instructions ``python script args`` ran under callgrind (only
+    inside ``toggles`` when given); ``out`` keeps callgrind's file there."""
+    with tempfile.TemporaryDirectory() as tmp:
+        where = out or Path(tmp) / "callgrind.out"
+        _run(command(script, args, str(where), toggles), env, cwd)
+        found = TOTAL.search(where.read_text())
+    if found is None or int(found.group(1)) == 0:
+        what = f"{script} {list(args)} (toggles {list(toggles)})"
+        raise RuntimeError(f"callgrind counted nothing for {what}")
+    return int(found.group(1))
+
+
+def count_in_checkout(
+    script: Path | str, args: Sequence[str], checkout: Path, *, toggles: Sequence[str], out: Path
+) -> int:
+    """:func:`count` with ``checkout``'s pytree_kit first on the path, run
+    from it, and the hash seed fixed (a count of one build against another's)."""
+    env = dict(os.environ, PYTHONPATH=str(checkout), PYTHONHASHSEED="0")
+    return count(script, args, toggles=toggles, env=env, cwd=checkout, out=out)
+
+
+def dumps(script: Path | str, args: Sequence[str], out_dir: Path, *, env: dict, cwd: Path) -> dict:
+    """{dump name: instructions} of every dump ``python script args`` asked
+    callgrind for (its client requests), each written into ``out_dir``."""
+    _run(command(script, args, f"{out_dir}/cg.%p"), env, cwd)
+    got = {}
+    for dump in out_dir.iterdir():
+        text = dump.read_text()
+        name, total = DUMP_NAME.search(text), TOTAL.search(text)
+        if name is not None and total is not None:
+            got[name.group(1)] = int(total.group(1))
+    return got
