@@ -10,13 +10,12 @@ reads the count back:
   only inside the functions named (``--collect-atstart=no`` and a
   ``--toggle-collect`` each: ``functools_reduce`` counts what runs inside
   ``functools.reduce``, ``builtin_sorted`` inside ``sorted``);
-- :func:`dumps`: one process, a count per dump the script asks for through
-  callgrind's client requests (``benchmarks/fast_paths.py``'s ``cg_ctl``),
-  keyed by the dump's name.
+- :func:`count_in_checkout`: the same with a checkout's pytree_kit.
 
-Users: ``instructions.py``, ``record_cost.py``, ``corpus_instructions.py``
-and ``pinning.py`` (``check_cost.py``, ``compiled.py`` and ``fast_paths.py``
-still run valgrind themselves: to move onto :func:`count` and :func:`dumps`).
+Users: ``instructions.py``, ``record_cost.py``, ``corpus_instructions.py``,
+``pinning.py`` and ``check_cost.py`` (``compiled.py``, which reads the count
+from valgrind's output, and ``fast_paths.py``, a count per client-request
+dump, still run valgrind themselves).
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ from typing import Optional, Sequence
 #: count only inside functools.reduce, where the benchmarks run their N calls
 REDUCE = ("functools_reduce",)
 TOTAL = re.compile(r"^(?:summary|totals): (\d+)", re.MULTILINE)
-DUMP_NAME = re.compile(r"^desc: Trigger: Client Request: (.*)$", re.MULTILINE)
 
 
 def valgrind() -> str:
@@ -93,16 +91,3 @@ def count_in_checkout(
     from it, and the hash seed fixed (a count of one build against another's)."""
     env = dict(os.environ, PYTHONPATH=str(checkout), PYTHONHASHSEED="0")
     return count(script, args, toggles=toggles, env=env, cwd=checkout, out=out)
-
-
-def dumps(script: Path | str, args: Sequence[str], out_dir: Path, *, env: dict, cwd: Path) -> dict:
-    """{dump name: instructions} of every dump ``python script args`` asked
-    callgrind for (its client requests), each written into ``out_dir``."""
-    _run(command(script, args, f"{out_dir}/cg.%p"), env, cwd)
-    got = {}
-    for dump in out_dir.iterdir():
-        text = dump.read_text()
-        name, total = DUMP_NAME.search(text), TOTAL.search(text)
-        if name is not None and total is not None:
-            got[name.group(1)] = int(total.group(1))
-    return got

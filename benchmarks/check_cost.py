@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import platform
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import _output
+from _callgrind import count
 
 TREES = {
     "1,000 tensors": "tensors",
@@ -64,26 +63,8 @@ def op(name: str, strict: bool, n: int) -> None:
 
 
 def instructions(name: str, strict: bool, n: int, work: Path) -> int:
-    out = work / f"{name}-{strict}-{n}.out"
-    subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            __file__,
-            "--op",
-            name,
-            "strict" if strict else "loose",
-            str(n),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    found = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
-    if found is None:
-        raise RuntimeError(f"no instruction count in {out}")
-    return int(found.group(1))
+    args = ["--op", name, "strict" if strict else "loose", str(n)]
+    return count(__file__, args, out=work / f"{name}-{strict}-{n}.out")
 
 
 def measure(n: int) -> list[dict]:

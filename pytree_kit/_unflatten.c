@@ -871,7 +871,7 @@ recipe_template(MemoTable *table, PyObject *keys, PyObject *order, Py_ssize_t n,
             return 0;
         }
     }
-    uintptr_t key = kept_key(keys, order, n);
+    uintptr_t key = table != NULL ? kept_key(keys, order, n) : 0;
     Kept *e = table != NULL ? kept_find(table, key, keys, order) : NULL;
     if (e != NULL && e->unusable) {
         return 0;

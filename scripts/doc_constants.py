@@ -57,27 +57,25 @@ def c_define(name: str) -> int:
     return int(eval(expr, {"__builtins__": {}}))  # (digits, spaces, shifts: checked above)
 
 
-def py_int(relpath: str, name: str) -> int:
-    """A module-level ``name = <int expression>`` of a Python file."""
+def _assigned(relpath: str, name: str) -> ast.expr:
+    """The value of a module-level ``name = ...`` of a Python file."""
     tree = ast.parse((ROOT / relpath).read_text(encoding="utf-8"))
     for node in tree.body:
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-                assert node.value is not None
-                return int(eval(compile(ast.Expression(node.value), relpath, "eval"), {}))
+                return node.value
     raise LookupError(f"{relpath}: no {name} = ...")
+
+
+def py_int(relpath: str, name: str) -> int:
+    """A module-level ``name = <int expression>`` of a Python file."""
+    return int(eval(compile(ast.Expression(_assigned(relpath, name)), relpath, "eval"), {}))
 
 
 def py_value(relpath: str, name: str) -> object:
     """A module-level literal (``ast.literal_eval``) of a Python file."""
-    tree = ast.parse((ROOT / relpath).read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == name for t in node.targets
-        ):
-            return ast.literal_eval(node.value)
-    raise LookupError(f"{relpath}: no {name} = ...")
+    return ast.literal_eval(_assigned(relpath, name))
 
 
 def supported_pythons() -> tuple:
