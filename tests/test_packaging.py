@@ -295,15 +295,22 @@ RANGES = {
 LISTS = ("docs/development.md", "docs/reliability.md")
 
 
+def _prose(page: str) -> str:
+    """A page's text as read: whitespace runs made one space, and the
+    ``<!--c:NAME-->`` markers of scripts/doc_constants.py taken out."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    return " ".join(re.sub(r"<!--/?c(?::\w+)?-->", "", text).split())
+
+
 def test_the_docs_name_every_declared_python(ci: Any) -> None:
     """The pages that say which Pythons are supported say the declared ones:
     the range from the first to the last, and the lists of all of them."""
     first, last = ci.VERSIONS[0], ci.VERSIONS[-1]
     listed = "CPython " + ", ".join(ci.VERSIONS[:-1]) + " and " + last
     for page, before in RANGES.items():
-        text = " ".join((ROOT / page).read_text(encoding="utf-8").split())
+        text = _prose(page)
         found = re.findall(re.escape(before) + r" ?(3\.\d+) to (3\.\d+)", text)
         assert found and set(found) == {(first, last)}, (page, found)
     for page in LISTS:
-        text = " ".join((ROOT / page).read_text(encoding="utf-8").split())
+        text = _prose(page)
         assert listed in text, (page, listed)
