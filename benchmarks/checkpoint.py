@@ -18,9 +18,9 @@ not swamp the figures) and loading back:
   DCP user writes; the metadata values go to DCP as its pickled bytes items);
 - torch.save / torch.load(weights_only=False) of the tree itself.
 
-Median of the rounds (interleaved), milliseconds. Target (issue 50): ours
-costs at most 5 % more than DCP alone. "Our work alone" is, within our own
-call, everything but DCP's save, or its load of the tensors and its read of
+Median of the rounds (interleaved), milliseconds. Target: ours costs at most
+5 % more than DCP alone. "Our work alone" is, within our own call,
+everything but DCP's save, or its load of the tensors and its read of
 the checkpoint's ``.metadata`` (which DCP alone makes too): flattening, the
 keys, the JSON document, loading the document back and comparing specs, the
 rebuild. It is the figure the file system's noise does not move; the

@@ -25,7 +25,7 @@ Then the whole call, end to end: with the copy sent to the CPU, and to the
 ``meta`` device (the copy stubbed: host work alone), beside ``to_device`` tensor
 by tensor to the meta device, and ``pin_memory(coalesce=True)``'s packing (what
 ``PinnedLoader``'s thread does). Best of interleaved rounds, milliseconds.
-Target (issue 51): the coalesced call's host work at most 1.5 ms per 1,000
+Target: the coalesced call's host work at most 1.5 ms per 1,000
 small tensors.
 
 ``--instructions N`` also counts, under callgrind, the instructions of N whole
@@ -54,7 +54,7 @@ after a warm-up:
   of an equivalent dict batch, then ``.to(device, non_blocking=True)`` per tensor.
 
 Host allocations are the change in ``torch.cuda.host_memory_stats()`` over the
-timed repeats. Targets (issue 51): coalesced at least 6x per tensor for
+timed repeats. Targets: coalesced at least 6x per tensor for
 1,000 x float32[64], at least 1.0x for 10 x float32[1M].
 """
 

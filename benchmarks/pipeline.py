@@ -631,7 +631,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             text += pinning_profile(workload, samples, batch_size, workers, model_type().to(device))
     text += [
         "",
-        "Targets (issue 62): the advised pipeline, each part of ours in torch's "
+        "Targets: the advised pipeline, each part of ours in torch's "
         "pipeline, and collate in a worker and to_device as parts, at least 1.0x "
         "torch's; `PackedList` within 5 % of a list (0.95x): "
         + ("**met**." if met else "**MISSED**."),

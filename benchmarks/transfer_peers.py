@@ -29,22 +29,22 @@ here.
 **With CUDA** (the default where it is available): the target is ``cuda``,
 and a call is timed to a ``torch.cuda.synchronize()`` after it.
 
-**Batches**: the five of issue 62 (a tokenizer's dict; 1,000 small tensors
+**Batches**: five common ones (a tokenizer's dict; 1,000 small tensors
 in 500 dicts; 256 namedtuples; 16 images with dataclass targets; 10 large
 tensors), and mixed ones: six dtypes and shapes, 0-d tensors, views of one
 storage, empty tensors, a bare tensor, and a tokenizer batch with a nested
-dict of 0-d tensors (the pipeline's batch); and those of issue 81: the
-tokenizer's tensors in a transformers ``BatchEncoding`` (with the 32
-encodings of a real fast tokenizer, built here with a vocabulary of its own;
-accelerate moves it by its own ``.to()``, in place), and in a dict subclass
-with an attribute of its own.
+dict of 0-d tensors (the pipeline's batch); and the tokenizer's tensors in
+two dict subclasses that keep attributes of their own: a transformers
+``BatchEncoding`` (with the 32 encodings of a real fast tokenizer, built here
+with a vocabulary of its own; accelerate moves it by its own ``.to()``, in
+place), and a dict subclass with one attribute.
 
 **Figures**: best of interleaved rounds (the ways in a new order each
 round), ms per call. For each batch and
 way, the tensors *left behind* (an output tensor that is the input's own,
 or shares its memory: not moved) and *not own* (an output tensor that is a
 view of another, so an in-place change to one would bump the other's
-version counter). Targets (issue 62): the default is at least as fast as the
+version counter). Targets: the default is at least as fast as the
 fastest peer that leaves nothing behind (ratio >= 1.0; a peer that skips a
 dataclass's tensors does less work, so the table gives the ratio against the
 fastest peer of all beside it) and within 10 % of pytree_kit's best explicit
@@ -624,7 +624,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         table, met = comparison(device, host, rounds, sync)
         text += [table, ""]
         text.append(
-            "Targets (issue 62): the default at least as fast as the fastest peer that "
+            "Targets: the default at least as fast as the fastest peer that "
             "moves every tensor, "
             "within 10 % of our best explicit option, nothing left behind: "
             + ("**met**." if met else "**MISSED**.")

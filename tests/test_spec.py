@@ -1,5 +1,5 @@
-"""TreeSpec's operations beyond flatten and unflatten that optree's users reach for
-(issue 49): ``TreeSpec.is_suffix`` and ``TreeSpec.transform``, checked against
+"""TreeSpec's operations beyond flatten and unflatten that optree's users reach for:
+``TreeSpec.is_suffix`` and ``TreeSpec.transform``, checked against
 optree on hypothesis trees of the containers both understand
 (tests/support/peer_trees.py), on pytree_kit's own every kind
 (``scripts.corpus.trees``), on a chain 100,000 deep, and for the errors they
