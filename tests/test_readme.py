@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -33,25 +29,6 @@ def test_ci_runs_the_readme_test_command():
     assert '"-m", "pytest"' in matrix and 'PYTREE_KIT_PURE": "1"' in matrix
     ci = (ROOT / ".ci" / "run").read_text()
     assert "test-command" in ci  # .ci/run reads the command from the README
-
-
-def test_demo_smoke():
-    pytest.importorskip("jax")
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "demo.py")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    ).stdout
-    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
-    assert "| 9 leaves | 1 leaf: the whole object |" in rows["dataclass batch of 9 leaves"]
-    assert rows["self-referencing dict"].split("|")[2].strip() == "ValueError"
-    if sys.version_info < (3, 14):
-        assert "interpreter left unusable" in rows["self-referencing dict"]
-    else:  # jax's comparator fails cleanly from 3.14 (tests/test_peers.py)
-        assert "RecursionError" in rows["self-referencing dict"].split("|")[3]
-    assert "tree.targets[1].labels" in out
 
 
 def test_readme_is_a_landing_page_under_1500_words():
