@@ -9,8 +9,8 @@ from . import _interface
 from ._errors import StructureError
 from ._keys import where
 from ._kinds import LEAF, check_rules
+from ._messages import describe_node, qualname, tell_apart
 from ._paths import tree_get
-from ._pure import _describe_node, _qualname, tell_apart
 from ._spec import TreeSpec, node_paths
 
 __all__ = [
@@ -43,14 +43,14 @@ def mismatch_text(found: tuple, first: str, second: str) -> str:
     """The message for :func:`first_difference`'s result, the trees called
     ``first`` and ``second``: ``tree['a']: structure mismatch: ...``."""
     path, mine, theirs = found
-    a, b = tell_apart(_describe_node(mine), mine[1], _describe_node(theirs), theirs[1])
+    a, b = tell_apart(describe_node(mine), mine[1], describe_node(theirs), theirs[1])
     return f"{where(path)}: structure mismatch: {first} has {a}, {second} has {b}"
 
 
 def _what(node: tuple, tree: Any, path: tuple, is_leaf: IsLeaf, rules: Any) -> str:
     if node[0] != LEAF:
-        return _describe_node(node)
-    return f"a leaf of type {_qualname(type(tree_get(tree, path, is_leaf=is_leaf, rules=rules)))}"
+        return describe_node(node)
+    return f"a leaf of type {qualname(type(tree_get(tree, path, is_leaf=is_leaf, rules=rules)))}"
 
 
 def assert_same_structure(a: Any, b: Any, *, is_leaf: IsLeaf = None, rules: Any = None) -> None:

@@ -15,7 +15,7 @@ PK_DATA PyTypeObject *TreeSpec_type;
 PK_DATA Py_ssize_t off_nodes, off_orders, off_num_leaves, off_hash, off_paths, off_recipe;
 PK_DATA PyObject *as_leaf_rule;  /* _kinds.AS_LEAF: Rule.LEAF */
 PK_DATA PyObject *py_class_plan; /* _pure.class_plan: how a class's instances are read */
-PK_DATA PyObject *py_refuse_leaves, *py_refuse_trees; /* _pure's: a str, bytes or mapping given */
+PK_DATA PyObject *py_refuse_leaves, *py_refuse_trees; /* _messages': a str, bytes or mapping given */
 PK_DATA PyObject *py_classify, *py_dict_order_differs, *py_dict_order, *py_custom_result,
     *py_rule_result, *py_cycle_error, *py_match, *py_mismatch, *py_build;
 PK_DATA PyObject *SequenceKey_t, *DictKey_t, *GetAttrKey_t;

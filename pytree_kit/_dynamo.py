@@ -19,7 +19,7 @@ The public functions are ``_speedups.FastCall`` objects, which
 ``_engine.c_fast_call`` marks so that dynamo traces the def each one wraps.
 
 Registering also tells ``_tracer`` what the installed torch's tracer can
-follow, which the pure engine reads while it is traced.
+follow, which the pure engine's traced steps (``_traced``) read.
 
 :func:`install` is called once, explicitly, by ``pytree_kit/__init__.py``
 (so that ``torch.compile`` of a function that calls ``pk.flatten`` works

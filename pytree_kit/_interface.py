@@ -26,7 +26,16 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Protocol, TypeVar
 
-__all__ = ["CONSTANTS", "OPERATIONS", "TRACED", "Engine", "engine", "use", "traced"]
+__all__ = [
+    "C_BINDINGS",
+    "CONSTANTS",
+    "OPERATIONS",
+    "TRACED",
+    "Engine",
+    "engine",
+    "use",
+    "traced",
+]
 
 #: a ``TreeSpec`` (``_spec``, which sits above this module and calls the engine)
 TreeSpec = Any
@@ -165,6 +174,30 @@ OPERATIONS = tuple(
 TRACED = tuple(name for name in OPERATIONS if getattr(vars(Engine)[name], "__pk_traced__", False))
 #: the constants of ``Engine``
 CONSTANTS = tuple(Engine.__annotations__)
+
+
+#: The Python functions the C engine calls, by module: it reads them by name
+#: when it loads (``_speedups.c``'s ``constants_init``), and
+#: ``tests/test_interface.py`` checks that these are the names it reads and
+#: that each is there. ``_pure``'s are steps of the specification the C
+#: engine leaves to it (the rare kinds of node, class plans, the insertion
+#: order of dicts, a user's ``__tree_flatten__`` result checked); the
+#: ``_messages`` ones give the text of the errors both engines raise.
+C_BINDINGS = {
+    "_pure": (
+        "classify",
+        "class_plan",
+        "dict_order_differs",
+        "dict_order",
+        "_custom_result",
+        "_rule_result",
+        "_match",
+        "_mismatch",
+        "build",
+        "tree_get",
+    ),
+    "_messages": ("refuse_leaves", "refuse_trees", "cycle_error"),
+}
 
 
 #: The engine the package calls, read at call time as ``_interface.engine``;

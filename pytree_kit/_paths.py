@@ -19,7 +19,8 @@ from . import _interface
 from ._keys import Accessor, DictKey, GetAttrKey, SequenceKey, accessor, keystr
 from ._keys import where as _place
 from ._kinds import check_rules
-from ._pure import _describe_node, check_path, child_at
+from ._messages import describe_node
+from ._pure import check_path, child_at
 from ._spec import TreeSpec, _subtree_end, child_key
 
 __all__ = [
@@ -162,7 +163,7 @@ def _resolve_in_spec(path: tuple, spec: TreeSpec, text: str) -> tuple:
         else:
             raise ValueError(
                 f"parse_keystr: {text!r} is not a path of the spec: "
-                f"{_place(out)} is {_describe_node(node)}, which has no {key}"
+                f"{_place(out)} is {describe_node(node)}, which has no {key}"
             )
     return tuple(out)
 

@@ -8,6 +8,14 @@ errors with the same messages.
 The spec format (``docs/design.md``): a tuple of nodes in pre-order, each
 ``(kind, type, arity, aux)``, plus the insertion orders of dicts whose
 leaf order (sorted keys) differs from it.
+
+This module holds the rules: what each kind of node is, and how flatten,
+unflatten and matching read and build it. Two others hold the rest of the
+specification, each with one job: ``_messages``, the text of every error
+both engines raise, and ``_traced``, the steps that differ while
+torch.compile traces a walk (this module asks ``_traced.on()`` where a step
+differs, and nothing more of the tracer). The Python functions the C engine
+calls are listed in ``_interface.C_BINDINGS``.
 """
 
 from __future__ import annotations
@@ -17,14 +25,13 @@ import sys
 import sysconfig
 import types
 from collections import OrderedDict, defaultdict, deque
-from collections.abc import Mapping
 from itertools import islice
 from typing import Any, Iterator
 
-from . import _interface, _tracer
+from . import _interface, _traced
 from ._bridge import rules_fix
 from ._errors import StructureError
-from ._keys import _KEY_TYPES, DictKey, GetAttrKey, SequenceKey, where
+from ._keys import _KEY_TYPES, DictKey, SequenceKey, where
 from ._kinds import (
     AS_LEAF,
     ATTR,
@@ -60,44 +67,36 @@ from ._kinds import (
     user_tail,
 )
 from ._kinds import fields_info as _fields_info
+from ._messages import (
+    BY_ATTR,
+    BY_KEY,
+    BY_SEQ,
+    changed,
+    cycle_error,
+    describe_node,
+    frame_key,
+    keys_text,
+    missing,
+    qualname,
+    refuse_leaves,
+    refuse_trees,
+    returned,
+    stack_path,
+    tell_apart,
+)
 from ._reach import first_reaching  # noqa: F401  (the engine's interface)
 from ._rows import leaf_codes, number_list, packed_sample  # noqa: F401  (the engine's interface)
 from ._spec import TreeSpec, _subtree_end, child_key, node_paths
+from ._traced import CYCLE_DEPTH
 
 NAME = "python"
 
-# How the children of a frame are named in paths.
-_SEQ = 0  # SequenceKey(position)
-_MAP = 1  # DictKey(names[position])
-_ATTR = 2  # GetAttrKey(names[position])
 
 _NoneType = type(None)
 
 # Exact builtin types that are always leaves: attributes cannot be set on them,
 # so no __tree_flatten__ can appear. (A rule for one of them still wins.)
 _ATOMS = frozenset({int, float, str, bytes, bool, complex})
-
-
-# --------------------------------------------------------------------------
-# Paths (built lazily: only for flatten_with_path and for error messages)
-
-
-def _key(frame: list, i: int) -> Any:
-    mode = frame[2]
-    if mode == _SEQ:
-        return SequenceKey(i)
-    if mode == _MAP:
-        return DictKey(frame[3][i])
-    return GetAttrKey(frame[3][i])
-
-
-def _path(stack: list) -> tuple:
-    """The path to the child each frame of the stack is at now."""
-    return tuple(_key(fr, fr[1] - 1) for fr in stack)
-
-
-def _qualname(t: Any) -> str:
-    return str(getattr(t, "__qualname__", None) or getattr(t, "__name__", repr(t)))
 
 
 # --------------------------------------------------------------------------
@@ -127,12 +126,6 @@ _ORDER = "insertion order"
 _SNAPSHOT_READS = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
-def _changed(stack: list, e: RuntimeError) -> RuntimeError:
-    """A container that changed size while it was read (another thread
-    changed it): CPython's message, at the container's path."""
-    return RuntimeError(f"{where(_path(stack))}: {e}")
-
-
 def _read(read: Any, obj: Any, stack: list) -> Any:
     """``read(obj)``, the one read of a container; CPython's RuntimeError for
     a container that changed during it (``dictionary changed size during
@@ -140,7 +133,7 @@ def _read(read: Any, obj: Any, stack: list) -> Any:
     try:
         return read(obj)
     except RuntimeError as e:
-        raise _changed(stack, e) from None
+        raise changed(stack, e) from None
 
 
 def _item_list(d: Any) -> list:
@@ -199,25 +192,15 @@ def _odict_read(obj: OrderedDict, stack: list) -> tuple:
 def _plainly_hashable(x: Any) -> bool:
     """Whether ``hash(x)`` would succeed, known without calling it: ``x`` is
     None, a str, int, float, bool, bytes, complex or plain class, or a tuple
-    of such values. False means only "not known": ``hash`` decides.
-
-    torch.compile's tracer on 2.9-2.11 cannot call ``hash`` (not even on a
-    str), and the aux data it meets is almost always made of these. While it
-    traces, instances of subclasses of these count too (it cannot guard the
-    ``type()`` of a value read from the input); an eager call takes exact
-    types only, as a subclass may set ``__hash__`` to None.
-    """
-    traced = _tracer.compiling()
+    of such values. False means only "not known": ``hash`` decides. Exact
+    types only, as a subclass may set ``__hash__`` to None (traced:
+    ``_traced.plainly_hashable``)."""
+    if _traced.on():
+        return _traced.plainly_hashable(x)
     todo = [x]
     while todo:
         v = todo.pop()
         if v is None:
-            continue
-        if traced:
-            if isinstance(v, tuple):
-                todo.extend(v)
-            elif not isinstance(v, (str, int, float, bytes, complex)):
-                return False
             continue
         t = type(v)
         if t is tuple:
@@ -242,7 +225,7 @@ def _check_hashable(aux: Any, stack: list, what: str) -> None:
         hash(aux)
     except TypeError as e:
         raise TypeError(
-            f"{where(_path(stack))}: the aux data of {what} must be hashable ({e})"
+            f"{where(stack_path(stack))}: the aux data of {what} must be hashable ({e})"
         ) from None
 
 
@@ -364,7 +347,7 @@ def _unfaithful(t: Any, kind: int, stack: list, names: Any, hook: Any) -> TypeEr
     instance keeps state outside its fields under the names ``hook`` (a
     list)."""
     what = "a dataclass" if kind == DATACLASS else "an attrs class"
-    name = _qualname(t)
+    name = qualname(t)
     reads = ", ".join(f"o.{n}" for n in names)
     args = ", ".join(f"{n}=ch[{i}]" for i, n in enumerate(names))
     rule = f"pytree_kit.Rule(lambda o: ([{reads}], None), lambda _, ch: {name}({args}))"
@@ -382,9 +365,8 @@ def _unfaithful(t: Any, kind: int, stack: list, names: Any, hook: Any) -> TypeEr
             f"whose class derives from {hook.__qualname__}, whose own state is not in the "
             "fields, so an object rebuilt from them would not be the same"
         )
-    return TypeError(
-        f"{where(_path(stack))}: {name} is {what} {why} (pytree_kit does not guess); pass {fix}"
-    )
+    at = where(stack_path(stack))
+    return TypeError(f"{at}: {name} is {what} {why} (pytree_kit does not guess); pass {fix}")
 
 
 def slot_names(t: Any) -> tuple:
@@ -411,27 +393,21 @@ def slot_names(t: Any) -> tuple:
 def _outside_layout(t: Any, cache: dict, obj: Any) -> tuple:
     """(the names of the fields of ``t``, ((name, descriptor), ...) of the
     slots of ``t`` and its bases that are not fields (:func:`slot_names`)),
-    memoised per call. While torch.compile traces, each descriptor is None:
-    the slot is read with ``getattr`` (dynamo 2.9-2.11 cannot call a member
-    descriptor), which finds the same descriptor unless a class before its
-    own in the MRO has an attribute of that name."""
+    memoised per call. While traced, each descriptor is None: the slot is
+    read with ``getattr`` (``_traced.layout``), which finds the same
+    descriptor unless a class before its own in the MRO has an attribute of
+    that name."""
     key = (_outside_layout, t)
     layout = cache.get(key)
     if layout is None:
         fields = frozenset(n for n, _ in _fields_info(t, cache, obj))
-        traced = _tracer.compiling()
+        traced = _traced.on()
         slots = []
         for i, name in slot_names(t):
             if name not in fields:
                 slots.append((name, None if traced else t.__mro__[i].__dict__[name]))
         layout = cache[key] = (fields, tuple(slots))
     return layout
-
-
-def _reads_instance_dicts() -> bool:
-    """Whether this walk may read instances' ``__dict__`` (always, unless a
-    tracer that cannot is tracing it)."""
-    return _tracer.reads_instance_dicts or not _tracer.compiling()
 
 
 def _outside(obj: Any, t: Any, cache: dict) -> list:
@@ -441,7 +417,7 @@ def _outside(obj: Any, t: Any, cache: dict) -> list:
     slot) is not state: it is derived from the fields, and a rebuilt object
     computes it again."""
     fields, slots = _outside_layout(t, cache, obj)
-    d = getattr(obj, "__dict__", None) if _reads_instance_dicts() else None
+    d = getattr(obj, "__dict__", None) if _traced.reads_instance_dicts() else None
     extra = [] if d is None else [k for k in list(dict.keys(d)) if k not in fields]
     return _outside_slots(obj, t, slots, extra)
 
@@ -557,7 +533,7 @@ def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tup
     if hook is not None:
         raise _unfaithful(t, kind, stack, [n for n, _ in fields], hook)
     children = None
-    if direct and _reads_instance_dicts():
+    if direct and _traced.reads_instance_dicts():
         # The values as the instance's __dict__ holds them, when its keys are
         # exactly the fields in order (as __init__ sets them): what getattr
         # reads (_record_plan says when), read with no call, so that
@@ -575,7 +551,7 @@ def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tup
                 else:
                     children = [v for _, v in items]
                     if node is not None and not isinstance(obj, dict):
-                        return node, children, _ATTR, plain
+                        return node, children, BY_ATTR, plain
     static: list = []
     absent: list = []
     if children is not None:
@@ -609,13 +585,13 @@ def _record_fields(obj: Any, t: Any, kind: int, stack: list, cache: dict) -> tup
         for k in dict_keys:
             if k not in present or not _same_value(dict.__getitem__(obj, k), present[k]):
                 raise TypeError(
-                    f"{where(_path(stack))}: {_qualname(t)} is a dict whose entry {k!r} "
+                    f"{where(stack_path(stack))}: {qualname(t)} is a dict whose entry {k!r} "
                     "is not the value of its field of that name, so it cannot be rebuilt"
                 )
     aux = (tuple(names), tuple(static), tuple(absent), dict_keys)
     if static:
-        _check_hashable(aux, stack, f"{_qualname(t)} (its static fields)")
-    return (kind, t, len(children), aux), children, _ATTR, names
+        _check_hashable(aux, stack, f"{qualname(t)} (its static fields)")
+    return (kind, t, len(children), aux), children, BY_ATTR, names
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -652,49 +628,43 @@ def _user_children(res: Any, stack: list, what: str) -> tuple:
     """
     if type(res) is not tuple or not 2 <= len(res) <= 3:
         raise TypeError(
-            f"{where(_path(stack))}: {what} must return a (children, aux) pair "
-            f"or a (children, aux, entries) triple, got {_returned(res)}"
+            f"{where(stack_path(stack))}: {what} must return a (children, aux) pair "
+            f"or a (children, aux, entries) triple, got {returned(res)}"
         )
     children, aux = res[0], res[1]
     entries = res[2] if len(res) == 3 else None
     if isinstance(children, dict) and entries is None:
         keys = tuple(children)
         children = tuple(children.values())
-        mode = _MAP
+        mode = BY_KEY
     elif isinstance(children, (list, tuple)):
         keys = None
         children = tuple(children)
-        mode = _SEQ
+        mode = BY_SEQ
     else:
         allowed = "a list or tuple" if entries is not None else "a list, tuple or dict"
         raise TypeError(
-            f"{where(_path(stack))}: {what} must return children as {allowed}, "
+            f"{where(stack_path(stack))}: {what} must return children as {allowed}, "
             f"got {type(children).__name__}"
         )
     _check_hashable(aux, stack, what)
     if entries is None:
         return children, (aux, keys), keys, mode
     entries = _entries(entries, len(children), stack, what)
-    return children, (aux, None, entries), entries, _MAP
-
-
-def _returned(res: Any) -> str:
-    if type(res) is tuple:
-        return f"a tuple of {len(res)}"
-    return type(res).__name__
+    return children, (aux, None, entries), entries, BY_KEY
 
 
 def _entries(entries: Any, n: int, stack: list, what: str) -> tuple:
     """optree's entries, checked: one distinct hashable key per child."""
     if isinstance(entries, (str, bytes)) or not hasattr(type(entries), "__iter__"):
         raise TypeError(
-            f"{where(_path(stack))}: {what} must return entries as an iterable of keys, "
+            f"{where(stack_path(stack))}: {what} must return entries as an iterable of keys, "
             f"got {type(entries).__name__}"
         )
     entries = tuple(entries)
     if len(entries) != n:
         raise TypeError(
-            f"{where(_path(stack))}: {what} returned {len(entries)} "
+            f"{where(stack_path(stack))}: {what} returned {len(entries)} "
             f"{'entry' if len(entries) == 1 else 'entries'} for "
             f"{n} {'child' if n == 1 else 'children'}"
         )
@@ -702,24 +672,24 @@ def _entries(entries: Any, n: int, stack: list, what: str) -> tuple:
         distinct = len(set(entries)) == n
     except TypeError as e:
         raise TypeError(
-            f"{where(_path(stack))}: the entries of {what} must be hashable ({e})"
+            f"{where(stack_path(stack))}: the entries of {what} must be hashable ({e})"
         ) from None
     if not distinct:
         raise TypeError(
-            f"{where(_path(stack))}: the entries of {what} must be distinct, "
-            f"got {_keys_text(entries)}"
+            f"{where(stack_path(stack))}: the entries of {what} must be distinct, "
+            f"got {keys_text(entries)}"
         )
     return entries
 
 
 def _custom_result(res: Any, stack: list, t: Any) -> tuple:
     """_user_children for what ``t.__tree_flatten__`` returned."""
-    return _user_children(res, stack, f"{_qualname(t)}.__tree_flatten__")
+    return _user_children(res, stack, f"{qualname(t)}.__tree_flatten__")
 
 
 def _rule_result(res: Any, stack: list, t: Any) -> tuple:
     """_user_children for what the rule for ``t`` returned."""
-    return _user_children(res, stack, f"the rule for {_qualname(t)}")
+    return _user_children(res, stack, f"the rule for {qualname(t)}")
 
 
 def tuple_overrides(t: Any) -> bool:
@@ -732,13 +702,9 @@ def tuple_overrides(t: Any) -> bool:
 
 
 def _plain_reads(obj: tuple) -> bool:
-    """Whether ``len`` and ``tuple`` give the items ``obj`` stores while
-    torch.compile traces: dynamo 2.9-2.12 cannot call ``tuple.__len__`` or
-    ``tuple.__getitem__`` on a subclass, and ``len`` and ``tuple`` read the
-    stored items of one that overrides neither (nor ``__iter__``). A traced
-    subclass that overrides them is read as in an eager call, which dynamo
-    follows from torch 2.13 on."""
-    return _tracer.compiling() and not tuple_overrides(type(obj))
+    """Whether the items ``obj`` stores are read with ``len`` and ``tuple``
+    (``_traced.plain_tuple_reads``), not ``tuple``'s own methods."""
+    return _traced.on() and _traced.plain_tuple_reads(tuple_overrides(type(obj)))
 
 
 def _items(obj: tuple) -> tuple:
@@ -765,8 +731,8 @@ def _structseq_node(obj: Any, t: Any) -> tuple:
     children = _items(obj)
     n = len(children)
     if t.n_unnamed_fields == 0 and len(getattr(t, "__match_args__", ())) == n:
-        return (STRUCTSEQ, t, n, ()), children, _ATTR, t.__match_args__
-    return (STRUCTSEQ, t, n, ()), children, _SEQ, None
+        return (STRUCTSEQ, t, n, ()), children, BY_ATTR, t.__match_args__
+    return (STRUCTSEQ, t, n, ()), children, BY_SEQ, None
 
 
 def _is_namedtuple(obj: Any, t: Any) -> bool:
@@ -780,13 +746,11 @@ def _is_namedtuple(obj: Any, t: Any) -> bool:
 
 def _instance_dict(obj: Any) -> Any:
     """The ``__dict__`` of ``obj``, read as ``object`` reads it (a class's own
-    ``__getattribute__`` or ``__getattr__`` is not asked), or None. While
-    torch.compile traces, with ``getattr`` (dynamo cannot call
-    ``object.__getattribute__``), which finds the class's ``__dict__``
-    descriptor before any ``__getattr__``."""
+    ``__getattribute__`` or ``__getattr__`` is not asked), or None (traced:
+    ``_traced.instance_dict``)."""
     try:
-        if _tracer.compiling():
-            d = getattr(obj, "__dict__", None)
+        if _traced.on():
+            d = _traced.instance_dict(obj)
         else:
             d = object.__getattribute__(obj, "__dict__")
     except AttributeError:
@@ -807,12 +771,9 @@ def subclass_layout(t: Any) -> tuple:
     class are fixed when it is made, and its base changes only with a new
     ``__bases__``, which makes a new MRO. So an eager call remembers them
     across calls (up to 1024 classes), checked by the identity of the
-    class's MRO; while torch.compile traces, they are read each time (each a
-    class fact, and a slot's descriptor None: read with ``getattr``)."""
-    if _tracer.compiling():
-        base = subclass_base(t)
-        slots = tuple((name, None) for _, name in slot_names(t)) if base else ()
-        return base, slots, t.__dictoffset__ != 0
+    class's MRO (traced: ``_traced.layout``)."""
+    if _traced.on():
+        return _traced.layout(t, slot_names)
     found = _LAYOUTS.get(t)
     mro = t.__mro__
     if found is not None and found[0] is mro:
@@ -844,11 +805,11 @@ def _storage(obj: Any, t: Any, base: str, stack: list) -> Any:
     want = dict if base == "UserDict" else list
     if type(data) is want:
         return data
-    name = _qualname(t)
+    name = qualname(t)
     held = "no data" if data is _ABSENT or d is None else f"data of type {type(data).__qualname__}"
     fix = rules_fix(t, name, "pytree_kit.Rule(flatten, unflatten)")
     raise TypeError(
-        f"{where(_path(stack))}: {name} is a {base} with {held}, not a {want.__name__}, so "
+        f"{where(stack_path(stack))}: {name} is a {base} with {held}, not a {want.__name__}, so "
         f"pytree_kit cannot read or rebuild its items (it does not guess); pass {fix}, or "
         f"rules={{{name}: pytree_kit.Rule.LEAF}} to keep it whole"
     )
@@ -868,21 +829,16 @@ def _carried_state(
     _base, slots, has_dict = layout
     d = None
     if has_dict:
-        if not _reads_instance_dicts():
-            raise TypeError(
-                f"{where(_path(stack))}: torch.compile on this torch (older than 2.12) cannot "
-                f"read the attributes of a {_qualname(t)} instance (its __dict__), which its "
-                "rebuild keeps; flatten it outside the compiled function, or use torch 2.12 "
-                "or newer"
-            )
+        if not _traced.reads_instance_dicts():
+            raise _traced.no_instance_dicts(stack, t)
         d = _instance_dict(obj)
     state: list = []
     others: list = []
     user = base == "UserDict" or base == "UserList"
-    # the cached properties: while dynamo traces, a class fact; else each
-    # name's own lookup (a few dict reads, where the class fact reads every
-    # class of the MRO)
-    cached: Any = _cached_names(t, cache) if _tracer.compiling() and (d or slots) else None
+    # the cached properties: while traced, a class fact; else each name's own
+    # lookup (a few dict reads, where the class fact reads every class of the
+    # MRO)
+    cached: Any = _cached_names(t, cache) if _traced.on() and (d or slots) else None
     if d:
         for name, value in list(dict.items(d)):
             if user and name == "data":
@@ -919,12 +875,12 @@ def _follows_items(t: Any, base: str, setters: tuple, names: list, stack: list) 
     """The error for an instance whose class sets its items its own way and
     that keeps attributes beside them: they may follow its items, and a
     rebuild that keeps them as they are would not be the same object."""
-    name = _qualname(t)
+    name = qualname(t)
     shown = ", ".join(repr(k) for k in names[:5]) + (", ..." if len(names) > 5 else "")
     fix = rules_fix(t, name, "pytree_kit.Rule(flatten, unflatten)")
     own = ", ".join(setters)
     return TypeError(
-        f"{where(_path(stack))}: {name} is a {base} whose class defines its own {own} and "
+        f"{where(stack_path(stack))}: {name} is a {base} whose class defines its own {own} and "
         f"whose instance keeps attributes beside its items ({shown}), which may follow the "
         "items, so an object rebuilt with them as they are might not be the same "
         f"(pytree_kit does not guess); pass {fix}, or rules={{{name}: pytree_kit.Rule.LEAF}} "
@@ -940,10 +896,8 @@ def _mapping_node(obj: Any, t: Any, base: str, stack: list, cache: dict) -> tupl
     if base == "UserDict":
         items = _storage(obj, t, base, stack)
         order = _key_order(items)
-    elif _tracer.compiling():
-        solid = NEW[base]
-        order = tuple(list(solid.keys(obj)))
-        items = {k: solid.__getitem__(obj, k) for k in order}
+    elif _traced.on():
+        order, items = _traced.mapping_items(base, obj)
     else:  # the storage's items, in its order (an OrderedDict's own), in one C call
         items = dict(NEW[base].items(obj))
         order = tuple(items)
@@ -954,19 +908,18 @@ def _mapping_node(obj: Any, t: Any, base: str, stack: list, cache: dict) -> tupl
     factory = None
     if base == "defaultdict":
         factory = obj.default_factory
-        _check_hashable(factory, stack, f"{_qualname(t)} (its default_factory)")
+        _check_hashable(factory, stack, f"{qualname(t)} (its default_factory)")
     state = _carried_state(obj, t, base, items, stack, cache, layout)
     insertion = None if order == keys else order
     carried = Carried(insertion, state) if state or insertion is not None else NOTHING_CARRIED
     children = [items[k] for k in keys]
-    return (MAPPING, t, len(keys), (base, keys, factory, carried)), children, _MAP, keys
+    return (MAPPING, t, len(keys), (base, keys, factory, carried)), children, BY_KEY, keys
 
 
 def _list_items(obj: list) -> tuple:
     """The items a list subclass stores, whatever its ``__iter__`` says."""
-    if _tracer.compiling() and getattr(type(obj), "__iter__", None) is list.__iter__:
-        return tuple(obj)
-    return tuple(list.__iter__(obj))
+    plain = _traced.list_items(obj) if _traced.on() else None
+    return tuple(list.__iter__(obj)) if plain is None else plain
 
 
 def _sequence_node(obj: Any, t: Any, base: str, stack: list, cache: dict) -> tuple:
@@ -980,7 +933,7 @@ def _sequence_node(obj: Any, t: Any, base: str, stack: list, cache: dict) -> tup
         children = tuple(_storage(obj, t, base, stack))
     state = _carried_state(obj, t, base, None, stack, cache, subclass_layout(t))
     carried = Carried(None, state) if state else NOTHING_CARRIED
-    return (SEQUENCE, t, len(children), (base, carried)), children, _SEQ, None
+    return (SEQUENCE, t, len(children), (base, carried)), children, BY_SEQ, None
 
 
 def _subclass(obj: Any, t: Any, stack: list, cache: dict) -> Any:
@@ -1019,7 +972,7 @@ def _slot(t: Any, name: str) -> Any:
         found = c.__dict__.get(name)
         if type(found) is types.MemberDescriptorType:
             return found
-    raise TypeError(f"{_qualname(t)} has no slot {name!r}")  # a spec for another class
+    raise TypeError(f"{qualname(t)} has no slot {name!r}")  # a spec for another class
 
 
 def _build_mapping(t: Any, aux: tuple, children: list) -> Any:
@@ -1052,16 +1005,10 @@ def _build_sequence(t: Any, aux: tuple, children: list) -> Any:
     if base == "tuple":
         obj = tuple.__new__(t, children)
     elif base == "list":
-        obj = list.__new__(t)
-        if _tracer.compiling():  # dynamo cannot call list.extend on a subclass
-            if "extend" in own_setters(t, base):
-                raise TypeError(
-                    f"torch.compile cannot rebuild a {_qualname(t)} (a list subclass that "
-                    "defines its own extend) as an eager call does, with list.extend; "
-                    "unflatten it outside the compiled function, or pass rules= for it"
-                )
-            obj.extend(children)  # list.extend itself: the class has no other
+        if _traced.on():
+            obj = _traced.rebuilt_list(t, children, own_setters(t, base))
         else:
+            obj = list.__new__(t)
             list.extend(obj, children)
     else:
         obj = object.__new__(t)
@@ -1090,31 +1037,31 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
             return (RULE, t, len(children), (rule, *tail)), children, mode, names
     if t in _BUILTIN_CONTAINERS:  # one test for the many types that are none of them
         if t is tuple:
-            return (TUPLE, None, len(obj), None), obj, _SEQ, None
+            return (TUPLE, None, len(obj), None), obj, BY_SEQ, None
         if t is list:
             children = tuple(obj)
-            return (LIST, None, len(children), None), children, _SEQ, None
+            return (LIST, None, len(children), None), children, BY_SEQ, None
         if t is dict:
             keys, children = _dict_read(obj, stack, cache)
             if children is None:
                 children = [obj[k] for k in keys]
-            return (DICT, None, len(keys), tuple(keys)), children, _MAP, keys
+            return (DICT, None, len(keys), tuple(keys)), children, BY_KEY, keys
         if t is _NoneType:
-            return NONE_NODE, (), _SEQ, None
+            return NONE_NODE, (), BY_SEQ, None
         if t is OrderedDict:
             order, children = _odict_read(obj, stack)
             if children is None:
                 children = [obj[k] for k in order]
-            return (ORDEREDDICT, None, len(order), order), children, _MAP, order
+            return (ORDEREDDICT, None, len(order), order), children, BY_KEY, order
         if t is defaultdict:
             keys, children = _dict_read(obj, stack, cache)
             factory = obj.default_factory
             node = (DEFAULTDICT, None, len(keys), (factory, tuple(keys)))
             _check_hashable(factory, stack, "a defaultdict (its default_factory)")
-            return node, [obj[k] for k in keys] if children is None else children, _MAP, keys
+            return node, [obj[k] for k in keys] if children is None else children, BY_KEY, keys
         if t is deque:
             children = _read(tuple, obj, stack)
-            return (DEQUE, None, len(children), obj.maxlen), children, _SEQ, None
+            return (DEQUE, None, len(children), obj.maxlen), children, BY_SEQ, None
     key = (class_traits, t)
     traits = cache.get(key)
     if traits is None:
@@ -1131,7 +1078,7 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
     if custom:
         if not callable(getattr(t, "__tree_unflatten__", None)):
             raise TypeError(
-                f"{where(_path(stack))}: {_qualname(t)} defines __tree_flatten__ "
+                f"{where(stack_path(stack))}: {qualname(t)} defines __tree_flatten__ "
                 "but no classmethod __tree_unflatten__"
             )
         children, tail, names, mode = _custom_result(tree_flatten(), stack, t)
@@ -1141,7 +1088,7 @@ def classify(obj: Any, t: Any, rules: Any, stack: list, cache: dict) -> Any:
             return _structseq_node(obj, t)
         if _is_namedtuple(obj, t):
             children = _items(obj)
-            return (NAMEDTUPLE, t, len(children), t._fields), children, _ATTR, t._fields
+            return (NAMEDTUPLE, t, len(children), t._fields), children, BY_ATTR, t._fields
         if hasattr(t, "_fields"):  # a namedtuple of another length: a leaf, as before
             return None
         return _subclass(obj, t, stack, cache)
@@ -1364,7 +1311,7 @@ def dict_order_differs(node: tuple, obj: dict) -> Any:
     keys = node[3] if node[0] == DICT else node[3][1]
     if order == keys:
         return None
-    if not _tracer.compiling() and (
+    if not _traced.on() and (
         len(order) != len(keys) or {id(k) for k in order} != {id(k) for k in keys}
     ):
         raise RuntimeError(
@@ -1385,16 +1332,6 @@ def dict_order(node: tuple, obj: dict, cache: dict) -> Any:
 
 # --------------------------------------------------------------------------
 # flatten, leaves, flatten_with_path
-
-
-def _cycle_error(stack: list, obj: Any) -> ValueError:
-    """The error for ``obj``, a container already on the path ``stack``."""
-    path = _path(stack)
-    first = next(i for i, fr in enumerate(stack) if fr[4] is obj)
-    return ValueError(
-        f"{where(path)}: cycle: this container is the one at "
-        f"{where(path[:first])}, which holds itself"
-    )
 
 
 def _leaf_types(rules: Any) -> set:
@@ -1418,28 +1355,6 @@ def _visit(obj: Any, is_leaf: Any, rules: Any, stack: list, cache: dict, leaf_ty
     return found
 
 
-#: How deep a traced walk's path goes before the walk looks for cycles.
-#: dynamo guards on every ``id()`` it traces, so the check made on entry to
-#: each container, as in an eager call, would tie a compiled graph to the
-#: batch it was traced on (a recompile per batch). While tracing, no identity
-#: is read until the path is this deep: a cycle repeats its containers without
-#: end, so it always gets there, and the check made there finds the first
-#: container the path met again, with the error the check on entry gives.
-#: (The same, but for callbacks whose answers change between calls: those
-#: are called again down the cycle.) A traced tree deeper than this is
-#: guarded on the identity of the containers past this depth.
-CYCLE_DEPTH = 100
-
-#: what ``onpath`` holds once cycles are checked on entry (no id is negative)
-_CHECKING = -1
-
-
-def _onpath() -> set:
-    """A walk's set of the ids on its path: checked from the first container
-    (``_CHECKING`` in it), or from ``CYCLE_DEPTH`` while dynamo traces."""
-    return set() if _tracer.compiling() else {_CHECKING}
-
-
 def _enter(stack: list, onpath: set, obj: Any, children: Any, keymode: int, names: Any) -> None:
     """Push a container's frame, refusing one already on the path (a cycle)."""
     if onpath or len(stack) >= CYCLE_DEPTH:
@@ -1449,36 +1364,15 @@ def _enter(stack: list, onpath: set, obj: Any, children: Any, keymode: int, name
 
 def _check_entry(stack: list, onpath: set, obj: Any) -> None:
     """Refuse ``obj``, a container about to be entered below ``stack``, when
-    it is on the path (a cycle). Called when ``onpath`` holds ``_CHECKING``
+    it is on the path (a cycle). Called when ``onpath`` holds ``_traced.CHECKING``
     (each entry is checked), or, while it is empty (tracing, no identity read
     yet), when the path reaches ``CYCLE_DEPTH``."""
     if onpath:
         if id(obj) in onpath:
-            raise _cycle_error(stack, obj)
+            raise cycle_error(stack, obj)
         onpath.add(id(obj))
     else:
-        _check_path(stack, onpath, obj)
-
-
-def _check_path(stack: list, onpath: set, obj: Any) -> None:
-    """Start checking for cycles: raise the error for the first container on
-    the path (``stack``'s, then ``obj``) that is one before it on the path,
-    else fill ``onpath`` with their ids. Where the tracer tracing the walk
-    cannot read identities, raise instead: the walk cannot tell a cycle from
-    a deep tree."""
-    if not _tracer.reads_identity:
-        raise ValueError(
-            f"{where(_path(stack))}: this path is {CYCLE_DEPTH} containers deep, and "
-            "torch.compile on this torch (older than 2.13) cannot read the identities "
-            "that tell a cycle from a deep tree; flatten this tree outside the compiled "
-            "function, or use torch 2.13 or newer"
-        )
-    onpath.add(_CHECKING)
-    for j, o in enumerate([fr[4] for fr in stack] + [obj]):
-        if id(o) in onpath:
-            onpath.clear()
-            raise _cycle_error(stack[:j], o)
-        onpath.add(id(o))
+        _traced.check_path(stack, onpath, obj)
 
 
 def _next_child(stack: list, onpath: set) -> Any:
@@ -1512,7 +1406,7 @@ def _walk(tree: Any, is_leaf: Any, rules: Any, mode: int) -> tuple:
     paths: list = []
     keys: list = []  # the current path, when mode == 2
     stack: list = []  # frames: [children, position, keymode, names, obj]
-    onpath = _onpath()
+    onpath = _traced.onpath()
     cache: dict = {}
     leaf_types = _leaf_types(rules)
     obj = tree
@@ -1579,7 +1473,7 @@ def _walk(tree: Any, is_leaf: Any, rules: Any, mode: int) -> tuple:
         pos += 1
         if mode == 2:
             del keys[len(stack) - 1 :]
-            keys.append(_key(fr, pos - 1))
+            keys.append(frame_key(fr, pos - 1))
     if not mode:
         return leaves, None
     spec = TreeSpec._make(tuple(nodes), tuple(orders), len(leaves))
@@ -1595,7 +1489,7 @@ def iter_leaves(tree: Any, is_leaf: Any = None, rules: Any = None) -> Iterator[A
     shows only in containers not reached yet. As in one call, a type found
     to be a leaf type stays one for the rest of the iteration."""
     stack: list = []  # frames: [children, position, keymode, names, obj]
-    onpath = _onpath()
+    onpath = _traced.onpath()
     cache: dict = {}
     leaf_types = _leaf_types(rules)
     obj = tree
@@ -1729,36 +1623,6 @@ def build(kind: int, t: Any, aux: Any, children: list, order: Any) -> Any:
     raise ValueError(f"unknown node kind {kind!r}")  # pragma: no cover - specs are validated
 
 
-def _refuse_iterable(value: Any, call: str, one: str, many: str) -> None:
-    """Raise TypeError for a str, bytes or mapping given where an iterable of
-    leaves or trees belongs: iterating it gives characters, bytes or keys,
-    never what the caller meant (a bug in the caller's code)."""
-    if isinstance(value, str):
-        items = "characters"
-    elif isinstance(value, (bytes, bytearray)):
-        items = "bytes"
-    elif isinstance(value, Mapping):
-        items = "keys"
-    else:
-        return
-    name = type(value).__name__
-    raise TypeError(
-        f"{call}: the {many} must be a list (or another iterable) of {many}, not {name}: "
-        f"its {items} would each be taken as a {one}; to give the {name} as one {one}, "
-        "pass [it]"
-    )
-
-
-def refuse_leaves(leaves: Any) -> None:
-    """``_refuse_iterable`` for unflatten's leaves (the C engine calls it too)."""
-    _refuse_iterable(leaves, "unflatten", "leaf", "leaves")
-
-
-def refuse_trees(trees: Any) -> None:
-    """``_refuse_iterable`` for ``TreeSpec.columns``'s trees (the C engine calls it too)."""
-    _refuse_iterable(trees, "TreeSpec.columns", "tree", "trees")
-
-
 def _read_leaves(leaves: Any, n: int) -> Any:
     """The leaves as a list or tuple. A sized iterable is read whole, so the
     error can count it; an iterator only up to one leaf more than the spec
@@ -1818,118 +1682,23 @@ def unflatten(spec: TreeSpec, leaves: Any) -> Any:
 # flatten_up_to: the leaves of a tree that must have a known structure
 
 
-def _describe_node(node: tuple) -> str:
-    kind, t, arity, aux = node
-    if kind == LEAF:
-        return "a leaf"
-    if kind == NONE:
-        return "None"
-    if kind == TUPLE:
-        return f"a tuple of {arity}"
-    if kind == LIST:
-        return f"a list of {arity}"
-    if kind == DICT:
-        return f"a dict with keys {_keys_text(aux)}"
-    if kind == ORDEREDDICT:
-        return f"an OrderedDict with keys {_keys_text(aux)}"
-    if kind == DEFAULTDICT:
-        return (
-            f"a defaultdict({_qualname(aux[0]) if aux[0] else None}) with keys {_keys_text(aux[1])}"
-        )
-    if kind == DEQUE:
-        return f"a deque of {arity} (maxlen={aux})"
-    if kind == NAMEDTUPLE:
-        return f"namedtuple {_qualname(t)}"
-    if kind == STRUCTSEQ:
-        return f"structseq {_qualname(t)}"
-    if kind == DATACLASS:
-        return f"dataclass {_qualname(t)}{_fields_text(aux)}"
-    if kind == ATTRS:
-        return f"attrs class {_qualname(t)}{_fields_text(aux)}"
-    if kind == MAPPING:
-        base, keys, factory, _carried = aux
-        made = f"{base}({_qualname(factory) if factory else None})" if factory else base
-        return f"{_qualname(t)} (a {made}) with keys {_keys_text(keys)}"
-    if kind == SEQUENCE:
-        return f"{_qualname(t)} (a {aux[0]}) of {arity}"
-    tail = user_tail(kind, aux)
-    how = "__tree_flatten__" if kind == CUSTOM else "a rule"
-    if len(tail) == 3:
-        children = f"children with entries {_keys_text(tail[2])}"
-    else:
-        children = _children_text(arity, tail[1])
-    return f"{_qualname(t)} (by {how}, aux={tail[0]!r}) with {children}"
-
-
-def _keys_text(keys: Any) -> str:
-    keys = list(keys)
-    if len(keys) > 8:
-        return "[" + ", ".join(map(repr, keys[:8])) + f", ... ({len(keys)} keys)]"
-    return repr(keys)
-
-
-def _fields_text(aux: tuple) -> str:
-    _names, static, absent, dict_keys = aux
-    parts = []
-    if static:
-        parts.append("static " + ", ".join(f"{n}={v!r}" for n, v in static))
-    if absent:
-        parts.append("unset " + ", ".join(absent))
-    if dict_keys is not None:  # a record that is a dict (ModelOutput): its entries' keys
-        parts.append("entries " + _keys_text(dict_keys))
-    return f" ({'; '.join(parts)})" if parts else ""
-
-
-def _children_text(arity: int, keys: Any) -> str:
-    if keys is not None:
-        return f"children {_keys_text(keys)}"
-    return "1 child" if arity == 1 else f"{arity} children"
-
-
 def describe(obj: Any, rules: Any = None) -> str:
-    """What an object is, in the words of :func:`_describe_node`."""
+    """What an object is, in the words of :func:`describe_node`."""
     found = None
     try:
         found = classify(obj, type(obj), rules, [], {})
     except Exception:
         found = None
     if found is None:
-        return f"a leaf of type {_qualname(type(obj))}"
-    return _describe_node(found[0])
-
-
-def tell_apart(a: str, ta: Any, b: str, tb: Any) -> tuple[str, str]:
-    """Descriptions ``a`` and ``b`` of nodes of classes ``ta`` and ``tb``,
-    told apart where they read the same but the classes differ: two
-    namedtuples of one name and other fields, two classes of one name."""
-    if a != b or ta is tb or not isinstance(ta, type) or not isinstance(tb, type):
-        return a, b
-    if issubclass(ta, tuple) and issubclass(tb, tuple):  # namedtuples: their fields
-        fa, fb = _field_names(ta), _field_names(tb)
-        if fa != fb:
-            return f"{a} with fields {fa!r}", f"{b} with fields {fb!r}"
-    ma, mb = getattr(ta, "__module__", None), getattr(tb, "__module__", None)
-    if type(ma) is str and type(mb) is str and ma != mb:
-        return f"{a} of module {ma}", f"{b} of module {mb}"
-    return a, f"{b} (another class of the same name)"
-
-
-def _field_names(t: type) -> Any:
-    """A namedtuple class's field names as a tuple of str, or None."""
-    try:
-        fields = getattr(t, "_fields", None)
-    except Exception:  # a metaclass of one's own: no names, rather than no message
-        return None
-    if type(fields) is tuple and all(type(f) is str for f in fields):
-        return fields
-    return None
+        return f"a leaf of type {qualname(type(obj))}"
+    return describe_node(found[0])
 
 
 def _mismatch(stack: list, label: str, node: tuple, obj: Any, other: str) -> StructureError:
     rules = {node[1]: node[3][0]} if node[0] == RULE else None
-    mine, theirs = tell_apart(_describe_node(node), node[1], describe(obj, rules), type(obj))
+    mine, theirs = tell_apart(describe_node(node), node[1], describe(obj, rules), type(obj))
     return StructureError(
-        f"{where(_path(stack))}: structure mismatch: {label} has {mine}, {other} has {theirs}"
+        f"{where(stack_path(stack))}: structure mismatch: {label} has {mine}, {other} has {theirs}"
     )
 
 
@@ -1964,24 +1733,24 @@ def _match(node: tuple, obj: Any, stack: list, label: str, other: str) -> tuple:
     ot = type(obj)
     if kind == TUPLE:
         if ot is tuple and len(obj) == arity:
-            return obj, _SEQ, None
+            return obj, BY_SEQ, None
     elif kind == LIST:
         if ot is list:
             items = tuple(obj)  # one read: its length is the one checked
             if len(items) == arity:
-                return items, _SEQ, None
+                return items, BY_SEQ, None
     elif kind == DICT or kind == DEFAULTDICT:
         keys = aux if kind == DICT else aux[1]
         if ot is (dict if kind == DICT else defaultdict):
             values = _dict_match(obj, kind, arity, aux, keys, stack)
             if values is not None:
-                return values, _MAP, keys
+                return values, BY_KEY, keys
     elif kind == NONE:
         if obj is None:
-            return (), _SEQ, None
+            return (), BY_SEQ, None
     elif kind == NAMEDTUPLE:
         if ot is t and _stored_len(obj) == arity:
-            return _items(obj), _ATTR, aux
+            return _items(obj), BY_ATTR, aux
     elif kind == DATACLASS or kind == ATTRS:
         if ot is t:
             mine, children, keymode, names = _record_fields(obj, t, kind, stack, {})
@@ -1993,12 +1762,12 @@ def _match(node: tuple, obj: Any, stack: list, label: str, other: str) -> tuple:
             if order == aux:
                 if children is None or not _ATOMS.issuperset(map(type, aux)):
                     children = [obj[k] for k in aux]
-                return children, _MAP, aux
+                return children, BY_KEY, aux
     elif kind == DEQUE:
         if ot is deque:
             children = _read(tuple, obj, stack)
             if len(children) == arity and obj.maxlen == aux:
-                return children, _SEQ, None
+                return children, BY_SEQ, None
     elif kind == STRUCTSEQ:
         if ot is t:
             mine, children, keymode, names = _structseq_node(obj, t)
@@ -2159,12 +1928,6 @@ def check_path(path: tuple) -> tuple:
     return path
 
 
-def _missing(fn: str, path: tuple, depth: int, key: Any, what: str) -> LookupError:
-    """KeyError, or IndexError for a position, naming where the path failed."""
-    exc = IndexError if type(key) is SequenceKey else KeyError
-    return exc(f"{fn}: {where(path[:depth])} is {what}, which has no {key}")
-
-
 def child_at(fn: str, node: Any, path: tuple, depth: int, is_leaf: Any, rules: Any) -> tuple:
     """(children, spec, i): the children of ``node`` (the tree at
     ``path[:depth]``), the spec that rebuilds it, and the index of the child
@@ -2190,7 +1953,7 @@ def child_at(fn: str, node: Any, path: tuple, depth: int, is_leaf: Any, rules: A
             return node, None, key.idx
     found = _interface.engine.flatten_one_level(node, is_leaf, rules)
     if found is None:
-        raise _missing(fn, path, depth, key, f"a leaf of type {type(node).__qualname__}")
+        raise missing(fn, path, depth, key, f"a leaf of type {type(node).__qualname__}")
     children, spec = found
     root = spec._nodes[0]
     for i in range(root[2]):
@@ -2203,7 +1966,7 @@ def child_at(fn: str, node: Any, path: tuple, depth: int, is_leaf: Any, rules: A
             and type(k.key) is int
         ):
             return children, spec, i
-    raise _missing(fn, path, depth, key, _describe_node(root))
+    raise missing(fn, path, depth, key, describe_node(root))
 
 
 def tree_get(tree: Any, path: tuple, is_leaf: Any = None, rules: Any = None, /) -> Any:

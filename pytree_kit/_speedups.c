@@ -3,7 +3,8 @@
  * The last of the engine's parts (_core.h has the map of what each does).
  * This file has the module's
  * functions table, its constants (FAST_PATHS, ...) and its init, which reads
- * what the engine needs from pytree_kit._pure, _spec, _keys and _kinds, and
+ * what the engine needs from pytree_kit._pure, _messages, _spec, _keys and
+ * _kinds (the Python functions it calls: _interface.C_BINDINGS), and
  * runs the fast paths' import-time checks (_fast_*.c).
  */
 #include "_core.h"
@@ -182,13 +183,14 @@ static PyInterpreterState *constants_made_in;
 static int
 constants_init(void)
 {
-    PyObject *pure = NULL, *spec = NULL, *keys = NULL, *kinds = NULL;
+    PyObject *pure = NULL, *messages = NULL, *spec = NULL, *keys = NULL, *kinds = NULL;
     int ok = -1;
     pure = PyImport_ImportModule("pytree_kit._pure");
+    messages = PyImport_ImportModule("pytree_kit._messages");
     spec = PyImport_ImportModule("pytree_kit._spec");
     keys = PyImport_ImportModule("pytree_kit._keys");
     kinds = PyImport_ImportModule("pytree_kit._kinds");
-    if (!pure || !spec || !keys || !kinds) {
+    if (!pure || !messages || !spec || !keys || !kinds) {
         goto fail;
     }
     {
@@ -215,13 +217,13 @@ constants_init(void)
         !(as_leaf_rule = get_attr(kinds, "AS_LEAF")) ||
         !(Carried_t = get_attr(kinds, "Carried")) ||
         !(nothing_carried = get_attr(kinds, "NOTHING_CARRIED")) ||
-        !(py_refuse_leaves = get_attr(pure, "refuse_leaves")) ||
-        !(py_refuse_trees = get_attr(pure, "refuse_trees")) ||
+        !(py_refuse_leaves = get_attr(messages, "refuse_leaves")) ||
+        !(py_refuse_trees = get_attr(messages, "refuse_trees")) ||
         !(py_dict_order_differs = get_attr(pure, "dict_order_differs")) ||
         !(py_dict_order = get_attr(pure, "dict_order")) ||
         !(py_custom_result = get_attr(pure, "_custom_result")) ||
         !(py_rule_result = get_attr(pure, "_rule_result")) ||
-        !(py_cycle_error = get_attr(pure, "_cycle_error")) || !(py_match = get_attr(pure, "_match")) ||
+        !(py_cycle_error = get_attr(messages, "cycle_error")) || !(py_match = get_attr(pure, "_match")) ||
         !(py_mismatch = get_attr(pure, "_mismatch")) || !(py_build = get_attr(pure, "build")) ||
         !(SequenceKey_t = get_attr(keys, "SequenceKey")) || !(DictKey_t = get_attr(keys, "DictKey")) ||
         !(GetAttrKey_t = get_attr(keys, "GetAttrKey"))) {
@@ -279,6 +281,7 @@ constants_init(void)
     ok = 0;
 fail:
     Py_XDECREF(pure);
+    Py_XDECREF(messages);
     Py_XDECREF(spec);
     Py_XDECREF(keys);
     Py_XDECREF(kinds);

@@ -590,7 +590,7 @@ key_init(void)
     return 0;
 }
 
-/* The key of the child being visited in frame f, as _pure._key. */
+/* The key of the child being visited in frame f, as _messages.frame_key. */
 PK_SHARED PyObject *
 frame_key(Frame *f, Py_ssize_t i)
 {

@@ -254,7 +254,7 @@ def test_registration_is_idempotent():
 
 import attrs  # noqa: E402
 
-from pytree_kit import _dynamo, _pure, _tracer  # noqa: E402
+from pytree_kit import _dynamo, _pure, _traced, _tracer  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -520,7 +520,7 @@ def test_a_tree_deeper_than_the_cycle_bound_compiles_right():
     compiled = torch.compile(fn, fullgraph=True, backend="eager")
     assert _tracer.reads_identity is READS_IDENTITY
     for _ in range(2):
-        tree = _chain(_pure.CYCLE_DEPTH + 5, _r())
+        tree = _chain(_traced.CYCLE_DEPTH + 5, _r())
         if READS_IDENTITY:
             _assert_same(compiled(tree), fn(tree))
         else:
@@ -532,9 +532,9 @@ def test_a_tree_deeper_than_the_cycle_bound_compiles_right():
 def _cycles():
     a = [_r()]
     a.append({"k": a})
-    deep = _chain(_pure.CYCLE_DEPTH + 20, _r())
+    deep = _chain(_traced.CYCLE_DEPTH + 20, _r())
     inner = deep
-    for _ in range(_pure.CYCLE_DEPTH // 2):
+    for _ in range(_traced.CYCLE_DEPTH // 2):
         inner = inner[0] if type(inner) is list else inner["k"]
     inner[0] = deep  # a cycle whose container repeats only past the bound
     me = Sample(_r(), 1)
@@ -615,11 +615,11 @@ def test_identity_is_read_only_past_the_bound_while_tracing():
         # a clear error naming the path, cycle or not, and reads no id
         calls.clear()
         _tracer.learn(lambda: True, instance_dicts=True, identity=False)
-        for deep in (a, _chain(_pure.CYCLE_DEPTH + 5, _r())):
+        for deep in (a, _chain(_traced.CYCLE_DEPTH + 5, _r())):
             with pytest.raises(ValueError, match=r"^tree(\[\d\]|\['k'\])+: .*older than 2\.13"):
                 _pure.flatten(deep)
         assert calls == []
-        assert _pure.flatten(_chain(_pure.CYCLE_DEPTH - 1, _r()))[0]  # under the bound
+        assert _pure.flatten(_chain(_traced.CYCLE_DEPTH - 1, _r()))[0]  # under the bound
     finally:
         del _pure.__dict__["id"]
         _tracer.learn(*old)

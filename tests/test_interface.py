@@ -189,3 +189,39 @@ def test_the_interface_module_imports_nothing_of_pytree_kit() -> None:
     source = inspect.getsource(_interface)
     imports = re.findall(r"^\s*(?:from|import)\s+(\S+)", source, re.M)
     assert [m for m in imports if m.startswith(".") or m.startswith("pytree_kit")] == []
+
+
+#: ``get_attr(pure, "classify")`` and the like in the C engine's init: the
+#: module variable it reads from, and the name
+C_READ = re.compile(r'get_attr\((pure|messages), "(\w+)"\)')
+C_MODULES = {"pure": "_pure", "messages": "_messages"}
+
+
+def c_bindings(text: str) -> dict[str, tuple[str, ...]]:
+    """What ``_speedups.c`` reads of pytree_kit's Python modules, by module."""
+    found: dict[str, tuple[str, ...]] = {}
+    for var, name in C_READ.findall(text):
+        found[C_MODULES[var]] = (*found.get(C_MODULES[var], ()), name)
+    return found
+
+
+def test_the_c_engines_bindings_are_the_ones_listed() -> None:
+    """``_interface.C_BINDINGS`` is the one list of the Python functions the
+    C engine calls: the names ``_speedups.c`` reads, each one there."""
+    import importlib
+
+    text = STUB.with_name("_speedups.c").read_text(encoding="utf-8")
+    found = c_bindings(text)
+    assert {m: sorted(v) for m, v in found.items()} == {
+        m: sorted(v) for m, v in _interface.C_BINDINGS.items()
+    }
+    for module, names in _interface.C_BINDINGS.items():
+        mod = importlib.import_module(f"pytree_kit.{module}")
+        assert [n for n in names if not callable(getattr(mod, n, None))] == [], module
+
+
+def test_a_binding_left_off_the_list_is_found() -> None:
+    text = STUB.with_name("_speedups.c").read_text(encoding="utf-8")
+    drifted = text.replace('get_attr(messages, "cycle_error")', 'get_attr(pure, "_cycle_error")')
+    assert c_bindings(drifted) != c_bindings(text)
+    assert "_cycle_error" in c_bindings(drifted)["_pure"]

@@ -47,6 +47,10 @@ LAYERS: list[list[str]] = [
     ["_version", "_errors", "_interface", "_tracer", "_kinds", "_reach", "_rows", "typing"],
     # path keys (keystr and an accessor's call go to the engine in use)
     ["_keys"],
+    # the text of the errors both engines raise
+    ["_messages"],
+    # the walks' steps while torch.compile traces them
+    ["_traced"],
     # other libraries' containers (jax, optree, torch) as rules
     ["_bridge"],
     # values and class references in JSON documents (TreeSpec's and torch's)
@@ -57,7 +61,8 @@ LAYERS: list[list[str]] = [
     ["_spec"],
     # the pure engine, which is the specification
     ["_pure"],
-    # the C engine (it reads _pure, _spec, _keys and _kinds when it loads);
+    # the C engine (it reads _pure, _messages, _spec, _keys and _kinds when it
+    # loads: _interface.C_BINDINGS);
     # torch.compile's stand-ins for it
     ["_speedups", "_dynamo"],
     # chooses the engine; accelerate (FastCalls)
@@ -360,6 +365,47 @@ def test_the_engine_is_found_in_one_place() -> None:
     assert found["impl"] == [], found["impl"]
     # and the modules that call an engine do read it there
     assert {"_spec", "_keys", "api", "_paths", "torch/_packed"} <= found["reads"]
+
+
+#: The specification's three jobs, each in a module of its own: the rules
+#: (``_pure``), the text of the errors (``_messages``) and the steps that
+#: differ while torch.compile traces (``_traced``). Only these modules read
+#: ``_tracer``, the facts of the installed torch's tracer, among the engine's.
+TRACER_READERS = {"_traced", "_dynamo", "_spec"}
+
+
+def spec_jobs(package: Path) -> list[str]:
+    """Where the specification does another module's job: ``_pure`` reading
+    ``_tracer`` (its traced steps are ``_traced``'s), ``_messages`` or
+    ``_traced`` importing ``_pure`` (they are below it), or a module outside
+    ``TRACER_READERS`` importing ``_tracer``."""
+    graph = import_graph(package)
+    found = [f"{name} imports _tracer" for name in graph if "_tracer" in graph[name]]
+    found = [f for f in found if f.split()[0] not in TRACER_READERS]
+    found += [
+        f"{name} imports _pure"
+        for name in ("_messages", "_traced")
+        if "_pure" in graph.get(name, {})
+    ]
+    return found
+
+
+def test_the_specifications_three_jobs_are_apart() -> None:
+    assert spec_jobs(ROOT / "pytree_kit") == []
+
+
+def test_a_traced_step_back_in_the_specification_is_found(tmp_path: Path) -> None:
+    package = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "_tracer.py": "",
+            "_traced.py": "from . import _tracer\n",
+            "_messages.py": "",
+            "_pure.py": "from . import _tracer, _traced, _messages\n",
+        },
+    )
+    assert spec_jobs(package) == ["_pure imports _tracer"]
 
 
 # --------------------------------------------------------------------------
