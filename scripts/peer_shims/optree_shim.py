@@ -237,129 +237,83 @@ class PyTreeSpec:
 # -- flatten, unflatten and the like -------------------------------------------
 
 
-def tree_flatten(
-    tree: Any, is_leaf: Any = None, *, none_is_leaf: bool = False, namespace: str = ""
-) -> tuple:
-    leaves, spec = pk.flatten(tree, **_opts(is_leaf, none_is_leaf, namespace))
-    return leaves, _wrap(spec)
+def _tree_fn(pk_fn: Callable, out: Callable = lambda result: result) -> Callable:
+    """optree's ``(tree, is_leaf=None, *, none_is_leaf=False, namespace="")``
+    function: ``pk_fn`` with the is_leaf= and rules= of :func:`_opts`, its
+    result through ``out``."""
+
+    def call(
+        tree: Any, is_leaf: Any = None, *, none_is_leaf: bool = False, namespace: str = ""
+    ) -> Any:
+        return out(pk_fn(tree, **_opts(is_leaf, none_is_leaf, namespace)))
+
+    return call
 
 
-def tree_flatten_with_path(
-    tree: Any, is_leaf: Any = None, *, none_is_leaf: bool = False, namespace: str = ""
-) -> tuple:
-    pairs, spec = pk.flatten_with_path(tree, **_opts(is_leaf, none_is_leaf, namespace))
-    return [_raw(p) for p, _ in pairs], [x for _, x in pairs], _wrap(spec)
+def _one_level(result: tuple) -> tuple:
+    # (children, spec) here: the spec stands for optree's metadata, and
+    # spec.unflatten for its unflatten function
+    children, spec = result
+    return children, _wrap(spec), tuple(spec.entries()), lambda metadata, kids: spec.unflatten(kids)
 
 
-def tree_flatten_with_accessor(
-    tree: Any, is_leaf: Any = None, *, none_is_leaf: bool = False, namespace: str = ""
-) -> tuple:
-    pairs, spec = pk.flatten_with_accessor(tree, **_opts(is_leaf, none_is_leaf, namespace))
-    return [a for a, _ in pairs], [x for _, x in pairs], _wrap(spec)
+tree_flatten = _tree_fn(pk.flatten, lambda r: (r[0], _wrap(r[1])))
+tree_flatten_with_path = _tree_fn(
+    pk.flatten_with_path, lambda r: ([_raw(p) for p, _ in r[0]], [x for _, x in r[0]], _wrap(r[1]))
+)
+tree_flatten_with_accessor = _tree_fn(
+    pk.flatten_with_accessor, lambda r: ([a for a, _ in r[0]], [x for _, x in r[0]], _wrap(r[1]))
+)
+tree_iter = _tree_fn(pk.tree_iter)
+tree_leaves = _tree_fn(pk.leaves)
+tree_structure = _tree_fn(pk.structure, _wrap)
+tree_paths = _tree_fn(pk.flatten_with_path, lambda r: [_raw(p) for p, _ in r[0]])
+tree_accessors = _tree_fn(pk.structure, lambda spec: spec.accessors())
+tree_is_leaf = _tree_fn(pk.tree_is_leaf)
+tree_flatten_one_level = _tree_fn(pk.flatten_one_level, _one_level)
+
+
+def all_leaves(
+    iterable: Any, is_leaf: Any = None, *, none_is_leaf: bool = False, namespace: str = ""
+) -> bool:
+    return pk.all_leaves(iterable, **_opts(is_leaf, none_is_leaf, namespace))
 
 
 def tree_unflatten(treespec: Any, leaves: Any) -> Any:
     return pk.unflatten(_unwrap(treespec), leaves)
 
 
-def tree_iter(
-    tree: Any, is_leaf: Any = None, *, none_is_leaf: bool = False, namespace: str = ""
-) -> Iterator:
-    opts = _opts(is_leaf, none_is_leaf, namespace)
-    return pk.tree_iter(tree, opts["is_leaf"], rules=opts["rules"])
-
-
-def tree_leaves(
-    tree: Any, is_leaf: Any = None, *, none_is_leaf: bool = False, namespace: str = ""
-) -> list:
-    return pk.leaves(tree, **_opts(is_leaf, none_is_leaf, namespace))
-
-
-def tree_structure(
-    tree: Any, is_leaf: Any = None, *, none_is_leaf: bool = False, namespace: str = ""
-) -> Any:
-    return _wrap(pk.structure(tree, **_opts(is_leaf, none_is_leaf, namespace)))
-
-
-def tree_paths(
-    tree: Any, is_leaf: Any = None, *, none_is_leaf: bool = False, namespace: str = ""
-) -> list:
-    pairs, _ = pk.flatten_with_path(tree, **_opts(is_leaf, none_is_leaf, namespace))
-    return [_raw(p) for p, _ in pairs]
-
-
-def tree_accessors(
-    tree: Any, is_leaf: Any = None, *, none_is_leaf: bool = False, namespace: str = ""
-) -> list:
-    return pk.structure(tree, **_opts(is_leaf, none_is_leaf, namespace)).accessors()
-
-
-def tree_is_leaf(
-    tree: Any, is_leaf: Any = None, *, none_is_leaf: bool = False, namespace: str = ""
-) -> bool:
-    opts = _opts(is_leaf, none_is_leaf, namespace)
-    return pk.tree_is_leaf(tree, opts["is_leaf"], rules=opts["rules"])
-
-
-def all_leaves(
-    iterable: Any, is_leaf: Any = None, *, none_is_leaf: bool = False, namespace: str = ""
-) -> bool:
-    opts = _opts(is_leaf, none_is_leaf, namespace)
-    return pk.all_leaves(iterable, opts["is_leaf"], rules=opts["rules"])
-
-
-def tree_flatten_one_level(
-    tree: Any, is_leaf: Any = None, *, none_is_leaf: bool = False, namespace: str = ""
-) -> tuple:
-    # (children, spec) here: the spec stands for optree's metadata, and
-    # spec.unflatten for its unflatten function
-    children, spec = pk.flatten_one_level(tree, **_opts(is_leaf, none_is_leaf, namespace))
-    return children, _wrap(spec), tuple(spec.entries()), lambda metadata, kids: spec.unflatten(kids)
-
-
 # -- maps ----------------------------------------------------------------------
 
 
-def tree_map(
-    func: Callable,
-    tree: Any,
-    *rests: Any,
-    is_leaf: Any = None,
-    none_is_leaf: bool = False,
-    namespace: str = "",
-) -> Any:
-    return pk.tree_map(func, tree, *rests, **_opts(is_leaf, none_is_leaf, namespace))
+def _map_fn(as_path: Callable | None = None) -> Callable:
+    """optree's ``tree_map`` (``as_path`` None), or a ``_with_path`` or
+    ``_with_accessor`` one: ``pk.tree_map_with_path``, ``func`` given each path
+    as ``as_path`` makes it."""
+
+    def call(
+        func: Callable,
+        tree: Any,
+        *rests: Any,
+        is_leaf: Any = None,
+        none_is_leaf: bool = False,
+        namespace: str = "",
+    ) -> Any:
+        opts = _opts(is_leaf, none_is_leaf, namespace)
+        if as_path is None:
+            return pk.tree_map(func, tree, *rests, **opts)
+
+        def by_path(path: tuple, *xs: Any) -> Any:
+            return func(as_path(path), *xs)
+
+        return pk.tree_map_with_path(by_path, tree, *rests, **opts)
+
+    return call
 
 
-def tree_map_with_path(
-    func: Callable,
-    tree: Any,
-    *rests: Any,
-    is_leaf: Any = None,
-    none_is_leaf: bool = False,
-    namespace: str = "",
-) -> Any:
-    return _map_by_path(func, _raw, tree, rests, _opts(is_leaf, none_is_leaf, namespace))
-
-
-def tree_map_with_accessor(
-    func: Callable,
-    tree: Any,
-    *rests: Any,
-    is_leaf: Any = None,
-    none_is_leaf: bool = False,
-    namespace: str = "",
-) -> Any:
-    return _map_by_path(func, pk.Accessor, tree, rests, _opts(is_leaf, none_is_leaf, namespace))
-
-
-def _map_by_path(func: Callable, as_path: Callable, tree: Any, rests: tuple, opts: dict) -> Any:
-    """``pk.tree_map_with_path``, ``func`` given each path as ``as_path`` makes it."""
-
-    def call(path: tuple, *xs: Any) -> Any:
-        return func(as_path(path), *xs)
-
-    return pk.tree_map_with_path(call, tree, *rests, **opts)
+tree_map = _map_fn()
+tree_map_with_path = _map_fn(_raw)
+tree_map_with_accessor = _map_fn(pk.Accessor)
 
 
 def tree_replace_nones(sentinel: Any, tree: Any, namespace: str = "") -> Any:
@@ -376,9 +330,7 @@ def tree_partition(
     namespace: str = "",
 ) -> tuple:
     opts = _opts(is_leaf, none_is_leaf, namespace)
-    return pk.tree_partition(
-        predicate, tree, opts["is_leaf"], fillvalue=fillvalue, rules=opts["rules"]
-    )
+    return pk.tree_partition(predicate, tree, fillvalue=fillvalue, **opts)
 
 
 def tree_transpose(outer_treespec: Any, inner_treespec: Any, tree: Any, is_leaf: Any = None) -> Any:
@@ -400,8 +352,9 @@ def tree_broadcast_prefix(
     none_is_leaf: bool = False,
     namespace: str = "",
 ) -> Any:
-    opts = _opts(is_leaf, none_is_leaf, namespace)
-    return pk.tree_broadcast_prefix(prefix_tree, full_tree, opts["is_leaf"], rules=opts["rules"])
+    return pk.tree_broadcast_prefix(
+        prefix_tree, full_tree, **_opts(is_leaf, none_is_leaf, namespace)
+    )
 
 
 def broadcast_prefix(
@@ -413,7 +366,7 @@ def broadcast_prefix(
     namespace: str = "",
 ) -> list:
     opts = _opts(is_leaf, none_is_leaf, namespace)
-    full = pk.tree_broadcast_prefix(prefix_tree, full_tree, opts["is_leaf"], rules=opts["rules"])
+    full = pk.tree_broadcast_prefix(prefix_tree, full_tree, **opts)
     return pk.structure(full_tree, **opts).flatten_up_to(full)
 
 
@@ -464,8 +417,7 @@ def _truth(fn: Callable) -> Callable:
     def truth(
         tree: Any, *, is_leaf: Any = None, none_is_leaf: bool = False, namespace: str = ""
     ) -> bool:
-        opts = _opts(is_leaf, none_is_leaf, namespace)
-        return fn(tree, opts["is_leaf"], rules=opts["rules"])
+        return fn(tree, **_opts(is_leaf, none_is_leaf, namespace))
 
     return truth
 
@@ -645,7 +597,9 @@ def install() -> None:
         elif name in table:
             setattr(optree, name, mapped(table[name]))
         elif name in shim:
-            setattr(optree, name, mapped(shim[name]))
+            fn = mapped(shim[name])
+            fn.__name__ = fn.__qualname__ = name  # (_tree_fn's functions are all "call")
+            setattr(optree, name, fn)
         else:
             raise AssertionError(f"optree.{name} is neither mapped nor missing")
     for name in REGISTRY:  # the user's setup, which pk.optree_rules reads
