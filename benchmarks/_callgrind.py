@@ -13,9 +13,9 @@ reads the count back:
 - :func:`count_in_checkout`: the same with a checkout's pytree_kit.
 
 Users: ``instructions.py``, ``record_cost.py``, ``corpus_instructions.py``,
-``pinning.py`` and ``check_cost.py`` (``compiled.py``, which reads the count
-from valgrind's output, and ``fast_paths.py``, a count per client-request
-dump, still run valgrind themselves).
+``pinning.py``, ``check_cost.py`` and ``compiled.py``; ``fast_paths.py``,
+which reads a count per client-request dump (many out files), runs its
+:func:`command` with :func:`run` and reads each file's :data:`TOTAL`.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def command(script: Path | str, args: Sequence[str], out: str, toggles: Sequence
     ]
 
 
-def _run(cmd: list, env: Optional[dict], cwd: Optional[Path]) -> None:
+def run(cmd: list, env: Optional[dict] = None, cwd: Optional[Path] = None) -> None:
+    """Run a :func:`command`; RuntimeError with the tail of its stderr if it fails."""
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
     if proc.returncode:
         tail = "\n".join(proc.stderr.splitlines()[-15:])
@@ -76,7 +77,7 @@ def count(
     inside ``toggles`` when given); ``out`` keeps callgrind's file there."""
     with tempfile.TemporaryDirectory() as tmp:
         where = out or Path(tmp) / "callgrind.out"
-        _run(command(script, args, str(where), toggles), env, cwd)
+        run(command(script, args, str(where), toggles), env, cwd)
         found = TOTAL.search(where.read_text())
     if found is None or int(found.group(1)) == 0:
         what = f"{script} {list(args)} (toggles {list(toggles)})"

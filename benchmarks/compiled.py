@@ -43,13 +43,11 @@ import argparse
 import dataclasses
 import os
 import platform
-import re
-import shutil
-import subprocess
 import sys
 import time
 from typing import Any, Callable
 
+import _callgrind
 import _output
 import torch
 import torch.utils._pytree as torch_pytree
@@ -253,23 +251,8 @@ def callgrind_child(name: str) -> None:
 
 def call_instructions(name: str) -> float:
     """Instructions of one compiled call of ``name``'s wrapper (callgrind)."""
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        raise SystemExit("compiled.py --instructions: valgrind is not installed")
-    proc = subprocess.run(
-        [valgrind, "--tool=callgrind", "--collect-atstart=no",
-         "--toggle-collect=builtin_sorted", "--callgrind-out-file=/dev/null",
-         sys.executable, __file__, "--callgrind-child", name],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    found = re.search(r"Collected : (\d+)", proc.stderr)
-    if proc.returncode or found is None or int(found.group(1)) == 0:
-        tail = "\n".join(proc.stderr.splitlines()[-15:])
-        raise SystemExit(
-            f"compiled.py --instructions: callgrind counted nothing for {name} "
-            f"(exit {proc.returncode}; does this Python have symbols for builtin_sorted?)\n{tail}"
-        )
-    return int(found.group(1)) / CALLGRIND_CALLS
+    child = ["--callgrind-child", name]
+    return _callgrind.count(__file__, child, toggles=("builtin_sorted",)) / CALLGRIND_CALLS
 
 
 def versions() -> str:

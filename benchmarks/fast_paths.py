@@ -38,6 +38,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import _callgrind
 import _output
 
 HERE = Path(__file__).resolve().parent
@@ -154,25 +155,13 @@ def count_all(checkout: Path, pts: list, ops: list, work: Path) -> dict:
         PYTHONHASHSEED="0",
         FAST_PATHS_CASES=repr((pts, ops)),
     )
-    subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={out}/cg.%p",
-            sys.executable,
-            str(checkout / "benchmarks" / "fast_paths.py"),
-            "--child",
-        ],
-        check=True,
-        capture_output=True,
-        env=env,
-        cwd=checkout,
-    )
+    script = checkout / "benchmarks" / "fast_paths.py"
+    _callgrind.run(_callgrind.command(script, ["--child"], f"{out}/cg.%p"), env, checkout)
     got = {}
     for dump in out.iterdir():
         text = dump.read_text()
         desc = re.search(r"^desc: Trigger: Client Request: (.*)$", text, re.MULTILINE)
-        total = re.search(r"^(?:summary|totals): (\d+)", text, re.MULTILINE)
+        total = _callgrind.TOTAL.search(text)
         if desc is None or total is None:
             continue
         family, size, variant, op, n = desc.group(1).split("|")
