@@ -598,7 +598,8 @@ def test_identity_is_read_only_past_the_bound_while_tracing():
     tree = {"a": [Target(_r(), _r(1))], "b": (_r(), {"c": None})}
     old = (_tracer.compiling, _tracer.reads_instance_dicts, _tracer.reads_identity)
     _tracer.learn(lambda: True, instance_dicts=True, identity=True)
-    _pure.__dict__["id"] = counting_id
+    # the walk's identity reads: _pure's on entry, _traced's past the bound
+    _pure.__dict__["id"] = _traced.__dict__["id"] = counting_id
     try:
         for mode in (0, 1, 2):
             _pure._walk(tree, None, None, mode)
@@ -621,7 +622,7 @@ def test_identity_is_read_only_past_the_bound_while_tracing():
         assert calls == []
         assert _pure.flatten(_chain(_traced.CYCLE_DEPTH - 1, _r()))[0]  # under the bound
     finally:
-        del _pure.__dict__["id"]
+        del _pure.__dict__["id"], _traced.__dict__["id"]
         _tracer.learn(*old)
 
 
