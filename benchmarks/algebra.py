@@ -3,7 +3,7 @@ also has (tree_iter, tree_map_only, tree_any/all, the reductions, tree_transpose
 tree_broadcast_prefix, tree_partition, tree_replace_nones,
 flatten_one_level, keystr and the spec algebra, tree_get,
 assert_same_structure) timed beside that peer's equivalent, in one process,
-interleaved as ``compare.py`` does (its ``measure_many``), on trees of ints
+interleaved as the corpus benchmark does (``_peers.measure_many``), on trees of ints
 that every library reads alike.
 
     python benchmarks/algebra.py            # build/benchmarks/pythonX.Y/algebra.md
@@ -12,7 +12,7 @@ that every library reads alike.
     python benchmarks/algebra.py --only tree_any   # some functions, printed only
 
 A cell reads ``median µs (speedup x)`` with speedup = (the fastest peer's
-median) / (this median), as in compare.md: above 1 is faster than every peer.
+median) / (this median), as in corpus.py's reports: above 1 is faster than every peer.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import sys
 from typing import Any, Callable, Optional
 
 import _output
-from compare import measure_many  # the same timing: warm-up, calibration, interleaving
-from compare import tree_chain as chain  # tree (d)
+from _peers import measure_many  # the same timing: warm-up, calibration, interleaving
+from corpus import tree_chain as chain  # tree (d)
 
 import pytree_kit as pk
 from pytree_kit._engine import impl as engine_impl
@@ -301,7 +301,7 @@ def run(quick: bool, only: Optional[list[str]] = None) -> str:
             f"{n} {_version(n)}" for n in ("optree", "jax", "torch", "dm-tree", "pytree_kit")
         ),
         "- `python benchmarks/algebra.py`: median µs per call, interleaved with the peers "
-        "(benchmarks/compare.py's measure_many); the x is the fastest peer's time over "
+        "(benchmarks/_peers.py's measure_many); the x is the fastest peer's time over "
         "pytree_kit's (above 1: faster than every peer).",
         "",
         "## Worst ratio per function, over the trees",

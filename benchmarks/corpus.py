@@ -1,8 +1,20 @@
-"""Corpus speed benchmark: pytree_kit against its peers on trees drawn at random.
+"""The corpus benchmark: pytree_kit against its peers, on trees drawn at random
+and on six named ones, and the page of its figures on every Python.
 
-compare.py times six fixed trees, which an engine could be tuned to. This script
-draws its trees instead, from families of the shapes met in practice, at several
-sizes each, from a seed (``--seed``; the same seed draws the same trees):
+    python benchmarks/corpus.py                      # full run, about 3-4 minutes
+    python benchmarks/corpus.py --quick              # smoke mode, well under a minute
+    python benchmarks/corpus.py --seed 7             # other trees
+    python benchmarks/corpus.py --families wide,chain
+    python benchmarks/corpus.py --only optree        # pytree_kit and the peers named
+    python benchmarks/corpus.py --out /tmp/c         # write the outputs elsewhere
+    python benchmarks/corpus.py --record             # into benchmarks/results/ (published)
+    python benchmarks/corpus.py compare              # the six named trees, a few minutes
+    python benchmarks/corpus.py compare --quick      # smoke mode (CI), well under a minute
+    python benchmarks/corpus.py versions --record    # benchmarks/results/versions.md
+
+**The corpus** (no command). Six fixed trees are trees an engine could be tuned
+to; these are drawn instead, from families of the shapes met in practice, at
+several sizes each, from a seed (``--seed``; the same seed draws the same trees):
 
 - ``state_dict``: flat dicts of 10 to 5,000 str keys named as real models name
   their parameters (``model.layers.3.self_attn.q_proj.weight``, a GPT-2, BERT or
@@ -25,30 +37,20 @@ sizes each, from a seed (``--seed``; the same seed draws the same trees):
 - ``mixed_keys``: dicts keyed by ints and floats together, and by tuples (every
   library sorts these), and one tree with int and str keys in one dict (which
   jax and dm-tree cannot sort: they drop out of that tree);
-- ``named``: compare.py's six trees.
+- ``named``: the six named trees (below).
 
 Leaves are torch tensors where torch is installed, numpy arrays where only numpy
 is, else strings (every library takes each as a leaf), and the Python ints, floats,
 strs and bools of the families that have them; drawing needs no torch.
 
-    python benchmarks/corpus.py                      # full run, about 3-4 minutes
-    python benchmarks/corpus.py --quick              # smoke mode, well under a minute
-    python benchmarks/corpus.py --seed 7             # other trees
-    python benchmarks/corpus.py --families wide,chain
-    python benchmarks/corpus.py --only optree        # pytree_kit and the peers named
-    python benchmarks/corpus.py --out /tmp/c         # write the outputs elsewhere
-    python benchmarks/corpus.py --record             # into benchmarks/results/ (published)
-
 The report goes to stdout and ``OUT/corpus.md``, its figures to
-``OUT/corpus.json`` (``benchmarks/versions.py`` gathers those of several
-Pythons). ``OUT`` defaults to ``build/benchmarks/python3.X/`` of the running
-Python; ``--record`` writes into ``benchmarks/results/python3.X/``, the published
-figures, beside compare.py's per-version runs.
+``OUT/corpus.json``. ``OUT`` defaults to ``build/benchmarks/python3.X/`` of the
+running Python; ``--record`` writes into ``benchmarks/results/python3.X/``, the
+published figures.
 
-How it measures: as compare.py does, with its machinery (``Lib``,
-``load_libraries``, ``_calls_checked``, ``measure_many``, ``settings_for``,
-``best_peer``, ``machine_lines``), in one process. Each tree is first run once
-through every library, and a library that sees a different number of leaves
+How it measures, in one process, with ``_peers.py``'s libraries and timing
+(``load_libraries``, ``_calls_checked``, ``measure_many``): each tree is first run
+once through every library, and a library that sees a different number of leaves
 than pytree_kit's pure engine, or errors, or does not round-trip, takes no part
 in that tree (n/a; the report lists each such library and tree, with the cause
 where it is known). Then, for each operation, every library's zero-argument call
@@ -68,6 +70,31 @@ the median speedup over the family's trees, and names the tree (its size) and th
 peer of the worst. The targets (met only when the family's worst reaches them):
 flatten >= 2x, unflatten >= 1.5x, tree_map >= 1.5x, leaves >= 2.5x the fastest
 peer, and flatten_up_to >= 1.5x pytree_kit's own flatten.
+
+**compare**: the six named trees, through every pytree_kit engine that can be
+imported (the pure engine, and the C engine when it is built; the one the
+public API does not reach in this process is called directly, tree_map as
+``pk.tree_map`` does it) and every peer, each operation timed for every
+library (flatten_up_to too), each cell ``median µs (speedup x)`` with the same
+speedup (``1.00 x`` marks the fastest peer itself). Then leaves() against the
+floor (copying as many references into a new list, timed in the same rounds:
+``leaves() time / floor time``, lower is better), pytree_kit's flatten_up_to
+against its flatten in the same rounds, the targets of issue 3 on the C engine,
+and the cost per leaf of flatten and leaves from 10^3 to 10^6 leaves. The
+report goes to ``OUT/compare.md``, the C engine's figures to
+``OUT/compare.json``, the charts to ``OUT/compare.png`` (speedups per tree and
+operation) and ``OUT/scaling.png`` (ns per leaf); ``OUT`` defaults to
+``build/benchmarks/``, ``--record`` writes into ``benchmarks/results/`` (each
+``benchmarks/results/python3.X/`` holds a run made with that Python, ``--out``
+pointing there, ``--no-plot``).
+
+**versions**: one page of the C engine's speedups on every supported Python,
+from the recorded runs (``benchmarks/results/python3.*/compare.json``, whatever
+``--out`` says): one table per version, every tree and operation where the C
+engine is slower than the fastest peer (speedup below 1x) and, from the
+``corpus.json`` beside them, each family's worst speedup per operation on each
+version. It writes ``versions.md`` into ``build/benchmarks/`` (``--record``:
+``benchmarks/results/``).
 """
 
 from __future__ import annotations
@@ -78,31 +105,32 @@ import dataclasses
 import functools
 import gc
 import json
+import math
 import platform
 import random
+import re
 import statistics
 import sys
 import time
+import traceback
 import types
 import typing
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import _output
-import compare
-from compare import (
+from _peers import (
+    FLOOR,
     OPS,
     OPTREE_NS,
     SAME_ROUNDS,
-    TREES,
     Lib,
     Settings,
     X,
     _calls_checked,
-    _dc_flatten,
-    _dc_unflatten_aux_first,
-    _dc_unflatten_children_first,
-    _fields_of,
+    _fmt_us,
     _git_revision,
+    _initial,
     _table,
     best_peer,
     load_libraries,
@@ -110,7 +138,6 @@ from compare import (
     measure_many,
     settings_for,
 )
-from versions import _initial
 
 import pytree_kit as pk
 from pytree_kit import _pure
@@ -120,7 +147,6 @@ try:
 except ImportError:  # the attrs family is skipped, with a note
     attrs = None
 
-#: The seed of the draw unless --seed says otherwise.
 DEFAULT_SEED = 21
 PEER_OPS: tuple[str, ...] = ("flatten", "unflatten", "leaves", "tree_map")
 #: The targets of issue 21, judged on each family's worst tree.
@@ -131,7 +157,7 @@ TARGETS: dict[str, float] = {
     "tree_map": 1.5,
     "flatten_up_to": 1.5,
 }
-#: Full-run timing: a little shorter than compare.py's (0.05 s, 7 repeats), for
+#: Full-run timing: a little shorter than compare's (0.05 s, 7 repeats), for
 #: ~50 trees in 3-4 minutes; the interleaving is what keeps the ratios steady.
 FULL_MIN_TIME = 0.015
 FULL_REPEATS = 5
@@ -164,6 +190,118 @@ def leaf_pool() -> tuple[str, tuple[Any, ...]]:
 
 def tensor(rng: random.Random) -> Any:
     return rng.choice(leaf_pool()[1])
+
+
+# --------------------------------------------------------------------------
+# The six named trees (the named family, and compare's trees)
+
+
+@dataclasses.dataclass
+class Meta:
+    epoch: Any
+    step: Any
+    lr: Any
+    seed: Any
+
+
+@dataclasses.dataclass
+class Target:
+    boxes: Any
+    labels: Any
+    masks: Any
+
+
+@dataclasses.dataclass
+class Batch:
+    images: Any
+    targets: Any
+    meta: Any
+
+
+NAMED_DATACLASSES: tuple[type, ...] = (Meta, Target, Batch)
+
+
+@functools.cache
+def _tensors() -> dict[str, Any]:
+    """A few small tensors, reused as leaves (torch when present, else stand-ins)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a bench dependency
+        return {"image": "image", "boxes": "boxes", "labels": "labels", "masks": "masks"}
+    return {
+        "image": torch.zeros(3, 8, 8),
+        "boxes": torch.zeros(5, 4),
+        "labels": torch.zeros(5, dtype=torch.int64),
+        "masks": torch.zeros(5, 8, 8, dtype=torch.bool),
+    }
+
+
+def tree_dict10() -> Any:
+    return {f"k{i}": i for i in range(10)}
+
+
+def tree_detection() -> Any:
+    t = _tensors()
+    return {
+        "images": [t["image"] for _ in range(8)],
+        "targets": [
+            {"boxes": t["boxes"], "labels": t["labels"], "masks": t["masks"]} for _ in range(8)
+        ],
+        "meta": {"epoch": 3, "step": 1200, "ids": (11, 12, 13, 14, 15, 16)},
+    }
+
+
+def tree_records() -> Any:
+    return [{"x": i, "y": i + 1, "z": i + 2} for i in range(1000)]
+
+
+def tree_chain() -> Any:
+    t: Any = 0
+    for i in range(1, 50):
+        t = [t, i] if i % 2 else {"child": t, "v": i}
+    return t
+
+
+def tree_dataclass() -> Any:
+    t = _tensors()
+    return Batch(
+        images=[t["image"] for _ in range(4)],
+        targets=[Target(t["boxes"], t["labels"], t["masks"]) for _ in range(4)],
+        meta=Meta(epoch=3, step=1200, lr=0.1, seed=7),
+    )
+
+
+def tree_wide() -> Any:
+    return {name: list(range(25_000)) for name in ("a", "b", "c", "d")}
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeCase:
+    key: str
+    label: str
+    make: Callable[[], Any]
+    big: bool = False
+
+
+TREES: tuple[TreeCase, ...] = (
+    TreeCase("a", "(a) dict of 10", tree_dict10),
+    TreeCase("b", "(b) detection batch", tree_detection),
+    TreeCase("c", "(c) 1000 dicts x 3", tree_records),
+    TreeCase("d", "(d) depth-50 chain", tree_chain),
+    TreeCase("e", "(e) dataclass batch", tree_dataclass),
+    TreeCase("f", "(f) wide, 100,000", tree_wide, big=True),
+)
+
+TREE_DESCRIPTIONS: dict[str, str] = {
+    "a": "`{'k0': 0, ..., 'k9': 9}`",
+    "b": "`images`: 8 tensors; `targets`: 8 dicts of boxes/labels/masks tensors; "
+    "`meta`: epoch, step and a tuple of 6 ids",
+    "c": "a list of 1000 dicts `{'x', 'y', 'z'}` of ints",
+    "d": "nested 49 deep, alternating `[child, i]` and `{'child': ..., 'v': i}`",
+    "e": "`Batch(images=[4 tensors], targets=[4 Target(boxes, labels, masks)], "
+    "meta=Meta(epoch, step, lr, seed))`, dataclasses",
+    "f": "a dict of 4 lists of 25,000 ints",
+}
 
 
 # --------------------------------------------------------------------------
@@ -727,7 +865,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "named",
         "leaves",
-        "compare.py's six trees, as they are (not drawn)",
+        "the six trees of `corpus.py compare`, as they are (not drawn)",
         tuple((0, c.key) for c in TREES),
         5,
         lambda rng, n, v: _named_draw(rng, n, v),
@@ -795,6 +933,22 @@ def draw_one(fam: Family, size: int, variant: str, seed: int) -> Drawn:
 # Registering the record classes with the peers (pytree_kit needs nothing)
 
 
+def _fields_of(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _dc_flatten(obj: Any) -> tuple[list, Any]:
+    return [getattr(obj, n) for n in _fields_of(type(obj))], None
+
+
+def _dc_unflatten_aux_first(cls: type, aux: Any, children: Any) -> Any:
+    return cls(*children)
+
+
+def _dc_unflatten_children_first(cls: type, children: Any, aux: Any) -> Any:
+    return cls(*children)
+
+
 def _attrs_flatten(obj: Any) -> tuple[list, Any]:
     return [getattr(obj, a.name) for a in type(obj).__attrs_attrs__], None
 
@@ -816,15 +970,18 @@ def _mo_unflatten_children_first(cls: type, children: Any, keys: Any) -> Any:
     return cls(**dict(zip(keys, children)))
 
 
-def register_with_peers(libs: list[Lib], notes: list[str]) -> None:
-    """Registers this corpus's dataclasses, attrs classes and ModelOutput class with
-    every peer loaded, as compare.py registers its own: jax ``register_dataclass``
-    (the ModelOutput class with ``register_pytree_node``), optree
-    ``register_pytree_node`` in compare.py's namespace, torch
-    ``register_pytree_node`` (which serves _cxx_pytree too). The ModelOutput class
-    flattens to its set fields, as transformers registers it with torch."""
+def register_with_peers(libs: list[Lib]) -> None:
+    """Registers the named trees' dataclasses and this corpus's dataclasses,
+    attrs classes and ModelOutput class with every peer loaded: jax
+    ``register_dataclass`` (the ModelOutput class with ``register_pytree_node``),
+    optree ``register_pytree_node`` in a namespace of its own (``OPTREE_NS``),
+    torch ``register_pytree_node``, which also registers the class with
+    ``_cxx_pytree`` (in optree's ``torch`` namespace) when that module has been
+    imported, so it is imported first. The ModelOutput class flattens to its set
+    fields, as transformers registers it with torch. dm-tree has no registration."""
     names = {lib.name for lib in libs if lib.peer}
-    records = [(cls, _fields_of(cls), _dc_flatten) for cls in DATACLASSES]
+    dcs = NAMED_DATACLASSES + DATACLASSES
+    records = [(cls, _fields_of(cls), _dc_flatten) for cls in dcs]
     records += [(cls, _record_fields(cls), _attrs_flatten) for cls in ATTRS_CLASSES]
     mo = CausalLMOutput
     if "jax.tree_util" in names:
@@ -851,94 +1008,116 @@ def register_with_peers(libs: list[Lib], notes: list[str]) -> None:
     if names & {"torch.utils._pytree", "torch.utils._cxx_pytree"}:
         import torch.utils._pytree as tp
 
-        compare._torch_register()  # imports _cxx_pytree first, so that it gets them too
+        try:
+            import torch.utils._cxx_pytree  # noqa: F401
+        except Exception:
+            pass
         for cls, _, flat in records:
             tp.register_pytree_node(cls, flat, functools.partial(_dc_unflatten_children_first, cls))
         tp.register_pytree_node(
             mo, _mo_flatten, functools.partial(_mo_unflatten_children_first, mo)
         )
-    if "dm-tree" in names:
-        notes.append(
-            "dm-tree has no registration: it reads attrs classes and mappings (so the "
-            "ModelOutput class) itself, and takes a dataclass for one leaf (n/a on the "
-            "dataclass family and tree (e))."
-        )
 
 
 # --------------------------------------------------------------------------
-# Timing
+# Timing (the corpus and compare alike)
 
 
 Cells = dict[tuple[str, str, str], Any]
 
 
-def time_tree(
-    libs: list[Lib],
-    ours: Lib,
-    drawn: Drawn,
-    settings: Settings,
-    cells: Cells,
-    dropped: list[dict[str, Any]],
-    notes: list[str],
-) -> int:
-    """Times every library on one tree; returns its number of leaves (pure engine's)."""
-    tree = drawn.tree
-    tid = drawn.tree_id
+def checked_calls(
+    libs: list[Lib], tree: Any, na: dict[str, str], failed: str
+) -> tuple[int, dict[str, dict[str, Any]], dict[str, Any]]:
+    """(the tree's leaves by pytree_kit's pure engine, each library's calls on
+    it, the libraries that take no part): a library named in ``na`` (its cells
+    are the reason) or that fails :func:`_calls_checked` (its cells are
+    ``failed``; the exception is kept) takes no part, in library order."""
     expected = len(_pure.leaves(tree, None, None))
     calls: dict[str, dict[str, Any]] = {}
+    left_out: dict[str, Any] = {}
     for lib in libs:
-        named_na = lib.na.get(drawn.variant) if drawn.family == "named" else None
-        if named_na is not None:
-            calls[lib.name] = dict.fromkeys(OPS, named_na)
-            dropped.append(_drop(lib, drawn, named_na))
+        if lib.name in na:
+            calls[lib.name] = dict.fromkeys(OPS, na[lib.name])
+            left_out[lib.name] = na[lib.name]
             continue
         try:
             calls[lib.name] = _calls_checked(lib, tree, expected)
         except Exception as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-            calls[lib.name] = dict.fromkeys(OPS, "n/a")
-            dropped.append(_drop(lib, drawn, reason))
+            calls[lib.name] = dict.fromkeys(OPS, failed)
+            left_out[lib.name] = exc
+    return expected, calls, left_out
+
+
+def time_calls(
+    libs: list[Lib],
+    calls: dict[str, dict[str, Any]],
+    tid: str,
+    where: str,
+    min_time: float,
+    repeats: int,
+    cells: Cells,
+    notes: list[str],
+    every_up_to: bool = False,
+    floor_of: int = 0,
+) -> Any:
+    """Times each operation of one tree (``tid``), every library's call in the
+    same interleaved rounds, into ``cells[library, tid, op]``; a call that fails
+    there gets a note (on ``where``). flatten_up_to is timed for pytree_kit's
+    engines only (``every_up_to``: every library), each one's flatten again in
+    its rounds (cells of the op ``SAME_ROUNDS``). ``floor_of``: the floor, a copy
+    of a list of as many references, timed in the rounds of leaves() and
+    returned (else None)."""
+    floor = None
+    prebuilt = list(range(floor_of))
     for op in OPS:
+        timed = libs if every_up_to or op != "flatten_up_to" else [x for x in libs if not x.peer]
         fns: dict[str, Callable[[], Any]] = {}
-        timed = [ours] if op == "flatten_up_to" else libs
         for lib in timed:
             fn = calls[lib.name][op]
             if isinstance(fn, str):
                 cells[lib.name, tid, op] = fn
             else:
                 fns[lib.name] = fn
+        if op == "leaves" and floor_of:
+            fns[FLOOR] = prebuilt.copy
+        again: dict[str, str] = {}
         if op == "flatten_up_to":
-            flat = calls[ours.name]["flatten"]
-            if not isinstance(flat, str) and fns:
-                fns[SAME_ROUNDS] = flat
-        for name, v in measure_many(fns, settings.min_time, settings.repeats).items():
-            if name == SAME_ROUNDS:
-                cells[ours.name, tid, SAME_ROUNDS] = v
+            for lib in libs:
+                flat = calls[lib.name]["flatten"]
+                if not lib.peer and not isinstance(flat, str):
+                    again[f"{lib.name}: {SAME_ROUNDS}"] = lib.name
+                    fns[f"{lib.name}: {SAME_ROUNDS}"] = flat
+        for name, v in measure_many(fns, min_time, repeats).items():
+            if name == FLOOR:
+                floor = v
+            elif name in again:
+                cells[again[name], tid, SAME_ROUNDS] = v
             else:
                 cells[name, tid, op] = v
                 if isinstance(v, str):
-                    notes.append(f"**{name}** {op} on {drawn.family} {drawn.label}: {v}")
-    return expected
+                    notes.append(f"**{name}** {op} on {where}: {v}")
+    return floor
 
 
-def _drop(lib: Lib, drawn: Drawn, reason: str) -> dict[str, Any]:
+def _drop(name: str, drawn: Drawn, why: Any) -> dict[str, Any]:
     return {
-        "library": lib.name,
+        "library": name,
         "family": drawn.family,
         "tree": drawn.label,
-        "reason": reason,
-        "cause": KNOWN_CAUSES.get((lib.name, drawn.family)),
+        "reason": why if isinstance(why, str) else f"{type(why).__name__}: {why}",
+        "cause": KNOWN_CAUSES.get((name, drawn.family)),
     }
 
 
 # --------------------------------------------------------------------------
-# The figures
+# The corpus's figures
 
 
-def tree_figures(libs: list[Lib], ours: Lib, cells: Cells, tid: str) -> dict[str, Any]:
-    """pytree_kit's figures on one tree: per op, its µs, the fastest peer and the speedup."""
+def op_figures(libs: list[Lib], ours: Lib, cells: Cells, tid: str, ops: Any) -> dict[str, Any]:
+    """``ours``' figures on one tree: per op, its µs, the fastest peer's and the speedup."""
     out: dict[str, Any] = {}
-    for op in PEER_OPS:
+    for op in ops:
         v = cells.get((ours.name, tid, op))
         best = best_peer(libs, cells, tid, op)
         if isinstance(v, float) and best is not None:
@@ -948,6 +1127,13 @@ def tree_figures(libs: list[Lib], ours: Lib, cells: Cells, tid: str) -> dict[str
                 "peer_us": best[1] * 1e6,
                 "speedup": best[1] / v,
             }
+    return out
+
+
+def tree_figures(libs: list[Lib], ours: Lib, cells: Cells, tid: str) -> dict[str, Any]:
+    """pytree_kit's figures on one tree: per op, its µs, the fastest peer and the
+    speedup; flatten_up_to against its own flatten in the same rounds."""
+    out = op_figures(libs, ours, cells, tid, PEER_OPS)
     up = cells.get((ours.name, tid, "flatten_up_to"))
     flat = cells.get((ours.name, tid, SAME_ROUNDS))
     if isinstance(up, float) and isinstance(flat, float):
@@ -982,6 +1168,50 @@ def family_figures(trees: list[dict[str, Any]], family: str) -> dict[str, Any]:
 # The report
 
 
+@dataclasses.dataclass
+class Run:
+    """What every report of a run says: its command's arguments, libraries,
+    timing, notes, pytree_kit's revision and how long it took."""
+
+    argv: list[str]
+    libs: list[Lib]
+    settings: Settings
+    notes: list[str]
+    revision: str
+    elapsed: float = 0.0
+
+    def head(self, title: str, command: str, what: str, quick: str) -> list[str]:
+        """The report's title, command, run line and machine lines."""
+        return [
+            f"# pytree_kit: {title}",
+            "",
+            "`" + " ".join([f"python benchmarks/{command}", *self.argv]) + "`",
+            f"run on {time.strftime('%Y-%m-%d %H:%M')}, in one process, "
+            f"{self.elapsed:.0f} s in all{what}"
+            + (
+                f" (**--quick**: smoke mode, {quick}numbers are rough)"
+                if self.settings.quick
+                else ""
+            )
+            + ".",
+            "",
+            "## Machine and versions",
+            "",
+            *machine_lines(self.libs, self.revision),
+        ]
+
+    def info(self, engine: Optional[str]) -> dict[str, Any]:
+        """The figures' first entries: the Python, pytree_kit and the peers."""
+        return {
+            "python": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "pytree_kit": self.revision,
+            "engine": engine,
+            "engine_info": pk.engine_info(),
+            "peers": {x.name: x.version for x in self.libs if x.peer},
+        }
+
+
 def _worst_cell(fig: Optional[dict[str, Any]], with_judgement: bool = True) -> str:
     if fig is None:
         return "-"
@@ -993,41 +1223,24 @@ def _worst_cell(fig: Optional[dict[str, Any]], with_judgement: bool = True) -> s
 
 
 def render(
-    argv: list[str],
-    libs: list[Lib],
+    run: Run,
     ours: Lib,
-    settings: Settings,
     seed: int,
     families: list[Family],
     figures: dict[str, Any],
     trees: list[dict[str, Any]],
     dropped: list[dict[str, Any]],
-    notes: list[str],
-    elapsed: float,
-    revision: str,
 ) -> str:
-    peers = [lib for lib in libs if lib.peer]
+    settings = run.settings
+    peers = [lib for lib in run.libs if lib.peer]
     legend = ", ".join(f"{_initial(p.name)} {p.name}" for p in peers) or "none"
+    what = f", seed {seed}, {len(trees)} trees"
     lines = [
-        "# pytree_kit: corpus speed benchmark",
-        "",
-        "`" + " ".join(["python benchmarks/corpus.py", *argv]) + "`",
-        f"run on {time.strftime('%Y-%m-%d %H:%M')}, in one process, {elapsed:.0f} s in all, "
-        f"seed {seed}, {len(trees)} trees"
-        + (
-            " (**--quick**: smoke mode, the smallest sizes only; numbers are rough)"
-            if settings.quick
-            else ""
-        )
-        + ".",
-        "",
-        "## Machine and versions",
-        "",
-        *machine_lines(libs, revision),
+        *run.head("corpus speed benchmark", "corpus.py", what, "the smallest sizes only; "),
         f"- Leaves: {leaf_pool()[0]}, 16 distinct ones shared across the trees, and the "
         "Python ints, floats, strs and bools of the families that have them.",
         f"- Timing: median of {settings.repeats} interleaved loops per cell, each of at "
-        f"least {settings.min_time * 1e3:g} ms after a warm-up call (compare.py's "
+        f"least {settings.min_time * 1e3:g} ms after a warm-up call (`_peers.py`'s "
         "`measure_many`); gc enabled, `gc.freeze()` after the imports.",
         "",
         "## How to read",
@@ -1129,53 +1342,603 @@ def render(
     else:
         lines.append("None: every library took part in every tree.")
     lines.append("")
-    if notes:
-        lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
+    if run.notes:
+        lines += ["## Notes", "", *[f"- {n}" for n in run.notes], ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def summary(
-    libs: list[Lib],
+    run: Run,
     ours: Lib,
-    settings: Settings,
     seed: int,
     figures: dict[str, Any],
     trees: list[dict[str, Any]],
     dropped: list[dict[str, Any]],
-    notes: list[str],
-    elapsed: float,
-    revision: str,
 ) -> dict[str, Any]:
     return {
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "pytree_kit": revision,
-        "engine": ours.name,
-        "engine_info": pk.engine_info(),
-        "peers": {x.name: x.version for x in libs if x.peer},
+        **run.info(ours.name),
         "seed": seed,
-        "quick": settings.quick,
-        "min_time": settings.min_time,
-        "repeats": settings.repeats,
+        "quick": run.settings.quick,
+        "min_time": run.settings.min_time,
+        "repeats": run.settings.repeats,
         "leaves": leaf_pool()[0],
-        "elapsed_s": elapsed,
+        "elapsed_s": run.elapsed,
         "targets": TARGETS,
         "families": figures,
         "trees": trees,
         "left_out": dropped,
-        "notes": notes,
+        "notes": run.notes,
     }
 
 
 # --------------------------------------------------------------------------
+# compare: the six named trees through every engine and peer, the floor, scaling
+
+
+def run_compare(
+    libs: list[Lib], settings: Settings, notes: list[str], log: Callable[[str], None]
+) -> tuple[Cells, dict[str, int], dict[str, float]]:
+    """Times every (library, named tree, operation); returns the cells, leaf counts
+    and floors (each tree's floor timed in the same rounds as leaves(), and
+    pytree_kit's flatten again in those of flatten_up_to)."""
+    cells: Cells = {}
+    counts: dict[str, int] = {}
+    floor: dict[str, float] = {}
+    for case in TREES:
+        if case.big and settings.quick:
+            for lib in libs:
+                for op in OPS:
+                    cells[lib.name, case.key, op] = "skipped (--quick)"
+            continue
+        na = {lib.name: lib.na[case.key] for lib in libs if case.key in lib.na}
+        n, calls, left_out = checked_calls(libs, case.make(), na, "error")
+        counts[case.key] = n
+        for name, why in left_out.items():
+            if not isinstance(why, str):
+                notes.append(f"**{name}** on {case.label}: {why!r}; not timed.")
+        repeats = settings.big_repeats if case.big else settings.repeats
+        floor[case.key] = time_calls(
+            libs, calls, case.key, case.label, settings.min_time, repeats, cells, notes, True, n
+        )
+        log(f"{case.label} done")
+    return cells, counts, floor
+
+
+def scaling_tree(n: int) -> Any:
+    """``n`` leaves as a list of ``n // 10`` dicts of 10 ints."""
+    return [{f"k{j}": j for j in range(10)} for _ in range(n // 10)]
+
+
+def run_scaling(
+    libs: list[Lib], settings: Settings, log: Callable[[str], None]
+) -> dict[tuple[str, str, int], float]:
+    """Nanoseconds per leaf of flatten and leaves at each size (and the list-copy floor)."""
+    keep = [lib for lib in libs if not lib.peer or lib.name in ("jax.tree_util", "optree")]
+    out: dict[tuple[str, str, int], float] = {}
+    for n in settings.scaling_sizes:
+        tree = scaling_tree(n)
+        prebuilt = list(range(n))
+        repeats = settings.scaling_repeats if n >= 10**5 else settings.repeats
+        fns: dict[tuple[str, str], Callable[[], Any]] = {}
+        for lib in keep:
+            calls = lib.calls(tree, lib.structure(tree), [])
+            for op in ("flatten", "leaves"):
+                fn = calls[op]
+                if not isinstance(fn, str):
+                    fns[lib.name, op] = fn
+        fns[FLOOR, "leaves"] = prebuilt.copy
+        for (name, op), v in measure_many(fns, settings.min_time, repeats).items():
+            if isinstance(v, float):
+                out[name, op, n] = v * 1e9 / n
+        del tree, prebuilt, fns, calls
+        log(f"scaling 10^{len(str(n)) - 1} done")
+    return out
+
+
+def op_table(libs: list[Lib], cells: dict[tuple[str, str, str], Any], op: str) -> list[str]:
+    header = ["tree", *[lib.name for lib in libs], "fastest peer"]
+    rows = []
+    for case in TREES:
+        best = best_peer(libs, cells, case.key, op)
+        row = [case.label]
+        for lib in libs:
+            v = cells[lib.name, case.key, op]
+            if isinstance(v, float):
+                text = _fmt_us(v)
+                if best is not None:
+                    text += f" ({best[1] / v:.2f}{X})"
+                row.append(text)
+            else:
+                row.append(v)
+        row.append(best[0] if best else "-")
+        rows.append(row)
+    return _table(header, rows)
+
+
+def floor_table(
+    libs: list[Lib],
+    cells: dict[tuple[str, str, str], Any],
+    counts: dict[str, int],
+    floor: dict[str, float],
+) -> list[str]:
+    header = ["tree", "leaves", "floor µs", *[lib.name for lib in libs]]
+    rows = []
+    for case in TREES:
+        if case.key not in floor:
+            rows.append([case.label, "-", "skipped (--quick)", *["-" for _ in libs]])
+            continue
+        row = [case.label, f"{counts[case.key]:,}", _fmt_us(floor[case.key])]
+        for lib in libs:
+            v = cells[lib.name, case.key, "leaves"]
+            row.append(f"{v / floor[case.key]:.1f}{X}" if isinstance(v, float) else v)
+        rows.append(row)
+    return _table(header, rows)
+
+
+def up_to_table(libs: list[Lib], cells: dict[tuple[str, str, str], Any]) -> list[str]:
+    ours = [lib for lib in libs if not lib.peer]
+    rows = []
+    for case in TREES:
+        row = [case.label]
+        for lib in ours:
+            up = cells.get((lib.name, case.key, "flatten_up_to"))
+            flat = cells.get((lib.name, case.key, SAME_ROUNDS))
+            if isinstance(up, float) and isinstance(flat, float):
+                row.append(f"{_fmt_us(up)} / {_fmt_us(flat)} ({flat / up:.2f}{X})")
+            else:
+                row.append("-")
+        rows.append(row)
+    return _table(["tree", *[lib.name for lib in ours]], rows)
+
+
+#: The targets of issue 3, checked on the C engine (the pure one where no C is built).
+COMPARE_TARGETS = (
+    ("flatten", "speedup", 2.0),
+    ("unflatten", "speedup", 1.5),
+    ("tree_map", "speedup", 1.5),
+    ("leaves", "floor", 1.3),
+    ("flatten_up_to", "vs flatten", 1.5),
+)
+
+
+def targets_table(
+    libs: list[Lib], cells: dict[tuple[str, str, str], Any], floor: dict[str, float]
+) -> list[str]:
+    """Each target, per tree, for the fastest pytree_kit engine: met or missed."""
+    lib = _fastest_engine(libs)
+    if lib is None:
+        return ["No pytree_kit engine was timed."]
+    header = ["target", *[c.label for c in TREES]]
+    rows = []
+    for op, kind, goal in COMPARE_TARGETS:
+        if kind == "speedup":
+            label = f"{op}: at least {goal:g}{X} faster than the fastest peer"
+        elif kind == "floor":
+            label = f"leaves(): within {goal:g}{X} of the list-copy floor"
+        else:
+            label = f"flatten_up_to: at least {goal:g}{X} faster than flatten"
+        row = [label]
+        for case in TREES:
+            v = cells.get((lib.name, case.key, op))
+            if not isinstance(v, float):
+                row.append("-")
+                continue
+            if kind == "speedup":
+                best = best_peer(libs, cells, case.key, op)
+                ratio = best[1] / v if best else None
+                ok = ratio is not None and ratio >= goal
+            elif kind == "floor":
+                ratio = v / floor[case.key] if case.key in floor else None
+                ok = ratio is not None and ratio <= goal
+            else:
+                flat = cells.get((lib.name, case.key, SAME_ROUNDS))
+                ratio = flat / v if isinstance(flat, float) else None
+                ok = ratio is not None and ratio >= goal
+            row.append("-" if ratio is None else f"{ratio:.2f}{X} {'met' if ok else 'MISSED'}")
+        rows.append(row)
+    return [
+        f"For **{lib.name}**, from the tables above. The flatten_up_to row divides by "
+        "pytree_kit's flatten timed again in the same interleaved rounds as flatten_up_to "
+        "(as leaves() and its floor share rounds), so that a drift of the machine's speed "
+        "between the two operations' rounds does not decide it.",
+        "",
+        *_table(header, rows),
+    ]
+
+
+def scaling_tables(scaling: dict[tuple[str, str, int], float], sizes: tuple[int, ...]) -> list[str]:
+    out: list[str] = []
+    for op in ("flatten", "leaves"):
+        names = list(dict.fromkeys(name for name, o, _ in scaling if o == op))
+        out.append(f"**{op}**, ns per leaf:")
+        out.append("")
+        rows = []
+        for n in sizes:
+            row = [f"{n:,}"]
+            for name in names:
+                v = scaling.get((name, op, n))
+                row.append(f"{v:.1f}" if v is not None else "-")
+            rows.append(row)
+        out += _table(["leaves", *names], rows)
+        out.append("")
+    return out
+
+
+def render_compare(
+    run: Run,
+    cells: Cells,
+    counts: dict[str, int],
+    floor: dict[str, float],
+    scaling: dict[tuple[str, str, int], float],
+) -> str:
+    libs, settings = run.libs, run.settings
+    peers = [lib.name for lib in libs if lib.peer]
+    lines = [
+        *run.head("side-by-side speed benchmark", "corpus.py compare", "", ""),
+        f"- Timing: median of {settings.repeats} repeats ({settings.big_repeats} for tree (f)); "
+        f"each repeat loops the call for at least {settings.min_time * 1e3:g} ms "
+        "(autorange 1, 2, 5, 10, ...), after a warm-up call; the libraries' loops "
+        "interleaved round by round; gc enabled, with `gc.freeze()` after the imports "
+        "and `gc.collect()` before each loop.",
+        "",
+        "## How to read",
+        "",
+        f"Each cell is `median µs per call (speedup{X})`, with **speedup = fastest peer's "
+        f"median / this median** for that tree and operation: above 1{X} is faster than the "
+        f"best peer, 1.00{X} is that best peer, 0.50{X} takes twice its time. "
+        f"Peers: {', '.join(peers) if peers else 'none'}. The active pytree_kit engine "
+        f"(`{pk.ENGINE}`) is timed through the public API (`pk.flatten(tree)`, "
+        "`pk.unflatten(spec, leaves)`, `pk.leaves(tree)`, `pk.tree_map(f, tree)`, "
+        "`spec.flatten_up_to(tree)`), as users call it; the other engine is called directly.",
+        "",
+        "Not comparable, so not timed: dm-tree has no spec object (its `flatten` is the "
+        "`leaves` row; its `unflatten` is `unflatten_as(tree, leaves)` and its "
+        "`flatten_up_to` is `flatten_up_to(tree, tree)`), and it has no registration, so "
+        "it treats the dataclasses of (e) as single leaves. The peers get the dataclasses "
+        "registered (jax `register_dataclass`, optree `register_pytree_node` in a "
+        "namespace, torch `register_pytree_node`, which also registers with _cxx_pytree); "
+        "pytree_kit needs nothing.",
+        "",
+        "## Trees",
+        "",
+        *_table(
+            ["tree", "leaves", "what"],
+            [
+                [
+                    c.label,
+                    f"{counts[c.key]:,}" if c.key in counts else "skipped (--quick)",
+                    TREE_DESCRIPTIONS[c.key],
+                ]
+                for c in TREES
+            ],
+        ),
+        "",
+    ]
+    lines += ["## Targets", "", *targets_table(libs, cells, floor), ""]
+    for op in OPS:
+        lines += [f"## {op}", "", *op_table(libs, cells, op), ""]
+    lines += [
+        "## flatten_up_to against flatten",
+        "",
+        "pytree_kit's flatten_up_to and its flatten timed again in the same interleaved "
+        f"rounds: each cell is `flatten_up_to µs / flatten µs (speedup{X})`, with "
+        "speedup = flatten's time / flatten_up_to's (higher is better).",
+        "",
+        *up_to_table(libs, cells),
+        "",
+        "## leaves() against the floor",
+        "",
+        "The floor is the time to copy as many references into a new list "
+        "(`prebuilt_list.copy()`, len = the number of leaves); each cell is "
+        f"**leaves() time / floor** (lower is better, 1{X} is the floor).",
+        "",
+        *floor_table(libs, cells, counts, floor),
+        "",
+        "## Scaling",
+        "",
+        "A list of n/10 dicts of 10 ints; nanoseconds per leaf of one call (median of "
+        f"{settings.repeats} loops, {settings.scaling_repeats} from 10^5 leaves up; "
+        "the libraries interleaved as above). "
+        "`list copy (floor)` is the floor above at that size.",
+        "",
+        *scaling_tables(scaling, settings.scaling_sizes),
+    ]
+    if run.notes:
+        lines += ["## Notes", "", *[f"- {n}" for n in run.notes], ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# --------------------------------------------------------------------------
+# The charts
+
+
+def _colors(libs: list[Lib]) -> dict[str, Any]:
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10"]
+    return {lib.name: cmap(i % 10) for i, lib in enumerate(libs)}
+
+
+def _tick_label(v: float, _pos: Any) -> str:
+    """Log-axis tick labels as plain numbers, only at 1, 2 and 5 of each decade."""
+    if v <= 0:
+        return ""
+    lead = round(v / 10 ** math.floor(math.log10(v) + 1e-9))
+    return f"{v:g}" if lead in (1, 2, 5) else ""
+
+
+def _log_y(ax: Any) -> None:
+    """A log y axis, its ticks labelled as plain numbers (:func:`_tick_label`)."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(_tick_label))
+    ax.yaxis.set_minor_formatter(FuncFormatter(_tick_label))
+    ax.tick_params(axis="y", which="both", labelsize=7)
+
+
+def plot_compare(
+    libs: list[Lib],
+    cells: dict[tuple[str, str, str], Any],
+    counts: dict[str, int],
+    floor: dict[str, float],
+    path: Path,
+) -> None:
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    colors = _colors(libs)
+    trees = [c for c in TREES if c.key in counts]
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+    width = 0.8 / max(len(libs), 1)
+    panels: list[tuple[str, str]] = [(op, op) for op in OPS]
+    panels.append(("floor", "leaves: multiple of the list-copy floor (lower is better)"))
+    for ax, (op, title) in zip(axes.flat, panels):
+        for i, lib in enumerate(libs):
+            xs, ys = [], []
+            for j, case in enumerate(trees):
+                v = cells[lib.name, case.key, "leaves" if op == "floor" else op]
+                if not isinstance(v, float):
+                    continue
+                if op == "floor":
+                    ys.append(v / floor[case.key])
+                else:
+                    best = best_peer(libs, cells, case.key, op)
+                    if best is None:
+                        continue
+                    ys.append(best[1] / v)
+                xs.append(j + (i - (len(libs) - 1) / 2) * width)
+            ax.bar(xs, ys, width, color=colors[lib.name], label=lib.name)
+        _log_y(ax)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks(range(len(trees)))
+        ax.set_xticklabels([c.label.split(")")[0] + ")" for c in trees])
+        ax.set_title(title if op == "floor" else f"{title}: speedup vs fastest peer")
+        ax.grid(axis="y", which="both", alpha=0.3)
+    handles = [Patch(color=colors[lib.name], label=lib.name) for lib in libs]
+    fig.legend(handles=handles, loc="lower center", ncol=len(libs), fontsize=9)
+    fig.suptitle(
+        "pytree_kit vs peers: speedup = fastest peer time / time (>1 is faster); "
+        + ", ".join(c.label for c in trees),
+        fontsize=9,
+    )
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def plot_scaling(
+    libs: list[Lib], scaling: dict[tuple[str, str, int], float], sizes: tuple[int, ...], path: Path
+) -> None:
+    import matplotlib.pyplot as plt
+
+    colors = _colors(libs)
+    colors[FLOOR] = "gray"
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, op in zip(axes, ("flatten", "leaves")):
+        names = list(dict.fromkeys(name for name, o, _ in scaling if o == op))
+        for name in names:
+            pts = [(n, scaling[name, op, n]) for n in sizes if (name, op, n) in scaling]
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                marker="o",
+                color=colors.get(name),
+                linestyle="--" if name.startswith("list copy") else "-",
+                label=name,
+            )
+        ax.set_xscale("log")
+        _log_y(ax)
+        ax.set_xlabel("leaves (a list of dicts of 10)")
+        ax.set_ylabel("ns per leaf")
+        ax.set_title(f"{op}: ns per leaf")
+        ax.grid(which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def _fastest_engine(libs: list[Lib]) -> Optional[Lib]:
+    """pytree_kit's C engine where it is built, else its pure one."""
+    ours = [lib for lib in libs if not lib.peer]
+    return next((x for x in ours if x.name.endswith("(c)")), ours[0] if ours else None)
+
+
+def compare_summary(run: Run, cells: Cells, floor: dict[str, float]) -> Any:
+    """The figures of the fastest pytree_kit engine, for compare.json: per
+    operation and tree, its µs, the fastest peer and its µs, and the speedup;
+    leaves() against its floor; flatten_up_to against flatten in the same rounds."""
+    libs = run.libs
+    lib = _fastest_engine(libs)
+    out: dict[str, Any] = {
+        **run.info(lib.name if lib else None),
+        "trees": {c.key: c.label for c in TREES},
+        "ops": {},
+        "leaves_floor": {},
+        "flatten_up_to_vs_flatten": {},
+    }
+    if lib is None:
+        return out
+    figures = {c.key: op_figures(libs, lib, cells, c.key, OPS) for c in TREES}
+    out["ops"] = {op: {k: f[op] for k, f in figures.items() if op in f} for op in OPS}
+    for case in TREES:
+        v = cells.get((lib.name, case.key, "leaves"))
+        if isinstance(v, float) and case.key in floor:
+            out["leaves_floor"][case.key] = v / floor[case.key]
+        up = cells.get((lib.name, case.key, "flatten_up_to"))
+        flat = cells.get((lib.name, case.key, SAME_ROUNDS))
+        if isinstance(up, float) and isinstance(flat, float):
+            out["flatten_up_to_vs_flatten"][case.key] = flat / up
+    return out
+
+
+# --------------------------------------------------------------------------
+# versions: the recorded runs of every Python on one page
+
+
+def _version_key(path: Path) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", path.parent.name))
+
+
+def render_versions(runs: list[dict]) -> str:
+    """The page of compare's recorded runs, one table per version."""
+    lines = [
+        "# The C engine on every supported Python",
+        "",
+        "`python benchmarks/corpus.py versions`, from the runs of `corpus.py compare` in",
+        "`benchmarks/results/python3.X/` (each one's `compare.md` has every library's",
+        "µs, the machine and the peers' versions). Each cell is the speedup of pytree_kit's",
+        "C engine against the fastest peer on that tree and operation, with that peer's",
+        "initial (j jax.tree_util, o optree, t torch.utils._pytree, c torch.utils._cxx_pytree,",
+        f"d dm-tree); below 1{X} is slower than it.",
+        "torch is installed for 3.11 only on this machine, so the other versions have",
+        "no torch columns.",
+        "",
+    ]
+    rows = []
+    for op in PEER_OPS:
+        row = [op]
+        for run in runs:
+            cells = run["ops"].get(op, {})
+            if not cells:
+                row.append("-")
+                continue
+            key = min(cells, key=lambda k: cells[k]["speedup"])
+            row.append(f"{cells[key]['speedup']:.2f}{X} {run['trees'][key].split(' ')[0]}")
+        rows.append(row)
+    header = ["worst speedup over the trees", *(f"Python {r['python']}" for r in runs)]
+    lines += ["## Worst case per operation", "", *_table(header, rows), ""]
+    behind = []
+    for run in runs:
+        info = run["engine_info"]
+        on = [k for k, v in info["fast_paths"].items() if v] or ["none"]
+        peers = ", ".join(f"{k} {v}" for k, v in run["peers"].items())
+        lines += [
+            f"## Python {run['python']}",
+            "",
+            f"pytree_kit {run['pytree_kit']}, engine `{info['engine']}`, fast paths on: "
+            f"{', '.join(on)}. Peers: {peers}.",
+            "",
+        ]
+        trees = run["trees"]
+        rows = []
+        for op in PEER_OPS:
+            row = [op]
+            for key in trees:
+                cell = run["ops"].get(op, {}).get(key)
+                if cell is None:
+                    row.append("-")
+                    continue
+                row.append(f"{cell['speedup']:.2f}{X} ({_initial(cell['fastest_peer'])})")
+                if cell["speedup"] < 1.0:
+                    behind.append(
+                        f"Python {run['python']}, {op} on {trees[key]}: "
+                        f"{cell['speedup']:.2f}{X} ({cell['us']:.3g} µs against "
+                        f"{cell['fastest_peer']}'s {cell['peer_us']:.3g} µs)"
+                    )
+            rows.append(row)
+        vs = run["flatten_up_to_vs_flatten"]
+        rows.append(
+            ["flatten_up_to / flatten", *(f"{vs[k]:.2f}{X}" if k in vs else "-" for k in trees)]
+        )
+        lines += [*_table(["op", *trees.values()], rows), ""]
+    lines += ["## Where the C engine is behind the fastest peer", ""]
+    lines += [f"- {b}" for b in behind] or [f"Nowhere: every cell above is at least 1{X}."]
+    return "\n".join(lines) + "\n"
+
+
+def render_versions_corpus(runs: list[dict]) -> str:
+    """The page's section of the corpus's runs: family x operation, one column per version."""
+    lines = [
+        "",
+        "## Corpus: worst ratio per family",
+        "",
+        "From `benchmarks/corpus.py` in the same folders (`corpus.json`; each one's",
+        "`corpus.md` has every tree). Each cell is the C engine's worst speedup against",
+        "the fastest peer over the family's trees, with that peer's initial and the tree;",
+        "for flatten_up_to, pytree_kit's own flatten time / its flatten_up_to time.",
+        "A family's targets (flatten 2, unflatten 1.5, leaves 2.5, tree_map 1.5,",
+        f"flatten_up_to 1.5{X}) are judged on this worst cell: MISSED marks a miss.",
+        "",
+    ]
+    notes = [
+        f"Python {r['python']}: seed {r['seed']}, pytree_kit {r['pytree_kit']}"
+        + (", **--quick**" if r.get("quick") else "")
+        for r in runs
+    ]
+    lines += [f"- {n}" for n in notes] + [""]
+    rows = []
+    for family in dict.fromkeys(f for r in runs for f in r["families"]):
+        for op in OPS:
+            row = [family, op]
+            for run in runs:
+                cell = run["families"].get(family, {}).get(op)
+                missed = "" if not cell or cell["met"] else " MISSED"
+                row.append(_worst_cell(cell or None, with_judgement=False) + missed)
+            rows.append(row)
+    lines += _table(["family", "op", *(f"Python {r['python']}" for r in runs)], rows)
+    return "\n".join(lines) + "\n"
+
+
+def versions(args: argparse.Namespace) -> int:
+    results = _output.RECORDED  # what it reads: the recorded runs, whatever --out says
+    paths = sorted(results.glob("python3.*/compare.json"), key=_version_key)
+    if not paths:
+        print("no benchmarks/results/python3.*/compare.json: run corpus.py compare --out first")
+        return 1
+    page = render_versions([json.loads(p.read_text()) for p in paths])
+    corpus_paths = sorted(results.glob("python3.*/corpus.json"), key=_version_key)
+    if corpus_paths:
+        page += render_versions_corpus([json.loads(p.read_text()) for p in corpus_paths])
+    out = _output.folder(args)
+    (out / "versions.md").write_text(page, encoding="utf-8")
+    print(page)
+    _output.wrote(out / "versions.md")
+    return 0
+
+
+# --------------------------------------------------------------------------
+
+COMMANDS = ("compare", "versions")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--quick", action="store_true", help="smoke mode: the smallest sizes, short loops"
+    command = argv[0] if argv[:1] and argv[0] in COMMANDS else ""
+    p = argparse.ArgumentParser(
+        prog=" ".join(["corpus.py", command]).strip(),
+        description=__doc__.split("\n\n")[0],
+        epilog="commands: compare (the six named trees, every engine, the floor, scaling),"
+        " versions (the page of the recorded runs of every Python)",
     )
-    _output.add_arguments(p, sub=_output.PYTHON)
+    if command == "versions":
+        _output.add_arguments(p)
+        args = p.parse_args(argv[1:])
+        args.command = command
+        return args
+    quick = "tiny repeats, no tree (f)" if command else "the smallest sizes, short loops"
+    p.add_argument("--quick", action="store_true", help=f"smoke mode: {quick}")
+    _output.add_arguments(p, sub="" if command else _output.PYTHON)
     p.add_argument(
         "--only",
         action="append",
@@ -1184,6 +1947,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="benchmark only the peers whose name contains LIB (repeatable; "
         "pytree_kit is always included)",
     )
+    p.add_argument("--min-time", type=float, default=None, help="seconds per timing loop")
+    p.add_argument("--repeats", type=int, default=None, help="timing loops per cell")
+    if command:
+        p.add_argument("--no-plot", action="store_true", help="skip the charts")
+        args = p.parse_args(argv[1:])
+        args.command = command
+        return args
     p.add_argument(
         "--families",
         default="",
@@ -1196,8 +1966,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=DEFAULT_SEED,
         help=f"the seed of the draw (default {DEFAULT_SEED})",
     )
-    p.add_argument("--min-time", type=float, default=None, help="seconds per timing loop")
-    p.add_argument("--repeats", type=int, default=None, help="timing loops per cell")
     args = p.parse_args(argv)
     known = {f.name for f in FAMILIES}
     chosen = [f.strip() for f in args.families.split(",") if f.strip()]
@@ -1205,51 +1973,76 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown families: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     args.families = chosen
+    args.command = command
     return args
+
+
+def _write(out: Path, name: str, report: str, figures: Any) -> list[Path]:
+    """OUT/name.md and OUT/name.json."""
+    (out / f"{name}.md").write_text(report, encoding="utf-8")
+    (out / f"{name}.json").write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+    return [out / f"{name}.md", out / f"{name}.json"]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    if args.quick:
-        settings = settings_for(True, args.min_time, args.repeats)
+    if args.command == "versions":
+        return versions(args)
+    if args.command or args.quick:
+        settings = settings_for(args.quick, args.min_time, args.repeats)
     else:
         settings = settings_for(
             False,
             FULL_MIN_TIME if args.min_time is None else args.min_time,
             FULL_REPEATS if args.repeats is None else args.repeats,
         )
-    revision = _git_revision()
+    revision = _git_revision()  # now: the code this process imported is that revision
     start = time.perf_counter()
 
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr, flush=True)
 
     notes: list[str] = []
-    families = [f for f in FAMILIES if not args.families or f.name in args.families]
+    families = [
+        f for f in FAMILIES if not args.command and (not args.families or f.name in args.families)
+    ]
     if attrs is None:
         if any(f.requires == "attrs" for f in families):
             notes.append("attrs is not installed here: the attrs family was skipped.")
         families = [f for f in families if f.requires != "attrs"]
-    # pytree_kit's active engine only (the one the public API reaches), and the peers
-    libs = [
-        lib
-        for lib in load_libraries(args.only, notes)
-        if lib.peer or lib.name == f"pytree_kit ({pk.ENGINE})"
-    ]
-    ours = next(lib for lib in libs if not lib.peer)
-    register_with_peers(libs, notes)
-    leaf_pool()  # imports torch, when present, whichever peers were chosen
+    libs = load_libraries(args.only, notes)
+    if not args.command:  # pytree_kit's active engine only (the one the public API reaches)
+        libs = [lib for lib in libs if lib.peer or lib.name == f"pytree_kit ({pk.ENGINE})"]
+    register_with_peers(libs)
+    if not args.command and any(lib.name == "dm-tree" for lib in libs):
+        notes.append(
+            "dm-tree has no registration: it reads attrs classes and mappings (so the "
+            "ModelOutput class) itself, and takes a dataclass for one leaf (n/a on the "
+            "dataclass family and tree (e))."
+        )
+    (_tensors if args.command else leaf_pool)()  # imports torch, when present
+    # The imports leave ~200k objects (torch, jax) that a full collection would walk
+    # (~0.1 s each): move them to the permanent generation. gc stays enabled.
     gc.collect()
     gc.freeze()
     log("libraries: " + ", ".join(lib.name for lib in libs))
+    run = Run(argv[1:] if args.command else argv, libs, settings, notes, revision)
+    if args.command == "compare":
+        return compare(run, args, start, log)
+    ours = next(lib for lib in libs if not lib.peer)
     cells: Cells = {}
     dropped: list[dict[str, Any]] = []
     trees: list[dict[str, Any]] = []
     for fam, size, variant in corpus_points(families, args.quick):
         drawn = draw_one(fam, size, variant, args.seed)
-        before = len(dropped)
-        leaves = time_tree(libs, ours, drawn, settings, cells, dropped, notes)
+        na = {x.name: x.na[variant] for x in libs if fam.name == "named" and variant in x.na}
+        leaves, calls, left_out = checked_calls(libs, drawn.tree, na, "n/a")
+        dropped += [_drop(name, drawn, why) for name, why in left_out.items()]
+        where = f"{drawn.family} {drawn.label}"
+        time_calls(
+            libs, calls, drawn.tree_id, where, settings.min_time, settings.repeats, cells, notes
+        )
         trees.append(
             {
                 "family": drawn.family,
@@ -1258,35 +2051,44 @@ def main(argv: Optional[list[str]] = None) -> int:
                 "label": drawn.label,
                 "leaves": leaves,
                 "ops": tree_figures(libs, ours, cells, drawn.tree_id),
-                "left_out": [d["library"] for d in dropped[before:]],
+                "left_out": list(left_out),
             }
         )
-        log(f"{drawn.family} {drawn.label}: {leaves:,} leaves done")
-        del drawn
+        log(f"{where}: {leaves:,} leaves done")
+        del drawn, calls
     figures = {f.name: family_figures(trees, f.name) for f in families}
-    elapsed = time.perf_counter() - start
-    report = render(
-        argv,
-        libs,
-        ours,
-        settings,
-        args.seed,
-        families,
-        figures,
-        trees,
-        dropped,
-        notes,
-        elapsed,
-        revision,
-    )
+    run.elapsed = time.perf_counter() - start
+    report = render(run, ours, args.seed, families, figures, trees, dropped)
     print(report)
-    out = _output.folder(args, sub=_output.PYTHON)
-    (out / "corpus.md").write_text(report, encoding="utf-8")
-    data = summary(
-        libs, ours, settings, args.seed, figures, trees, dropped, notes, elapsed, revision
-    )
-    (out / "corpus.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    _output.wrote(out / "corpus.md", out / "corpus.json")
+    data = summary(run, ours, args.seed, figures, trees, dropped)
+    _output.wrote(*_write(_output.folder(args, sub=_output.PYTHON), "corpus", report, data))
+    return 0
+
+
+def compare(run: Run, args: argparse.Namespace, start: float, log: Callable[[str], None]) -> int:
+    """The compare command's run, report, figures and charts."""
+    libs, settings = run.libs, run.settings
+    cells, counts, floor = run_compare(libs, settings, run.notes, log)
+    scaling = run_scaling(libs, settings, log)
+    run.elapsed = time.perf_counter() - start
+    report = render_compare(run, cells, counts, floor, scaling)
+    print(report)
+    out = _output.folder(args)
+    written = _write(out, "compare", report, compare_summary(run, cells, floor))
+    if not args.no_plot:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            plot_compare(libs, cells, counts, floor, out / "compare.png")
+            plot_scaling(libs, scaling, settings.scaling_sizes, out / "scaling.png")
+            written += [out / "compare.png", out / "scaling.png"]
+        except ImportError:
+            log("matplotlib is not installed: no charts")
+        except Exception:
+            traceback.print_exc()
+            return 1
+    _output.wrote(*written)
     return 0
 
 

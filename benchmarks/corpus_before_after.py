@@ -41,19 +41,19 @@ from pathlib import Path
 from typing import Any, Optional
 
 import _output
-from compare import OPS
+from _peers import OPS
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def child(families: list[str], seed: int, quick: bool, out: Path) -> None:
     """Times this process's pytree_kit on the corpus; writes {tree: {op: s}}."""
-    import compare
+    import _peers
     import corpus
 
     import pytree_kit as pk
 
-    settings = compare.settings_for(
+    settings = _peers.settings_for(
         quick,
         None if quick else corpus.FULL_MIN_TIME,
         None if quick else corpus.FULL_REPEATS,
@@ -61,7 +61,7 @@ def child(families: list[str], seed: int, quick: bool, out: Path) -> None:
     notes: list[str] = []
     ours = next(
         lib
-        for lib in compare.load_libraries(["(no peer)"], notes)
+        for lib in _peers.load_libraries(["(no peer)"], notes)
         if lib.name == f"pytree_kit ({pk.ENGINE})"
     )
     fams = [f for f in corpus.FAMILIES if not families or f.name in families]
@@ -71,8 +71,8 @@ def child(families: list[str], seed: int, quick: bool, out: Path) -> None:
     for fam, size, variant in corpus.corpus_points(fams, quick):
         drawn = corpus.draw_one(fam, size, variant, seed)
         expected = len(pk._pure.leaves(drawn.tree, None, None))
-        calls = compare._calls_checked(ours, drawn.tree, expected)
-        timed = compare.measure_many(
+        calls = _peers._calls_checked(ours, drawn.tree, expected)
+        timed = _peers.measure_many(
             {op: calls[op] for op in OPS if not isinstance(calls[op], str)},
             settings.min_time,
             settings.repeats,

@@ -6,7 +6,7 @@ noise of timings on this machine. For each tree of ``benchmarks/corpus.py``
 (seed 0, every family and size unless ``--family`` names some), each of
 flatten and flatten_up_to runs in its own process under callgrind, counting
 only inside ``functools.reduce`` (as ``instructions.py`` does): 3 calls for
-trees of 1,000 or more units and compare.py's tree (f), 10 for the others,
+trees of 1,000 or more units and the named tree (f), 10 for the others,
 after one warm call. The leaves are 16 small stand-in objects in place of
 tensors, so torch is not imported. With ``--baseline DIR`` (a checkout of
 another commit, its extension built in place for the same Python) both are

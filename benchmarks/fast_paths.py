@@ -174,7 +174,7 @@ def points(sizes: int) -> list[tuple[str, int, str]]:
     import corpus
 
     out = []
-    # (not the named trees: compare.py makes them with real tensors where torch
+    # (not the named trees: corpus.py makes them with real tensors where torch
     # is installed, whose lazy set-up ran in some builds' windows and not
     # others', 9,355 instructions a call in a fresh process against 1,064,631
     # here)

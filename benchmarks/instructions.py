@@ -2,7 +2,7 @@
 
 Counts callgrind's instructions per call of flatten, unflatten, leaves,
 tree_map, flatten_up_to, flatten_with_path and ``list(tree_iter(...))`` on
-compare.py's six trees and a 500-key ``state_dict``, with this checkout's C
+corpus.py's six named trees and a 500-key ``state_dict``, with this checkout's C
 engine and with a baseline checkout's (``--baseline DIR``: a checkout of the
 commit to compare with, its extension built in place for the same Python).
 A noisy machine does not move the counts, so this is the check that a change
@@ -65,10 +65,10 @@ def state_dict() -> dict[str, Any]:
 
 
 def trees() -> dict[str, Callable[[], Any]]:
-    import compare
+    import corpus
 
-    compare._tensors = _stand_ins  # no torch in the counted processes
-    made: dict[str, Callable[[], Any]] = {case.label: case.make for case in compare.TREES}
+    corpus._tensors = _stand_ins  # no torch in the counted processes
+    made: dict[str, Callable[[], Any]] = {case.label: case.make for case in corpus.TREES}
     made["state_dict of 500"] = state_dict
     return made
 

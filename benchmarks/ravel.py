@@ -27,7 +27,7 @@ array, jax's ``ravel_pytree`` a jax array (it converts each array to a jax
 array first; timed to ``block_until_ready``, on jax's CPU backend, 32-bit
 default). ``np.concatenate`` of the reshaped arrays is the bound.
 
-Each cell is the median of interleaved rounds (benchmarks/compare.py's
+Each cell is the median of interleaved rounds (benchmarks/_peers.py's
 ``measure_many``), in µs; the ratio is the peer's time over pytree_kit's
 (above 1: pytree_kit is faster).
 """
@@ -44,7 +44,7 @@ from typing import Any, Callable, Optional
 import _output
 import numpy as np
 import torch
-from compare import measure_many  # warm-up, calibration, interleaving
+from _peers import measure_many  # warm-up, calibration, interleaving
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 import pytree_kit as pk
@@ -205,7 +205,7 @@ def run(quick: bool) -> str:
         "- " + ", ".join(f"{n} {_version(n)}" for n in ("torch", "numpy", "jax", "pytree_kit")),
         "- `python benchmarks/ravel.py`: median µs per call of interleaved rounds "
         f"({repeats} rounds of at least {min_time * 1e3:g} ms each; "
-        "benchmarks/compare.py's measure_many). float32 parameters of models with their "
+        "benchmarks/_peers.py's measure_many). float32 parameters of models with their "
         "initial weights; M: millions of elements. The ratio is the peer's time over "
         "pytree_kit's (above 1: pytree_kit is faster).",
         "",

@@ -35,7 +35,7 @@ from typing import Any
 import _output
 import attrs
 from _callgrind import REDUCE, count_in_checkout
-from compare import Batch, Meta, Target  # tree (e)'s classes
+from corpus import Batch, Meta, Target  # tree (e)'s classes
 
 ROOT = Path(__file__).resolve().parent.parent
 OPS = ("flatten", "leaves", "tree_map", "flatten_up_to")
@@ -69,7 +69,7 @@ class WithDefaults:
 
 
 def batch() -> Any:
-    """compare.py's tree (e), with stand-in tensors."""
+    """The named tree (e) (corpus.py), with stand-in tensors."""
     return Batch(
         images=[Tensor() for _ in range(4)],
         targets=[Target(Tensor(), Tensor(), Tensor()) for _ in range(4)],
@@ -78,7 +78,7 @@ def batch() -> Any:
 
 
 TREES = {
-    "dataclass batch (compare.py's (e))": batch,
+    "dataclass batch (corpus.py's (e))": batch,
     "100 dataclass records": lambda: [Target(Tensor(), i, None) for i in range(100)],
     "100 dataclass records with None defaults": lambda: [
         WithDefaults(Tensor()) for _ in range(100)

@@ -1,4 +1,4 @@
-"""Smoke test of benchmarks/compare.py: its --quick mode runs and writes a whole report.
+"""Smoke test of `benchmarks/corpus.py compare`: its --quick mode runs and writes a whole report.
 
 No timing is asserted: only that every tree and operation has a row, pytree_kit
 and at least one peer have a column, the machine section is there and the chart
@@ -23,7 +23,7 @@ import pytest
 pytestmark = pytest.mark.scripts
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "compare.py"
+SCRIPT = ROOT / "benchmarks" / "corpus.py"
 
 TREE_LABELS = (
     "(a) dict of 10",
@@ -61,7 +61,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     pytest.importorskip("jax")
     out = tmp_path_factory.mktemp("bench")
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--out", str(out)],
+        [sys.executable, str(SCRIPT), "compare", "--quick", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
