@@ -300,12 +300,12 @@ fastcall_get_annotations(PyObject *self, void *unused)
 {
     FastCall *fc = (FastCall *)self;
     if (fc->dict != NULL) {
-        PyObject *v = PyDict_GetItemWithError(fc->dict, s_annotations); /* borrowed */
-        if (v != NULL) {
-            return Py_NewRef(v);
-        }
-        if (PyErr_Occurred()) {
-            return NULL;
+        /* a new reference (3.13's PyDict_GetItemRef): on a free-threaded
+         * build another thread may set or delete the item meanwhile */
+        PyObject *v;
+        int found = PyDict_GetItemRef(fc->dict, s_annotations, &v);
+        if (found != 0) {
+            return found > 0 ? v : NULL;
         }
     }
     return PyObject_GetAttr(fc->func, s_annotations);
