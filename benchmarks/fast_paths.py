@@ -31,7 +31,6 @@ import concurrent.futures
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,20 +54,13 @@ SERVES: dict[str, tuple[str, ...]] = {
 }
 
 
-def build(src: Path, dest: Path, without: str) -> Path:
+def build(dest: Path, without: str) -> Path:
     """A copy of the checkout in dest, its C engine built in place without the
     named fast path ("" for none)."""
-    files = subprocess.run(
-        ["git", "ls-files", "-z", "-co", "--exclude-standard"],
-        cwd=src,
-        capture_output=True,
-        check=True,
-    ).stdout.split(b"\0")
-    for name in filter(None, files):
-        path = src / os.fsdecode(name)
-        if path.is_file():
-            (dest / os.fsdecode(name)).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, dest / os.fsdecode(name))
+    sys.path.append(str(ROOT / "scripts"))  # after benchmarks/: its corpus.py, not scripts/corpus
+    from ci import copy_checkout  # the tracked files and the untracked ones git does not ignore
+
+    copy_checkout(dest)
     env = dict(os.environ, PYTREE_KIT_REQUIRE_C="1", PYTREE_KIT_WITHOUT=without)
     subprocess.run(
         [sys.executable, "setup.py", "build_ext", "--inplace", "-q"],
@@ -187,10 +179,10 @@ def points(sizes: int) -> list[tuple[str, int, str]]:
 
 
 def measure(paths: list[str], sizes: int, tmp: Path) -> tuple[dict, list]:
-    full = build(ROOT, tmp / "full", "")
+    full = build(tmp / "full", "")
     on = fast_paths_on(full)
     chosen = [p for p in paths if on.get(p)]
-    builds = {p: build(ROOT, tmp / p, p) for p in chosen}
+    builds = {p: build(tmp / p, p) for p in chosen}
     make_cg_ctl(tmp)
     pts = points(sizes)
     ops = sorted({op for p in chosen for op in SERVES[p]})

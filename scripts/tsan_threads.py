@@ -46,6 +46,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from ci import copy_checkout  # noqa: E402
+
 CACHE = Path.home() / ".cache" / "pytree_kit"
 PREFIX = Path(os.environ.get("PYTREE_KIT_PY313T_TSAN_PREFIX", CACHE / "python3.13t-tsan"))
 PYTHON = PREFIX / "bin" / "python3.13t"
@@ -97,20 +101,6 @@ def venv(python: Path) -> Path:
         run([python, "-m", "venv", VENV])
     run([py, "-m", "pip", "install", "-q", "--only-binary=:all:", *TOOLS])
     return py
-
-
-def copy_checkout(dest: Path) -> None:
-    files = subprocess.run(
-        ["git", "ls-files", "-z", "-co", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.split(b"\0")
-    for name in filter(None, files):
-        src = ROOT / os.fsdecode(name)
-        if src.is_file():
-            (dest / os.fsdecode(name)).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / os.fsdecode(name))
 
 
 def main(argv: object = None) -> int:
