@@ -79,7 +79,7 @@ library (flatten_up_to too), each cell ``median µs (speedup x)`` with the same
 speedup (``1.00 x`` marks the fastest peer itself). Then leaves() against the
 floor (copying as many references into a new list, timed in the same rounds:
 ``leaves() time / floor time``, lower is better), pytree_kit's flatten_up_to
-against its flatten in the same rounds, the targets of issue 3 on the C engine,
+against its flatten in the same rounds, the named trees' speed targets on the C engine,
 and the cost per leaf of flatten and leaves from 10^3 to 10^6 leaves. The
 report goes to ``OUT/compare.md``, the C engine's figures to
 ``OUT/compare.json``, the charts to ``OUT/compare.png`` (speedups per tree and
@@ -149,7 +149,7 @@ except ImportError:  # the attrs family is skipped, with a note
 
 DEFAULT_SEED = 21
 PEER_OPS: tuple[str, ...] = ("flatten", "unflatten", "leaves", "tree_map")
-#: The targets of issue 21, judged on each family's worst tree.
+#: The corpus's speed targets: each operation's worst ratio over a family's trees.
 TARGETS: dict[str, float] = {
     "flatten": 2.0,
     "unflatten": 1.5,
@@ -1491,7 +1491,7 @@ def up_to_table(libs: list[Lib], cells: dict[tuple[str, str, str], Any]) -> list
     return _table(["tree", *[lib.name for lib in ours]], rows)
 
 
-#: The targets of issue 3, checked on the C engine (the pure one where no C is built).
+#: The named trees' speed targets, checked on the C engine (the pure one where no C is built).
 COMPARE_TARGETS = (
     ("flatten", "speedup", 2.0),
     ("unflatten", "speedup", 1.5),
