@@ -34,7 +34,9 @@ pytestmark = pytest.mark.once
 COVERED_BY: dict[str, tuple[str, ...]] = {
     "pytree_kit/_engine.py": ("tests/test_engines.py", "tests/test_interface.py"),
     "pytree_kit/_jsonvalues.py": ("tests/test_json.py", "tests/test_fuzz_json.py"),
+    "pytree_kit/_messages.py": ("tests/test_errors.py", "tests/test_interface.py"),
     "pytree_kit/_pure.py": ("tests/test_engines.py", "tests/test_kinds.py"),
+    "pytree_kit/_traced.py": ("tests/test_dynamo.py", "tests/test_layering.py"),
     "pytree_kit/_tracer.py": ("tests/test_dynamo.py", "tests/test_layering.py"),
     "pytree_kit/_version.py": ("tests/test_packaging.py",),
     "pytree_kit/torch/_arguments.py": ("tests/torch/test_tracing.py",),
