@@ -101,7 +101,8 @@ def kept(fn: Callable[..., Any]) -> Callable[..., Any]:
 class SpecWrapper:
     """A ``pk.TreeSpec`` under a peer's spec class name (the shims' spec
     classes subclass it and rename its methods): equal, hashed and pickled
-    as the spec it holds."""
+    as the spec it holds, with its leaves and nodes counted, unflatten and
+    flatten_up_to."""
 
     __slots__ = ("spec",)
     spec: Any
@@ -128,6 +129,24 @@ class SpecWrapper:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self).wrap, (self.spec,))
+
+    # what every peer's spec has under pytree_kit's names
+
+    @property
+    def num_leaves(self) -> int:
+        return self.spec.num_leaves
+
+    @property
+    def num_nodes(self) -> int:
+        return self.spec.num_nodes
+
+    @mapped
+    def unflatten(self, leaves: Any) -> Any:
+        return self.spec.unflatten(leaves)
+
+    @mapped
+    def flatten_up_to(self, tree: Any) -> list[Any]:
+        return self.spec.flatten_up_to(tree)
 
 
 #: (original, packages) of each function replace_everywhere replaced

@@ -59,22 +59,6 @@ class PyTreeDef(SpecWrapper):
     def __init__(self, spec: pk.TreeSpec) -> None:
         object.__setattr__(self, "spec", spec)
 
-    @property
-    def num_leaves(self) -> int:
-        return self.spec.num_leaves
-
-    @property
-    def num_nodes(self) -> int:
-        return self.spec.num_nodes
-
-    @mapped
-    def unflatten(self, leaves: Iterable[Any]) -> Any:
-        return self.spec.unflatten(leaves)
-
-    @mapped
-    def flatten_up_to(self, tree: Any) -> list[Any]:
-        return self.spec.flatten_up_to(tree)
-
     @mapped
     def children(self) -> list[PyTreeDef]:
         return [PyTreeDef(c) for c in self.spec.children()]

@@ -101,14 +101,6 @@ class TreeSpec(SpecWrapper):
         return missing("TreeSpec.context", "no one attribute; spec.type, spec.entries()")()
 
     @property
-    def num_leaves(self) -> int:
-        return self.spec.num_leaves
-
-    @property
-    def num_nodes(self) -> int:
-        return self.spec.num_nodes
-
-    @property
     def num_children(self) -> int:
         return self.spec.num_children
 
@@ -127,14 +119,6 @@ class TreeSpec(SpecWrapper):
     @mapped
     def is_leaf(self) -> bool:
         return self.spec.is_leaf()
-
-    @mapped
-    def unflatten(self, leaves: Iterable[Any]) -> Any:
-        return self.spec.unflatten(leaves)
-
-    @mapped
-    def flatten_up_to(self, tree: Any) -> list[Any]:
-        return self.spec.flatten_up_to(tree)
 
     def __repr__(self) -> str:
         return repr(self.spec)
