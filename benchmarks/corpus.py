@@ -113,7 +113,6 @@ import statistics
 import sys
 import time
 import traceback
-import types
 import typing
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -146,6 +145,10 @@ try:
     import attrs
 except ImportError:  # the attrs family is skipped, with a note
     attrs = None
+
+# the test trees' ModelOutput behaviour, its one copy (no other module on the path has the name)
+sys.path.append(str(Path(__file__).resolve().parent.parent / "scripts" / "corpus"))
+from model_output import ModelOutputBase
 
 DEFAULT_SEED = 21
 PEER_OPS: tuple[str, ...] = ("flatten", "unflatten", "leaves", "tree_map")
@@ -405,52 +408,15 @@ else:  # pragma: no cover - attrs is a bench dependency
 
 
 @dataclasses.dataclass
-class CausalLMOutput(collections.OrderedDict):
-    """Shaped like transformers' ModelOutput: a dataclass that is an OrderedDict
-    whose entries are its fields that are not None, in field order, kept in step
-    by ``__setitem__`` and ``__setattr__``. As transformers' does, it also takes
-    (key, value) pairs as its first argument, which is how dm-tree rebuilds a
-    mapping (``type(m)((k, v) for ...)``)."""
+class CausalLMOutput(ModelOutputBase):
+    """Shaped like transformers' CausalLMOutputWithPast (its ModelOutput
+    behaviour from ``scripts/corpus/model_output.py``)."""
 
     loss: Any = None
     logits: Any = None
     past_key_values: Any = None
     hidden_states: Any = None
     attentions: Any = None
-
-    def __post_init__(self) -> None:
-        fields = dataclasses.fields(self)
-        first = getattr(self, fields[0].name)
-        others_none = all(getattr(self, f.name) is None for f in fields[1:])
-        if others_none and isinstance(first, (dict, list, tuple, types.GeneratorType)):
-            items = first.items() if isinstance(first, dict) else first
-            for i, element in enumerate(items):
-                if not (
-                    isinstance(element, (list, tuple))
-                    and len(element) == 2
-                    and isinstance(element[0], str)
-                ):
-                    if i == 0:  # a plain first field after all
-                        self[fields[0].name] = first
-                        return
-                    raise ValueError(f"cannot set key/value for {element!r}")
-                setattr(self, element[0], element[1])
-                if element[1] is not None:
-                    self[element[0]] = element[1]
-            return
-        for f in fields:
-            v = getattr(self, f.name)
-            if v is not None:
-                self[f.name] = v
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        super().__setitem__(key, value)
-        super().__setattr__(key, value)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in self.keys() and value is not None:
-            super().__setitem__(name, value)
-        super().__setattr__(name, value)
 
 
 DATACLASSES: tuple[type, ...] = (DCItem, DCBoxes, DCTokens, DCMeta, DCBatch)

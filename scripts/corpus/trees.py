@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import pytree_kit as pk
 import pytree_kit.testing as pkt
 from pytree_kit._kinds import subclass_base
+from scripts.corpus.model_output import ModelOutputBase
 
 # -- classes (module level, so pickle and from_json(allow=) can name them) --
 
@@ -154,38 +155,12 @@ RULES = {
 
 
 @dataclasses.dataclass
-class ModelOutput(OrderedDict):
+class ModelOutput(ModelOutputBase):
     """Behaves like transformers' ModelOutput (a dataclass that is an OrderedDict)."""
 
     logits: Any = None
     loss: Any = None
     hidden: Any = None
-
-    def __post_init__(self) -> None:
-        fields = dataclasses.fields(self)
-        first = getattr(self, fields[0].name)
-        others_none = all(getattr(self, f.name) is None for f in fields[1:])
-        if others_none and isinstance(first, (list, tuple, dict)):
-            # transformers treats a non-tensor first field as (key, value) pairs
-            items = first.items() if isinstance(first, dict) else first
-            for element in items:
-                if not isinstance(element, (list, tuple)) or len(element) != 2:
-                    raise ValueError("cannot set key/value for " + repr(element))
-                self[element[0]] = element[1]
-            return
-        for f in fields:
-            v = getattr(self, f.name)
-            if v is not None:
-                self[f.name] = v
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        super().__setitem__(key, value)
-        super().__setattr__(key, value)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in self.keys() and value is not None:
-            super().__setitem__(name, value)
-        super().__setattr__(name, value)
 
 
 def _model_output(logits: Any, loss: Any) -> ModelOutput:

@@ -15,6 +15,8 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
+from scripts.corpus.model_output import ModelOutputBase
+
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
@@ -115,19 +117,8 @@ def _top_inputs(seed: int) -> tuple:
 # -- a transformer-style model whose output is a dataclass and an OrderedDict --
 
 
-class ModelOutput(collections.OrderedDict):
-    """transformers' ModelOutput, in small: the fields that are set are also the
-    dict's entries, in field order."""
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is not None:
-                self[f.name] = value
-
-
 @dataclasses.dataclass
-class EncoderOutput(ModelOutput):
+class EncoderOutput(ModelOutputBase):
     last_hidden_state: Optional[torch.Tensor] = None
     hidden_states: Optional[tuple] = None
     attentions: Optional[tuple] = None
