@@ -12,7 +12,7 @@ reads the count back:
   ``functools.reduce``, ``builtin_sorted`` inside ``sorted``);
 - :func:`count_in_checkout`: the same with a checkout's pytree_kit.
 
-Users: ``instructions.py``, ``record_cost.py``, ``corpus_instructions.py``,
+Users: ``instructions.py``,
 ``pinning.py``, ``check_cost.py`` and ``compiled.py``; ``fast_paths.py``,
 which reads a count per client-request dump (many out files), runs its
 :func:`command` with :func:`run` and reads each file's :data:`TOTAL`.

@@ -120,20 +120,21 @@ def child(pts: list, ops: list) -> None:
     import cg_ctl  # type: ignore[import-not-found]
 
     sys.path.insert(0, str(HERE))
-    import corpus_instructions
+    import instructions
 
     for family, size, variant in pts:
         for op in ops:
-            n = corpus_instructions.calls_for(size, variant)
-            call = corpus_instructions.op(family, size, variant, op, 0)  # drawn, warmed
+            tree = f"{family}:{size}:{variant}"
+            n = instructions.calls_for("corpus", tree, 0)
+            call, inputs = instructions.warm_call("corpus", tree, op, False, n)  # drawn, warmed
             # every build's window starts with the collector's counts at zero:
             # builds that measure other operations first would otherwise meet
             # a collection in other windows (one of the whole heap, in a
             # window of a few calls, made a path look 95x)
             gc.collect()
             cg_ctl.zero()
-            for _ in range(n):
-                call()
+            for t in inputs:
+                call(t)
             cg_ctl.dump(f"{family}|{size}|{variant}|{op}|{n}")
 
 

@@ -302,70 +302,57 @@ def _c_engine_benchmark(name: str) -> Any:
         sys.path.remove(str(ROOT / "benchmarks"))
 
 
-def test_record_cost_runs_each_case_it_counts() -> None:
-    """benchmarks/record_cost.py's measured process runs on every tree and op
-    (callgrind, and the baseline checkout, are for real runs only)."""
+def test_instructions_runs_each_case_it_counts() -> None:
+    """benchmarks/instructions.py's counted process runs every op of each set
+    on its trees, fresh ones too (callgrind, and the baseline checkout, are for
+    real runs only)."""
     pytest.importorskip("attrs")
-    record_cost = _c_engine_benchmark("record_cost")
-    for tree in record_cost.TREES:
-        for op in record_cost.OPS:
-            subprocess.run(
-                [
-                    sys.executable,
-                    ROOT / "benchmarks" / "record_cost.py",
-                    "--op",
-                    tree,
-                    op,
-                    "fresh",
-                    "2",
-                ],
-                cwd=ROOT,
-                check=True,
-                timeout=120,
-            )
-
-
-def test_corpus_instructions_runs_each_op_and_reports() -> None:
-    """benchmarks/corpus_instructions.py's measured process runs every op on a
-    tree of each kind of point (callgrind is for real runs only), and its
-    reports mark a ratio under the target and give one op's before ÷ now."""
-    pytest.importorskip("attrs")
-    ci = _c_engine_benchmark("corpus_instructions")
-    assert set(ci.OPS) <= set(ci.ONE_OPS)
-    for family, size, variant in (
-        ("none", 10, ""),
-        ("state_dict", 1000, "OrderedDict"),
-        ("named", 0, "d"),
-    ):
-        for op in ci.ONE_OPS:
-            subprocess.run(
-                [
-                    sys.executable,
-                    ROOT / "benchmarks" / "corpus_instructions.py",
-                    "--run",
-                    family,
-                    str(size),
-                    variant,
-                    op,
-                    "1",
-                ],
-                cwd=ROOT,
-                check=True,
-                timeout=120,
-            )
-    pts = [("none", 10, ""), ("dataclass", 4, "")]
-    got = {
-        (ROOT, p, op): v
-        for p, vals in zip(pts, ((300.0, 100.0), (140.0, 100.0)))
-        for op, v in zip(ci.OPS, vals)
+    ins = _c_engine_benchmark("instructions")
+    corpus = [f"{f}:{size}:{v}" for f, size, v in (("none", 10, ""), ("named", 0, "d"))]
+    corpus.append("state_dict:1000:OrderedDict")
+    sets = {
+        "named": [*list(ins.named_trees())[:2], "state_dict of 500"],
+        "records": list(ins.record_trees()),
+        "corpus": corpus,
     }
-    text = ci.report(pts, got, ROOT, None)
+    for trees, labels in sets.items():
+        ops = ins.CORPUS_OPS if trees == "corpus" else ins.SET_OPS[trees]
+        for tree in labels:
+            for op in ops:
+                fresh = "fresh" if trees == "records" else "same"
+                script = ROOT / "benchmarks" / "instructions.py"
+                subprocess.run(
+                    [sys.executable, script, "--count", trees, tree, op, fresh, "2"],
+                    cwd=ROOT,
+                    check=True,
+                    timeout=120,
+                )
+
+
+def test_instructions_reports() -> None:
+    """benchmarks/instructions.py's reports: a case's before and now and their
+    ratio; on the corpus, a ratio under flatten_up_to's target marked, and one
+    op's before ÷ now."""
+    ins = _c_engine_benchmark("instructions")
+    base = ROOT / "benchmarks"  # a second checkout stands in
+    cases = [("100 dataclass records", "flatten", False), ("100 dataclass records", "leaves", True)]
+    got = {(w, c): v for c in cases for w, v in ((ROOT, 150.0), (base, 100.0))}
+    text = ins.report(got, cases, "records", 20, ROOT, base, "T")
+    assert "| 100 dataclass records | flatten | same | 100 | 150 | 1.500 |" in text
+    assert "| 100 dataclass records | leaves | fresh | 100 | 150 | 1.500 |" in text
+    assert "--trees records --n 20" in text and "Ratios from 1.500 to 1.500." in text
+    pts = ["none:10:", "dataclass:4:"]
+    got = {
+        (ROOT, (p, op, False)): v
+        for p, vals in zip(pts, ((300.0, 100.0), (140.0, 100.0)))
+        for op, v in zip(ins.SET_OPS["corpus"], vals)
+    }
+    text = ins.report_up_to(pts, got, ROOT, None)
     assert "| none | 10 | 300 | 100 | 3.00 |" in text
     assert "| dataclass | 4 | 140 | 100 | 1.40 ✗ |" in text
-    assert "- dataclass: 1.40 ✗" in text
-    base = ROOT / "benchmarks"  # a second checkout stands in
-    one = {(w, p, "unflatten"): v for p in pts for w, v in ((ROOT, 100.0), (base, 250.0))}
-    text = ci.report_one(pts, one, "unflatten", ROOT, base)
+    assert "- dataclass: 1.40 ✗" in text and "- none: 3.00\n" in text
+    one = {(w, (p, "unflatten", False)): v for p in pts for w, v in ((ROOT, 100.0), (base, 250.0))}
+    text = ins.report_one(pts, one, "unflatten", ROOT, base)
     assert "| dataclass | 4 | 250 | 100 | 2.50 |" in text
 
 
