@@ -13,9 +13,10 @@ A script does::
 
     _output.add_arguments(parser, sub=_output.PYTHON)
     args = parser.parse_args(argv)
-    out = _output.folder(args, sub=_output.PYTHON)
-    (out / "name.md").write_text(text)
-    _output.wrote(out / "name.md")
+    _output.write_report(args, "name.md", text, sub=_output.PYTHON)  # printed, written
+
+(a script that writes several files takes :func:`folder` and says so with
+:func:`wrote`).
 """
 
 from __future__ import annotations
@@ -86,6 +87,16 @@ def wrote(*paths: Path) -> None:
     recorded = all(_is_recorded(p) for p in paths)
     note = "" if recorded else f" (not recorded: --record writes {_shown(RECORDED)}/)"
     print(f"benchmarks: wrote {names}{note}", file=sys.stderr, flush=True)
+
+
+def write_report(args: argparse.Namespace, name: str, text: str, sub: str = "") -> Path:
+    """Print a report and write it as ``name`` in :func:`folder`'s folder,
+    saying where (:func:`wrote`); the path written."""
+    print(text)
+    path = folder(args, sub) / name
+    path.write_text(text, encoding="utf-8")
+    wrote(path)
+    return path
 
 
 def _is_recorded(path: Path) -> bool:

@@ -332,10 +332,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.only:
         print(text)
         return 0
-    out = _output.folder(args, sub=_output.PYTHON)
-    (out / "algebra.md").write_text(text)
-    print(text)
-    _output.wrote(out / "algebra.md")
+    _output.write_report(args, "algebra.md", text, sub=_output.PYTHON)
     return 0
 
 

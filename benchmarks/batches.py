@@ -441,11 +441,10 @@ def main(argv: Any = None) -> int:
     loaders = [] if args.skip_loader else bench_loader(args.quick)
     stricts = bench_strict(args.quick)
     text = report(collates, consolidates, loaders, stricts)
-    print(text)
     if not args.quick or args.out is not None or args.record:
-        out = _output.folder(args)
-        (out / "batches.md").write_text(text, encoding="utf-8")
-        _output.wrote(out / "batches.md")
+        _output.write_report(args, "batches.md", text)
+    else:
+        print(text)
     return 0
 
 

@@ -116,10 +116,7 @@ def main(argv: Any = None) -> int:
         op(name, mode == "strict", int(n))
         return 0
     text = report(measure(args.n), args.n)
-    print(text)
-    out = _output.folder(args)
-    (out / "check_cost.md").write_text(text, encoding="utf-8")
-    _output.wrote(out / "check_cost.md")
+    _output.write_report(args, "check_cost.md", text)
     return 0
 
 

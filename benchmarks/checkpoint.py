@@ -240,10 +240,7 @@ def main() -> int:
         + ", ".join(f"{k} {min(v):.1f}-{max(v):.1f}" for k, v in times.items()),
     ]
     text = "\n".join(lines) + "\n"
-    print(text)
-    out = _output.folder(args)
-    (out / "checkpoint.md").write_text(text)
-    _output.wrote(out / "checkpoint.md")
+    _output.write_report(args, "checkpoint.md", text)
     return 0
 
 

@@ -346,11 +346,10 @@ def main(argv: Any = None) -> int:
             if "call_us" in row:
                 row["call_ir"] = call_instructions(row["name"])
     text = report(rows, rounds, calls, fresh)
-    print(text)
     if not args.quick or args.out is not None or args.record:
-        out = _output.folder(args)
-        (out / "compiled.md").write_text(text)
-        _output.wrote(out / "compiled.md")
+        _output.write_report(args, "compiled.md", text)
+    else:
+        print(text)
     ours = next(r for r in rows if r["name"] == "pytree_kit")
     return 0 if ours["graphs"] == 1 else 1
 

@@ -1877,10 +1877,7 @@ def versions(args: argparse.Namespace) -> int:
     corpus_paths = sorted(results.glob("python3.*/corpus.json"), key=_version_key)
     if corpus_paths:
         page += render_versions_corpus([json.loads(p.read_text()) for p in corpus_paths])
-    out = _output.folder(args)
-    (out / "versions.md").write_text(page, encoding="utf-8")
-    print(page)
-    _output.wrote(out / "versions.md")
+    _output.write_report(args, "versions.md", page)
     return 0
 
 

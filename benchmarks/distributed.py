@@ -198,10 +198,8 @@ def write_report(args: argparse.Namespace, rows: list) -> None:
     ]
     if args.backend == "nccl":
         lines.append(f"- GPU: {torch.cuda.get_device_name(0)}")
-    out = _output.folder(args)  # launch() passed the folder it chose as --out
-    (out / "distributed.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print("\n".join(lines))
-    _output.wrote(out / "distributed.md")
+    # launch() passed the folder it chose as --out
+    _output.write_report(args, "distributed.md", "\n".join(lines) + "\n")
 
 
 def free_port() -> int:

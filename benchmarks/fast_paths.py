@@ -268,10 +268,7 @@ def main(argv: Any = None) -> int:
     with tempfile.TemporaryDirectory(prefix="pytree_kit-fast-paths-") as tmp:
         results, off = measure(paths, args.sizes, Path(tmp))
     text = report(results, off, args.sizes)
-    print(text)
-    out = _output.folder(args, sub=_output.PYTHON)
-    (out / "fast_paths.md").write_text(text, encoding="utf-8")
-    _output.wrote(out / "fast_paths.md")
+    _output.write_report(args, "fast_paths.md", text, sub=_output.PYTHON)
     return 0
 
 

@@ -421,10 +421,7 @@ def main(argv: Any = None) -> int:
         got = measure(where, args.trees, cases, args.n)
         text = report(got, cases, args.trees, args.n, ROOT, before, title)
         name = "record_cost.md" if args.trees == "records" else "instructions.md"
-    print(text)
-    out = _output.folder(args, sub=_output.PYTHON)
-    (out / (args.name or name)).write_text(text, encoding="utf-8")
-    _output.wrote(out / (args.name or name))
+    _output.write_report(args, args.name or name, text, sub=_output.PYTHON)
     return 0
 
 

@@ -405,10 +405,7 @@ def main() -> int:
     else:
         lines.append("No CUDA device here: the GPU ratios were not measured in this run.")
     text = "\n".join(lines) + "\n"
-    print(text)
-    out = _output.folder(args)
-    (out / "pinning.md").write_text(text)
-    _output.wrote(out / "pinning.md")
+    _output.write_report(args, "pinning.md", text)
     return 0
 
 

@@ -236,10 +236,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     _output.add_arguments(ap)
     args = ap.parse_args(argv)
     text = run(args.quick)
-    out = _output.folder(args)
-    (out / "ravel.md").write_text(text, encoding="utf-8")
-    print(text)
-    _output.wrote(out / "ravel.md")
+    _output.write_report(args, "ravel.md", text)
     return 0
 
 

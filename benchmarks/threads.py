@@ -151,10 +151,7 @@ def main(argv: Any = None) -> int:
         each = ", ".join(f"{r:,.0f}" for r in rates[n])
         lines.append(f"| {n} | {med:,.0f} | {med / base:.2f} | {each} |")
     text = "\n".join(lines) + "\n"
-    print(text)
-    out = _output.folder(args, sub=_output.PYTHON)
-    (out / "threads.md").write_text(text)
-    _output.wrote(out / "threads.md")
+    _output.write_report(args, "threads.md", text, sub=_output.PYTHON)
     return 0
 
 
