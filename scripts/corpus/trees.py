@@ -169,7 +169,9 @@ def _model_output(logits: Any, loss: Any) -> ModelOutput:
         out = ModelOutput(logits=logits, loss=loss)
     except (ValueError, TypeError):
         out = None
-    if out is None or not set(out.keys()) <= {"logits", "loss", "hidden"}:
+    fields = {"logits", "loss", "hidden"}
+    # (key, value) pairs as logits make attributes of their keys, entries or not
+    if out is None or not set(out.keys()) <= fields or not set(vars(out)) <= fields:
         out = ModelOutput(logits=Leaf(0), loss=loss)
     return out
 
