@@ -1,7 +1,6 @@
 """transformers' ``ModelOutput`` in small: the one copy of its behaviour that the
-test trees (``trees.ModelOutput``), the benchmark corpus
-(``benchmarks/corpus.py``'s ``CausalLMOutput``) and the tracing models
-(``tests/support/tracing_models.py``) subclass with their own fields.
+test trees (``trees.ModelOutput``) and the benchmark corpus
+(``benchmarks/corpus.py``'s ``CausalLMOutput``) subclass with their own fields.
 
 It imports nothing outside the standard library, so the benchmarks import it
 without the test tools. A subclass is a ``@dataclasses.dataclass`` whose fields

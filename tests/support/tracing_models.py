@@ -15,8 +15,6 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from scripts.corpus.model_output import ModelOutputBase
-
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
@@ -117,8 +115,21 @@ def _top_inputs(seed: int) -> tuple:
 # -- a transformer-style model whose output is a dataclass and an OrderedDict --
 
 
+class ModelOutput(collections.OrderedDict):
+    """transformers' ModelOutput, in small: the fields that are set are also the
+    dict's entries, in field order. (Not scripts/corpus/model_output.py's
+    ModelOutputBase: its __setitem__ and __setattr__ are not yet run under
+    dynamo on the oldest torch CI tests these models on.)"""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                self[f.name] = value
+
+
 @dataclasses.dataclass
-class EncoderOutput(ModelOutputBase):
+class EncoderOutput(ModelOutput):
     last_hidden_state: Optional[torch.Tensor] = None
     hidden_states: Optional[tuple] = None
     attentions: Optional[tuple] = None
