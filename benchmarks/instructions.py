@@ -395,6 +395,8 @@ def main(argv: Any = None) -> int:
     before = args.baseline.resolve() if args.baseline else None
     where = [ROOT] + ([before] if before else [])
     ops = [o for o in SET_OPS[args.trees] if not args.only or o in args.only]
+    if not ops and args.trees != "corpus":
+        parser.error(f"--trees {args.trees} counts {', '.join(SET_OPS[args.trees])}")
     if args.trees == "corpus":
         pts = corpus_points(args.family)
         if args.only:
