@@ -400,9 +400,9 @@ def main(argv: Any = None) -> int:
     if args.trees == "corpus":
         pts = corpus_points(args.family)
         if args.only:
-            (one,) = args.only  # one operation, before and now
-            if before is None or one not in CORPUS_OPS:
+            if len(args.only) != 1 or args.only[0] not in CORPUS_OPS or before is None:
                 parser.error(f"--trees corpus --only takes one of {CORPUS_OPS} and --baseline")
+            one = args.only[0]  # one operation, before and now
             got = measure(where, "corpus", [(p, one, False) for p in pts], args.n)
             text, name = report_one(pts, got, one, ROOT, before), f"instructions_{one}.md"
         else:
